@@ -1,0 +1,358 @@
+//! Payload formats: a provider's JSON, already verified, becomes an [`Event`].
+//!
+//! A format decides the event id, the business key and the effect. Types a format does not know become
+//! [`Effect::Ignored`]; a body that cannot be understood at all is a [`ParseError`], which the pipeline keeps as a
+//! dead letter (the delivery verified, so payhook owns it).
+
+use crate::event::{Currency, Effect, Event, EventId, InvalidValue, Money, OrderAction, OrderId};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The payload formats payhook understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    /// `{"id","type","created","data":{"order_id","amount","currency"}}` with `payment.*` types.
+    Generic,
+    /// Stripe's event objects (`payment_intent.*`, `charge.*`, `checkout.session.completed`).
+    Stripe,
+}
+
+/// Why a verified body could not be turned into an event. The message is stored as the dead letter's reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// The body is not JSON.
+    #[error("body is not valid JSON: {0}")]
+    Json(String),
+    /// A field the format needs is absent or has the wrong JSON type.
+    #[error("missing or mistyped field `{0}`")]
+    Missing(&'static str),
+    /// A field is present but its value is not acceptable.
+    #[error("invalid value: {0}")]
+    Invalid(#[from] InvalidValue),
+}
+
+impl Format {
+    /// Parses a verified body.
+    pub fn parse(self, body: &[u8]) -> Result<Event, ParseError> {
+        let root: Value =
+            serde_json::from_slice(body).map_err(|e| ParseError::Json(e.to_string()))?;
+        match self {
+            Format::Generic => parse_generic(&root),
+            Format::Stripe => parse_stripe(&root),
+        }
+    }
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &'static str) -> Result<&'a str, ParseError> {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .ok_or(ParseError::Missing(pointer))
+}
+
+fn int_at(v: &Value, pointer: &'static str) -> Result<i64, ParseError> {
+    v.pointer(pointer)
+        .and_then(Value::as_i64)
+        .ok_or(ParseError::Missing(pointer))
+}
+
+/// Reads `amount` and `currency` when both are there; neither there is `None`, one without the other an error.
+fn money_at(
+    v: &Value,
+    amount: &'static str,
+    currency: &'static str,
+) -> Result<Option<Money>, ParseError> {
+    match (v.pointer(amount), v.pointer(currency)) {
+        (None, None) => Ok(None),
+        _ => {
+            let amount = int_at(v, amount)?;
+            let currency = Currency::parse(str_at(v, currency)?)?;
+            Ok(Some(Money::new(amount, currency)?))
+        }
+    }
+}
+
+struct Envelope {
+    event_id: EventId,
+    event_type: String,
+    occurred_at: i64,
+}
+
+fn envelope(root: &Value) -> Result<Envelope, ParseError> {
+    Ok(Envelope {
+        event_id: EventId::parse(str_at(root, "/id")?)?,
+        event_type: str_at(root, "/type")?.to_owned(),
+        occurred_at: int_at(root, "/created")?,
+    })
+}
+
+impl Envelope {
+    fn ignored(self) -> Event {
+        let business_key = format!("{}:{}", self.event_type, self.event_id);
+        Event {
+            event_id: self.event_id,
+            event_type: self.event_type,
+            occurred_at: self.occurred_at,
+            business_key,
+            effect: Effect::Ignored,
+        }
+    }
+
+    fn order(
+        self,
+        business_key: String,
+        order_id: OrderId,
+        action: OrderAction,
+        money: Option<Money>,
+    ) -> Event {
+        Event {
+            event_id: self.event_id,
+            event_type: self.event_type,
+            occurred_at: self.occurred_at,
+            business_key,
+            effect: Effect::Order {
+                order_id,
+                action,
+                money,
+            },
+        }
+    }
+}
+
+fn parse_generic(root: &Value) -> Result<Event, ParseError> {
+    let env = envelope(root)?;
+    let action = match env.event_type.as_str() {
+        "payment.succeeded" => OrderAction::Pay,
+        "payment.failed" => OrderAction::Fail,
+        "payment.refunded" => OrderAction::Refund,
+        "payment.disputed" => OrderAction::Dispute,
+        _ => return Ok(env.ignored()),
+    };
+    let order_id = OrderId::parse(str_at(root, "/data/order_id")?)?;
+    let money = money_at(root, "/data/amount", "/data/currency")?;
+    if action == OrderAction::Pay && money.is_none() {
+        return Err(ParseError::Missing("/data/amount"));
+    }
+    let key = format!("{}:{}", env.event_type, order_id);
+    Ok(env.order(key, order_id, action, money))
+}
+
+fn parse_stripe(root: &Value) -> Result<Event, ParseError> {
+    let env = envelope(root)?;
+    let object = root
+        .pointer("/data/object")
+        .ok_or(ParseError::Missing("/data/object"))?;
+    let (action, order_id, money) = match env.event_type.as_str() {
+        "payment_intent.succeeded" => {
+            let amount = if object.get("amount_received").is_some() {
+                "/amount_received"
+            } else {
+                "/amount"
+            };
+            (
+                OrderAction::Pay,
+                str_at(object, "/metadata/order_id")?,
+                money_at(object, amount, "/currency")?,
+            )
+        }
+        "payment_intent.payment_failed" => (
+            OrderAction::Fail,
+            str_at(object, "/metadata/order_id")?,
+            money_at(object, "/amount", "/currency")?,
+        ),
+        "charge.refunded" => (
+            OrderAction::Refund,
+            str_at(object, "/metadata/order_id")?,
+            money_at(object, "/amount_refunded", "/currency")?,
+        ),
+        "charge.dispute.created" => {
+            // A dispute names its charge; the order id lives in the charge's metadata when the charge is
+            // expanded, and in the dispute's own metadata when the merchant copied it there.
+            let order_id = str_at(object, "/charge/metadata/order_id")
+                .or_else(|_| str_at(object, "/metadata/order_id"))
+                .map_err(|_| ParseError::Missing("/data/object/charge/metadata/order_id"))?;
+            (
+                OrderAction::Dispute,
+                order_id,
+                money_at(object, "/amount", "/currency")?,
+            )
+        }
+        "checkout.session.completed" => {
+            // Delayed payment methods complete the session before the money arrives; only a paid session
+            // (or one that needs no payment) pays the order.
+            match object.get("payment_status").and_then(Value::as_str) {
+                Some("paid") | Some("no_payment_required") | None => {}
+                Some(_) => return Ok(env.ignored()),
+            }
+            (
+                OrderAction::Pay,
+                str_at(object, "/client_reference_id")?,
+                money_at(object, "/amount_total", "/currency")?,
+            )
+        }
+        _ => return Ok(env.ignored()),
+    };
+    if action == OrderAction::Pay && money.is_none() {
+        return Err(ParseError::Missing("/data/object/amount"));
+    }
+    let order_id = OrderId::parse(order_id)?;
+    let object_id = str_at(object, "/id")?;
+    let key = format!("{}:{}", env.event_type, object_id);
+    Ok(env.order(key, order_id, action, money))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(format: Format, v: Value) -> Result<Event, ParseError> {
+        format.parse(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn generic_payment_succeeded_becomes_a_pay_effect_keyed_on_the_order() {
+        let e = parse(
+            Format::Generic,
+            json!({"id":"evt_1","type":"payment.succeeded","created":1700000000,
+                   "data":{"order_id":"ord_1","amount":1999,"currency":"EUR"}}),
+        )
+        .unwrap();
+        assert_eq!(e.event_id.as_str(), "evt_1");
+        assert_eq!(e.business_key, "payment.succeeded:ord_1");
+        assert_eq!(e.occurred_at, 1_700_000_000);
+        let Effect::Order {
+            order_id,
+            action,
+            money,
+        } = e.effect
+        else {
+            panic!("not an order effect")
+        };
+        assert_eq!(order_id.as_str(), "ord_1");
+        assert_eq!(action, OrderAction::Pay);
+        let money = money.unwrap();
+        assert_eq!(money.amount_minor, 1999);
+        assert_eq!(money.currency.as_str(), "eur");
+    }
+
+    #[test]
+    fn generic_unknown_type_is_ignored_not_an_error() {
+        let e = parse(
+            Format::Generic,
+            json!({"id":"evt_2","type":"customer.created","created":1,"data":"x"}),
+        )
+        .unwrap();
+        assert_eq!(e.effect, Effect::Ignored);
+    }
+
+    #[test]
+    fn generic_payment_without_amount_is_a_parse_error() {
+        let err = parse(
+            Format::Generic,
+            json!({"id":"evt_3","type":"payment.succeeded","created":1,"data":{"order_id":"o"}}),
+        )
+        .unwrap_err();
+        assert_eq!(err, ParseError::Missing("/data/amount"));
+    }
+
+    #[test]
+    fn a_body_that_is_not_json_is_a_parse_error() {
+        assert!(matches!(
+            Format::Generic.parse(b"{not json"),
+            Err(ParseError::Json(_))
+        ));
+        assert!(matches!(
+            Format::Stripe.parse(&[0xff, 0xfe]),
+            Err(ParseError::Json(_))
+        ));
+    }
+
+    #[test]
+    fn negative_amounts_and_bad_currencies_are_rejected() {
+        let neg = json!({"id":"e","type":"payment.succeeded","created":1,
+                          "data":{"order_id":"o","amount":-1,"currency":"usd"}});
+        assert!(matches!(
+            parse(Format::Generic, neg),
+            Err(ParseError::Invalid(_))
+        ));
+        let cur = json!({"id":"e","type":"payment.succeeded","created":1,
+                          "data":{"order_id":"o","amount":1,"currency":"dollars"}});
+        assert!(matches!(
+            parse(Format::Generic, cur),
+            Err(ParseError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn stripe_payment_intent_succeeded_reads_metadata_and_amount_received() {
+        let e = parse(
+            Format::Stripe,
+            json!({"id":"evt_s1","type":"payment_intent.succeeded","created":1700000001,
+                   "data":{"object":{"id":"pi_1","amount":500,"amount_received":500,"currency":"usd",
+                                     "metadata":{"order_id":"ord_9"}}}}),
+        )
+        .unwrap();
+        assert_eq!(e.business_key, "payment_intent.succeeded:pi_1");
+        assert!(matches!(
+            e.effect,
+            Effect::Order {
+                action: OrderAction::Pay,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn stripe_dispute_takes_the_order_from_the_expanded_charge() {
+        let e = parse(
+            Format::Stripe,
+            json!({"id":"evt_s2","type":"charge.dispute.created","created":1,
+                   "data":{"object":{"id":"dp_1","amount":500,"currency":"usd",
+                                     "charge":{"id":"ch_1","metadata":{"order_id":"ord_7"}}}}}),
+        )
+        .unwrap();
+        let Effect::Order {
+            order_id, action, ..
+        } = e.effect
+        else {
+            panic!()
+        };
+        assert_eq!((order_id.as_str(), action), ("ord_7", OrderAction::Dispute));
+        assert_eq!(e.business_key, "charge.dispute.created:dp_1");
+    }
+
+    #[test]
+    fn stripe_checkout_session_uses_client_reference_id_and_skips_unpaid_sessions() {
+        let paid = json!({"id":"evt_s3","type":"checkout.session.completed","created":1,
+                   "data":{"object":{"id":"cs_1","client_reference_id":"ord_3","amount_total":900,
+                                     "currency":"GBP","payment_status":"paid"}}});
+        let e = parse(Format::Stripe, paid).unwrap();
+        let Effect::Order {
+            order_id, money, ..
+        } = e.effect
+        else {
+            panic!()
+        };
+        assert_eq!(order_id.as_str(), "ord_3");
+        assert_eq!(money.unwrap().currency.as_str(), "gbp");
+        let unpaid = json!({"id":"evt_s4","type":"checkout.session.completed","created":1,
+                   "data":{"object":{"id":"cs_2","client_reference_id":"ord_4","amount_total":900,
+                                     "currency":"gbp","payment_status":"unpaid"}}});
+        assert_eq!(
+            parse(Format::Stripe, unpaid).unwrap().effect,
+            Effect::Ignored
+        );
+    }
+
+    #[test]
+    fn stripe_refund_without_order_metadata_is_a_parse_error() {
+        let err = parse(
+            Format::Stripe,
+            json!({"id":"evt_s5","type":"charge.refunded","created":1,
+                   "data":{"object":{"id":"ch_1","amount_refunded":5,"currency":"usd","metadata":{}}}}),
+        )
+        .unwrap_err();
+        assert_eq!(err, ParseError::Missing("/metadata/order_id"));
+    }
+}

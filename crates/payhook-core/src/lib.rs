@@ -1,0 +1,17 @@
+//! payhook-core: the pure heart of payhook.
+//!
+//! Everything here is deterministic and free of IO and async, so it can be tested exhaustively and reused by
+//! every backend and runtime:
+//!
+//! - [`signature`]: signature schemes, verified on the raw bytes in constant time.
+//! - [`mod@format`]: provider payload formats, turning verified bytes into an [`event::Event`].
+//! - [`event`]: the normalized event and the newtypes that carry its checks (`EventId`, `OrderId`, `Money`, …).
+//! - [`ledger`]: the order state machine; turns an effect into a guarded [`ledger::Plan`] and explains a guard
+//!   that matched nothing.
+//! - [`retry`]: the retry policy, a pure function from attempt count to the next attempt or a dead letter.
+
+pub mod event;
+pub mod format;
+pub mod ledger;
+pub mod retry;
+pub mod signature;

@@ -1,0 +1,686 @@
+//! Webhook signature verification for the schemes payhook understands.
+//!
+//! Payment providers sign every delivery so that a receiver can tell a genuine
+//! event from a forged or replayed one. This module turns a configured
+//! [`Scheme`] plus one or more [`Secret`]s into a [`Verifier`] that checks the
+//! signature headers against the *raw* request body (never a re-serialised
+//! one, because re-encoding JSON changes the bytes and breaks the MAC).
+//!
+//! Design choices, and why:
+//!
+//! * Keys are decoded and the HMAC key schedule is computed once, in
+//!   [`Verifier::new`], because verification sits on the request hot path and
+//!   configuration errors should surface at startup rather than per request.
+//! * Several secrets may be configured so that a secret can be rotated without
+//!   downtime; [`Verified::secret_index`] reports which one matched so that the
+//!   operator can tell when the old secret stops being used.
+//! * Every signature comparison is constant time and requires an exact length
+//!   match, so that an attacker learns nothing from response timing and cannot
+//!   get away with a truncated MAC.
+//! * Timestamps are checked in both directions against a tolerance, so that a
+//!   captured delivery cannot be replayed later and a clock far in the future
+//!   is not trusted either.
+//! * Checks run in a fixed order (header parsing, then freshness, then the
+//!   MAC) so that error codes are stable and cheap rejections happen before
+//!   the comparatively expensive HMAC computation.
+
+use std::fmt;
+
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::general_purpose::STANDARD;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use hmac::digest::{CtOutput, Output};
+use hmac::{Hmac, Mac};
+use sha2::{Sha256, Sha512};
+
+type HmacSha256 = Hmac<Sha256>;
+type HmacSha512 = Hmac<Sha512>;
+
+/// Base64 engine used for Standard Webhooks *secrets*: providers are not
+/// consistent about padding their keys, so padding is optional here (it is
+/// still required for signatures, which are always emitted padded).
+const LENIENT_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// Prefix that Standard Webhooks (and Svix) put in front of base64 secrets.
+const WHSEC_PREFIX: &str = "whsec_";
+
+/// Largest decoded signature we ever need to hold (HMAC-SHA512 is 64 bytes);
+/// a little slack keeps base64's conservative length estimate happy.
+const SIG_BUF_LEN: usize = 72;
+
+/// Read access to request headers.
+///
+/// The verifier only needs to look headers up by name, so it takes this small
+/// trait instead of a concrete HTTP type; that keeps the crate free of HTTP
+/// dependencies and lets tests use plain arrays. Implementations must compare
+/// names case-insensitively because HTTP header names are case-insensitive;
+/// callers always pass lowercase names.
+pub trait Headers {
+    /// Returns the value of the first header called `name`, if any.
+    fn get(&self, name: &str) -> Option<&str>;
+}
+
+impl Headers for [(String, String)] {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Headers for Vec<(String, String)> {
+    fn get(&self, name: &str) -> Option<&str> {
+        <[(String, String)] as Headers>::get(self.as_slice(), name)
+    }
+}
+
+impl Headers for [(&str, &str)] {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+}
+
+impl<const N: usize> Headers for [(&str, &str); N] {
+    fn get(&self, name: &str) -> Option<&str> {
+        <[(&str, &str)] as Headers>::get(self.as_slice(), name)
+    }
+}
+
+/// A webhook signing secret exactly as configured (for example `whsec_...`).
+///
+/// It is a newtype rather than a bare `String` so that it cannot end up in
+/// logs by accident: its `Debug` output is always `Secret([redacted])`.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a configured secret string.
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    /// Returns the secret text; named so that every use is easy to audit.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// Hash function used by the generic [`Scheme::Hmac`] scheme, because
+/// providers differ (GitHub and Shopify use SHA-256, Paystack SHA-512).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HmacAlgorithm {
+    /// HMAC-SHA256 (32-byte signatures).
+    Sha256,
+    /// HMAC-SHA512 (64-byte signatures).
+    Sha512,
+}
+
+/// Text encoding of the signature bytes in the header, because providers
+/// differ (GitHub and Paystack use hex, Shopify base64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    /// Lowercase hex when signing; either case is accepted when verifying.
+    Hex,
+    /// Standard base64 alphabet with padding.
+    Base64,
+}
+
+/// A signature scheme: which headers carry what, and which bytes are signed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scheme {
+    /// Stripe's `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>...][,v0=...]`.
+    ///
+    /// The signed payload is `"{t}.{body}"`, HMAC-SHA256 keyed with the
+    /// secret string's bytes exactly as configured (the `whsec_` prefix is
+    /// part of the key, unlike Standard Webhooks). Several `v1` entries may be
+    /// present while Stripe rotates secrets; any one matching is enough.
+    /// Entries with other versions (such as the test-mode `v0`) are ignored.
+    Stripe,
+    /// [Standard Webhooks](https://www.standardwebhooks.com/) (also Svix).
+    ///
+    /// Headers `webhook-id`, `webhook-timestamp` and `webhook-signature`
+    /// (or their `svix-` equivalents); the signature header is a
+    /// space-separated list of `v1,<base64>` entries, other versions such as
+    /// the asymmetric `v1a` are ignored. The signed content is
+    /// `"{id}.{timestamp}.{body}"`, HMAC-SHA256 keyed with the base64 decoding
+    /// of the secret after stripping a leading `whsec_`.
+    StandardWebhooks,
+    /// A generic HMAC over the raw body only, with no timestamp (GitHub,
+    /// Shopify, Paystack and many others).
+    ///
+    /// Because nothing but the body is signed, this scheme cannot detect
+    /// replays by itself; deduplication has to happen downstream.
+    Hmac {
+        /// Header carrying the signature (lowercase name).
+        header: String,
+        /// Hash function of the HMAC.
+        algorithm: HmacAlgorithm,
+        /// How the signature bytes are written in the header.
+        encoding: Encoding,
+        /// Literal prefix (such as `sha256=`) that must be present and is
+        /// stripped before decoding.
+        prefix: Option<String>,
+    },
+}
+
+/// What a successful verification tells the pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Index into the verifier's secrets of the secret that matched, so that
+    /// operators can see when a rotated-out secret is no longer in use.
+    pub secret_index: usize,
+    /// The provider's delivery/message id when the scheme carries one
+    /// (Standard Webhooks: `webhook-id` / `svix-id`), else `None`; it is
+    /// covered by the signature and therefore safe to deduplicate on.
+    pub delivery_id: Option<String>,
+    /// The signed timestamp (unix seconds) when the scheme has one.
+    pub timestamp: Option<i64>,
+}
+
+/// Why a delivery was rejected.
+///
+/// The variants are coarse on purpose: callers map them to a response and a
+/// metric label (see [`VerifyError::code`]) and should not leak more detail
+/// than this to the sender.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum VerifyError {
+    /// A header the scheme requires is absent (the lowercase name is given).
+    #[error("missing header {0}")]
+    MissingHeader(String),
+    /// A header is present but cannot be parsed.
+    #[error("malformed signature header: {0}")]
+    Malformed(String),
+    /// The signed timestamp is too far from the verifier's clock, in either
+    /// direction; `delta_secs` is `now - timestamp`.
+    #[error("timestamp outside the tolerance of {tolerance_secs} s (delta {delta_secs} s)")]
+    Stale {
+        /// `now - timestamp` in seconds (negative when the timestamp is in
+        /// the future).
+        delta_secs: i64,
+        /// The configured tolerance in seconds.
+        tolerance_secs: u64,
+    },
+    /// The headers are well formed but no signature matches any secret.
+    #[error("no signature matches any configured secret")]
+    Mismatch,
+}
+
+impl VerifyError {
+    /// A short, stable machine code for metrics and logs:
+    /// `"missing_header"`, `"malformed"`, `"stale"` or `"mismatch"`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::MissingHeader(_) => "missing_header",
+            Self::Malformed(_) => "malformed",
+            Self::Stale { .. } => "stale",
+            Self::Mismatch => "mismatch",
+        }
+    }
+}
+
+/// Why a [`Verifier`] could not be built from the configured secrets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The secret at `index` (0-based, in configuration order) is unusable.
+    #[error("secret #{index}: {reason}")]
+    Invalid {
+        /// Position of the offending secret in the list.
+        index: usize,
+        /// Human-readable reason; never contains key material.
+        reason: String,
+    },
+    /// No secret was configured, which would make every delivery fail.
+    #[error("at least one secret is required")]
+    Empty,
+}
+
+/// An HMAC with its key schedule already computed, cloned per request so the
+/// key never has to be re-hashed.
+#[derive(Clone)]
+enum KeyedMac {
+    Sha256(HmacSha256),
+    Sha512(HmacSha512),
+}
+
+impl KeyedMac {
+    fn new(algorithm: HmacAlgorithm, key: &[u8]) -> Result<Self, hmac::digest::InvalidLength> {
+        Ok(match algorithm {
+            HmacAlgorithm::Sha256 => Self::Sha256(HmacSha256::new_from_slice(key)?),
+            HmacAlgorithm::Sha512 => Self::Sha512(HmacSha512::new_from_slice(key)?),
+        })
+    }
+
+    /// MACs the concatenation of `parts` without building it in memory.
+    fn compute(&self, parts: &[&[u8]]) -> Tag {
+        match self {
+            Self::Sha256(mac) => {
+                let mut mac = mac.clone();
+                for part in parts {
+                    mac.update(part);
+                }
+                Tag::Sha256(mac.finalize())
+            }
+            Self::Sha512(mac) => {
+                let mut mac = mac.clone();
+                for part in parts {
+                    mac.update(part);
+                }
+                Tag::Sha512(mac.finalize())
+            }
+        }
+    }
+}
+
+/// A computed MAC; its equality is constant time (via `subtle`).
+enum Tag {
+    Sha256(CtOutput<HmacSha256>),
+    Sha512(CtOutput<HmacSha512>),
+}
+
+impl Tag {
+    /// Constant-time comparison with a candidate; lengths must match exactly,
+    /// so a truncated signature never verifies.
+    fn matches(&self, candidate: &[u8]) -> bool {
+        match self {
+            Self::Sha256(tag) => {
+                candidate.len() == 32
+                    && CtOutput::<HmacSha256>::from(Output::<HmacSha256>::from_slice(candidate))
+                        == *tag
+            }
+            Self::Sha512(tag) => {
+                candidate.len() == 64
+                    && CtOutput::<HmacSha512>::from(Output::<HmacSha512>::from_slice(candidate))
+                        == *tag
+            }
+        }
+    }
+
+    fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Self::Sha256(tag) => tag.into_bytes().to_vec(),
+            Self::Sha512(tag) => tag.into_bytes().to_vec(),
+        }
+    }
+}
+
+/// Decodes one signature value into `buf`, returning `None` when it is not
+/// valid in `encoding` or does not have the length of an `expected`-byte MAC.
+/// Such values simply do not match; they are not an error on their own.
+fn decode_signature<'b>(
+    encoding: Encoding,
+    value: &str,
+    expected: usize,
+    buf: &'b mut [u8; SIG_BUF_LEN],
+) -> Option<&'b [u8]> {
+    match encoding {
+        Encoding::Hex => {
+            if value.len() != expected * 2 {
+                return None;
+            }
+            let out = buf.get_mut(..expected)?;
+            hex::decode_to_slice(value, out).ok()?;
+            Some(out)
+        }
+        Encoding::Base64 => {
+            if value.len() != expected.div_ceil(3) * 4 {
+                return None;
+            }
+            let n = STANDARD.decode_slice(value, buf).ok()?;
+            buf.get(..n)
+        }
+    }
+}
+
+/// Parses a signed timestamp, which must be a plain run of ASCII digits
+/// (no sign, no whitespace, no fraction) so that the signed text and the
+/// value we check can never disagree.
+fn parse_timestamp(s: &str) -> Result<i64, VerifyError> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(VerifyError::Malformed(
+            "timestamp is not a plain unix time in seconds".into(),
+        ));
+    }
+    s.parse()
+        .map_err(|_| VerifyError::Malformed("timestamp is out of range".into()))
+}
+
+fn missing(name: &str) -> VerifyError {
+    VerifyError::MissingHeader(name.to_owned())
+}
+
+/// Iterates the `v1` values of a `Stripe-Signature` header.
+fn stripe_v1_values(header: &str) -> impl Iterator<Item = &str> {
+    header
+        .split(',')
+        .filter_map(|item| match item.trim().split_once('=') {
+            Some(("v1", v)) => Some(v),
+            _ => None,
+        })
+}
+
+/// Iterates the `v1` values of a Standard Webhooks signature header.
+fn standard_v1_values(header: &str) -> impl Iterator<Item = &str> {
+    header
+        .split(' ')
+        .filter_map(|entry| match entry.split_once(',') {
+            Some(("v1", v)) => Some(v),
+            _ => None,
+        })
+}
+
+/// Checks webhook signatures for one configured source.
+///
+/// Built once per source at startup (decoding keys there, so that a bad
+/// secret fails fast) and then shared; [`Verifier::verify`] takes `&self` and
+/// allocates only for the returned delivery id.
+#[derive(Clone)]
+pub struct Verifier {
+    scheme: Scheme,
+    keys: Vec<KeyedMac>,
+    tolerance_secs: u64,
+}
+
+impl fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Key material is deliberately left out; the count is enough to debug
+        // a rotation setup.
+        f.debug_struct("Verifier")
+            .field("scheme", &self.scheme)
+            .field("secrets", &self.keys.len())
+            .field("tolerance_secs", &self.tolerance_secs)
+            .finish()
+    }
+}
+
+impl Verifier {
+    /// Builds a verifier for `scheme` accepting any of `secrets`.
+    ///
+    /// `tolerance_secs` bounds how far the signed timestamp may be from the
+    /// verifier's clock, in either direction; it is ignored by
+    /// [`Scheme::Hmac`], which has no timestamp.
+    ///
+    /// Fails with [`KeyError::Empty`] when no secret is given, and with
+    /// [`KeyError::Invalid`] when a secret is empty or (Standard Webhooks)
+    /// is not valid base64 after its `whsec_` prefix.
+    pub fn new(scheme: Scheme, secrets: &[Secret], tolerance_secs: u64) -> Result<Self, KeyError> {
+        if secrets.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        let algorithm = match &scheme {
+            Scheme::Stripe | Scheme::StandardWebhooks => HmacAlgorithm::Sha256,
+            Scheme::Hmac { algorithm, .. } => *algorithm,
+        };
+        let keys = secrets
+            .iter()
+            .enumerate()
+            .map(|(index, secret)| {
+                let invalid = |reason: &str| KeyError::Invalid {
+                    index,
+                    reason: reason.to_owned(),
+                };
+                let text = secret.expose();
+                if text.is_empty() {
+                    return Err(invalid("secret is empty"));
+                }
+                let decoded;
+                let key: &[u8] = match scheme {
+                    Scheme::StandardWebhooks => {
+                        let b64 = text.strip_prefix(WHSEC_PREFIX).unwrap_or(text);
+                        decoded = LENIENT_BASE64
+                            .decode(b64)
+                            .map_err(|_| invalid("not valid base64 (expected whsec_<base64>)"))?;
+                        if decoded.is_empty() {
+                            return Err(invalid("secret decodes to an empty key"));
+                        }
+                        &decoded
+                    }
+                    _ => text.as_bytes(),
+                };
+                KeyedMac::new(algorithm, key).map_err(|_| invalid("unusable key length"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            scheme,
+            keys,
+            tolerance_secs,
+        })
+    }
+
+    /// The scheme this verifier checks.
+    pub fn scheme(&self) -> &Scheme {
+        &self.scheme
+    }
+
+    /// Verifies a delivery given its headers and raw body bytes.
+    ///
+    /// Every configured secret is tried against every signature in the
+    /// header (the MAC is computed once per secret), with constant-time,
+    /// exact-length comparisons. Errors are reported in a fixed order:
+    /// missing or unparsable headers first, then a timestamp more than the
+    /// tolerance away from `now_unix` in either direction ([`VerifyError::Stale`]),
+    /// then [`VerifyError::Mismatch`]. Signature values that are not valid
+    /// hex/base64 simply do not match; a header with no signature of the
+    /// expected version at all is [`VerifyError::Malformed`].
+    pub fn verify(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<Verified, VerifyError> {
+        match &self.scheme {
+            Scheme::Stripe => self.verify_stripe(headers, body, now_unix),
+            Scheme::StandardWebhooks => self.verify_standard(headers, body, now_unix),
+            Scheme::Hmac {
+                header,
+                algorithm,
+                encoding,
+                prefix,
+            } => self.verify_hmac(
+                headers,
+                body,
+                header,
+                *algorithm,
+                *encoding,
+                prefix.as_deref(),
+            ),
+        }
+    }
+
+    fn check_fresh(&self, timestamp: i64, now_unix: i64) -> Result<(), VerifyError> {
+        let delta = now_unix.saturating_sub(timestamp);
+        if delta.unsigned_abs() > self.tolerance_secs {
+            return Err(VerifyError::Stale {
+                delta_secs: delta,
+                tolerance_secs: self.tolerance_secs,
+            });
+        }
+        Ok(())
+    }
+
+    /// Tries each secret's MAC of `parts` against each candidate signature.
+    fn find_match<'h, I>(
+        &self,
+        parts: &[&[u8]],
+        candidates: impl Fn() -> I,
+        encoding: Encoding,
+        expected: usize,
+    ) -> Option<usize>
+    where
+        I: Iterator<Item = &'h str>,
+    {
+        let mut buf = [0u8; SIG_BUF_LEN];
+        self.keys.iter().position(|key| {
+            let tag = key.compute(parts);
+            candidates().any(|value| {
+                decode_signature(encoding, value, expected, &mut buf)
+                    .is_some_and(|sig| tag.matches(sig))
+            })
+        })
+    }
+
+    fn verify_stripe(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<Verified, VerifyError> {
+        const NAME: &str = "stripe-signature";
+        let header = headers.get(NAME).ok_or_else(|| missing(NAME))?;
+        let mut ts_text = None;
+        for item in header.split(',') {
+            if let Some(("t", v)) = item.trim().split_once('=')
+                && ts_text.replace(v).is_some()
+            {
+                return Err(VerifyError::Malformed("more than one t= entry".into()));
+            }
+        }
+        let ts_text = ts_text.ok_or_else(|| VerifyError::Malformed("no t= timestamp".into()))?;
+        let timestamp = parse_timestamp(ts_text)?;
+        if stripe_v1_values(header).next().is_none() {
+            return Err(VerifyError::Malformed("no v1= signature".into()));
+        }
+        self.check_fresh(timestamp, now_unix)?;
+        let parts: [&[u8]; 3] = [ts_text.as_bytes(), b".", body];
+        let secret_index = self
+            .find_match(&parts, || stripe_v1_values(header), Encoding::Hex, 32)
+            .ok_or(VerifyError::Mismatch)?;
+        Ok(Verified {
+            secret_index,
+            delivery_id: None,
+            timestamp: Some(timestamp),
+        })
+    }
+
+    fn verify_standard(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<Verified, VerifyError> {
+        // Use the svix- names only when the delivery really is in that
+        // family, so that the three values always come from one consistent set.
+        let [id_name, ts_name, sig_name] = if headers.get("webhook-signature").is_none()
+            && headers.get("svix-signature").is_some()
+        {
+            ["svix-id", "svix-timestamp", "svix-signature"]
+        } else {
+            ["webhook-id", "webhook-timestamp", "webhook-signature"]
+        };
+        let id = headers.get(id_name).ok_or_else(|| missing(id_name))?;
+        let ts_text = headers.get(ts_name).ok_or_else(|| missing(ts_name))?;
+        let header = headers.get(sig_name).ok_or_else(|| missing(sig_name))?;
+        if id.is_empty() {
+            return Err(VerifyError::Malformed(format!("{id_name} is empty")));
+        }
+        let timestamp = parse_timestamp(ts_text)?;
+        if standard_v1_values(header).next().is_none() {
+            return Err(VerifyError::Malformed("no v1 signature".into()));
+        }
+        self.check_fresh(timestamp, now_unix)?;
+        let parts: [&[u8]; 5] = [id.as_bytes(), b".", ts_text.as_bytes(), b".", body];
+        let secret_index = self
+            .find_match(&parts, || standard_v1_values(header), Encoding::Base64, 32)
+            .ok_or(VerifyError::Mismatch)?;
+        Ok(Verified {
+            secret_index,
+            delivery_id: Some(id.to_owned()),
+            timestamp: Some(timestamp),
+        })
+    }
+
+    fn verify_hmac(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        name: &str,
+        algorithm: HmacAlgorithm,
+        encoding: Encoding,
+        prefix: Option<&str>,
+    ) -> Result<Verified, VerifyError> {
+        let raw = headers.get(name).ok_or_else(|| missing(name))?.trim();
+        let value = match prefix {
+            Some(p) => raw.strip_prefix(p).ok_or_else(|| {
+                VerifyError::Malformed(format!("signature does not start with {p:?}"))
+            })?,
+            None => raw,
+        };
+        let expected = match algorithm {
+            HmacAlgorithm::Sha256 => 32,
+            HmacAlgorithm::Sha512 => 64,
+        };
+        let parts: [&[u8]; 1] = [body];
+        let secret_index = self
+            .find_match(&parts, || std::iter::once(value), encoding, expected)
+            .ok_or(VerifyError::Mismatch)?;
+        Ok(Verified {
+            secret_index,
+            delivery_id: None,
+            timestamp: None,
+        })
+    }
+
+    /// Produces the headers a provider would send for `body`, signed with the
+    /// FIRST configured secret at time `now_unix`.
+    ///
+    /// `msg_id` becomes the Standard Webhooks `webhook-id` and is ignored by
+    /// the other schemes. Header names use the provider's canonical casing
+    /// (`Stripe-Signature`, `webhook-id`, ...; the configured name for
+    /// [`Scheme::Hmac`]). This exists so that `payhook send`, the benchmark
+    /// and the tests generate deliveries exactly the way providers do; a
+    /// negative `now_unix` produces a timestamp that [`Verifier::verify`]
+    /// rejects as malformed.
+    pub fn sign(&self, body: &[u8], now_unix: i64, msg_id: &str) -> Vec<(String, String)> {
+        let Some(key) = self.keys.first() else {
+            // Unreachable: `new` rejects an empty secret list.
+            return Vec::new();
+        };
+        match &self.scheme {
+            Scheme::Stripe => {
+                let ts = now_unix.to_string();
+                let tag = key.compute(&[ts.as_bytes(), b".", body]);
+                vec![(
+                    "Stripe-Signature".to_owned(),
+                    format!("t={ts},v1={}", hex::encode(tag.into_bytes())),
+                )]
+            }
+            Scheme::StandardWebhooks => {
+                let ts = now_unix.to_string();
+                let tag = key.compute(&[msg_id.as_bytes(), b".", ts.as_bytes(), b".", body]);
+                let signature = format!("v1,{}", STANDARD.encode(tag.into_bytes()));
+                vec![
+                    ("webhook-id".to_owned(), msg_id.to_owned()),
+                    ("webhook-timestamp".to_owned(), ts),
+                    ("webhook-signature".to_owned(), signature),
+                ]
+            }
+            Scheme::Hmac {
+                header,
+                encoding,
+                prefix,
+                ..
+            } => {
+                let bytes = key.compute(&[body]).into_bytes();
+                let encoded = match encoding {
+                    Encoding::Hex => hex::encode(bytes),
+                    Encoding::Base64 => STANDARD.encode(bytes),
+                };
+                let value = format!("{}{encoded}", prefix.as_deref().unwrap_or(""));
+                vec![(header.clone(), value)]
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Property tests: whatever the body, secret and clock, a delivery signed by
+//! [`Verifier::sign`] verifies, and any single change to it does not.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use payhook_core::signature::{Encoding, Scheme, Secret, Verified, Verifier, VerifyError};
+use proptest::prelude::*;
+
+use crate::{github_scheme, header, paystack_scheme, set_header, shopify_scheme};
+
+const TOLERANCE: i64 = 300;
+
+/// The scheme configurations under test; the three `Hmac` ones cover both
+/// algorithms, both encodings and the optional prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Stripe,
+    Standard,
+    Github,
+    Paystack,
+    Shopify,
+}
+
+impl Kind {
+    fn scheme(self) -> Scheme {
+        match self {
+            Kind::Stripe => Scheme::Stripe,
+            Kind::Standard => Scheme::StandardWebhooks,
+            Kind::Github => github_scheme(),
+            Kind::Paystack => paystack_scheme(),
+            Kind::Shopify => shopify_scheme(),
+        }
+    }
+
+    fn timed(self) -> bool {
+        matches!(self, Kind::Stripe | Kind::Standard)
+    }
+
+    fn signature_header(self) -> &'static str {
+        match self {
+            Kind::Stripe => "stripe-signature",
+            Kind::Standard => "webhook-signature",
+            Kind::Github => "x-hub-signature-256",
+            Kind::Paystack => "x-paystack-signature",
+            Kind::Shopify => "x-shopify-hmac-sha256",
+        }
+    }
+
+    /// Splits a signature header value into the text before the encoded MAC
+    /// and the encoded MAC itself, plus the MAC's encoding.
+    fn split_signature(self, value: &str) -> (&str, &str, Encoding) {
+        let (cut, encoding) = match self {
+            Kind::Stripe => (value.find(",v1=").expect("v1 entry") + 4, Encoding::Hex),
+            Kind::Standard => (3, Encoding::Base64),
+            Kind::Github => (7, Encoding::Hex),
+            Kind::Paystack => (0, Encoding::Hex),
+            Kind::Shopify => (0, Encoding::Base64),
+        };
+        let (head, mac) = value.split_at(cut);
+        (head, mac, encoding)
+    }
+
+    fn expected(self, now: i64, msg_id: &str, secret_index: usize) -> Verified {
+        Verified {
+            secret_index,
+            delivery_id: (self == Kind::Standard).then(|| msg_id.to_owned()),
+            timestamp: self.timed().then_some(now),
+        }
+    }
+}
+
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        Just(Kind::Stripe),
+        Just(Kind::Standard),
+        Just(Kind::Github),
+        Just(Kind::Paystack),
+        Just(Kind::Shopify),
+    ]
+}
+
+fn timed_kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![Just(Kind::Stripe), Just(Kind::Standard)]
+}
+
+/// A secret as a provider would hand it out for `kind`.
+fn secret(kind: Kind) -> BoxedStrategy<String> {
+    match kind {
+        Kind::Standard => (proptest::collection::vec(any::<u8>(), 1..64), any::<bool>())
+            .prop_map(|(key, prefixed)| {
+                let b64 = STANDARD.encode(key);
+                if prefixed {
+                    format!("whsec_{b64}")
+                } else {
+                    b64
+                }
+            })
+            .boxed(),
+        _ => "[ -~]{1,64}".boxed(),
+    }
+}
+
+fn kind_and_secret() -> impl Strategy<Value = (Kind, String)> {
+    kind().prop_flat_map(|k| (Just(k), secret(k)))
+}
+
+fn timed_kind_and_secret() -> impl Strategy<Value = (Kind, String)> {
+    timed_kind().prop_flat_map(|k| (Just(k), secret(k)))
+}
+
+fn body() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(any::<u8>(), 0..512)
+}
+
+fn now() -> impl Strategy<Value = i64> {
+    1_000_000_000i64..4_000_000_000
+}
+
+fn msg_id() -> impl Strategy<Value = String> {
+    "msg_[A-Za-z0-9]{1,27}"
+}
+
+fn build(kind: Kind, secrets: &[&String]) -> Verifier {
+    let secrets: Vec<Secret> = secrets.iter().map(|s| Secret::new(s.as_str())).collect();
+    Verifier::new(kind.scheme(), &secrets, TOLERANCE as u64).expect("generated secrets are valid")
+}
+
+fn encode(encoding: Encoding, bytes: &[u8]) -> String {
+    match encoding {
+        Encoding::Hex => hex::encode(bytes),
+        Encoding::Base64 => STANDARD.encode(bytes),
+    }
+}
+
+fn decode(encoding: Encoding, text: &str) -> Vec<u8> {
+    match encoding {
+        Encoding::Hex => hex::decode(text).expect("sign() emits valid hex"),
+        Encoding::Base64 => STANDARD.decode(text).expect("sign() emits valid base64"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn a_signed_delivery_verifies_for_any_body_secret_and_clock_skew_within_tolerance(
+        (kind, secret) in kind_and_secret(),
+        body in body(),
+        now in now(),
+        skew in -TOLERANCE..=TOLERANCE,
+        msg_id in msg_id(),
+    ) {
+        let v = build(kind, &[&secret]);
+        let headers = v.sign(&body, now, &msg_id);
+        prop_assert_eq!(
+            v.verify(&headers[..], &body, now + skew),
+            Ok(kind.expected(now, &msg_id, 0))
+        );
+    }
+
+    #[test]
+    fn flipping_any_single_bit_of_the_body_is_a_mismatch(
+        (kind, secret) in kind_and_secret(),
+        mut body in proptest::collection::vec(any::<u8>(), 1..512),
+        position in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+        now in now(),
+        msg_id in msg_id(),
+    ) {
+        let v = build(kind, &[&secret]);
+        let headers = v.sign(&body, now, &msg_id);
+        let i = position.index(body.len());
+        body[i] ^= 1 << bit;
+        prop_assert_eq!(v.verify(&headers[..], &body, now), Err(VerifyError::Mismatch));
+    }
+
+    #[test]
+    fn changing_the_signed_timestamp_within_tolerance_is_a_mismatch(
+        (kind, secret) in timed_kind_and_secret(),
+        body in body(),
+        now in now(),
+        shift in prop_oneof![-TOLERANCE..=-1, 1..=TOLERANCE],
+        msg_id in msg_id(),
+    ) {
+        let v = build(kind, &[&secret]);
+        let mut headers = v.sign(&body, now, &msg_id);
+        let forged = now + shift;
+        match kind {
+            Kind::Stripe => {
+                let value = header(&headers, "stripe-signature")
+                    .replacen(&format!("t={now},"), &format!("t={forged},"), 1);
+                set_header(&mut headers, "stripe-signature", value);
+            }
+            _ => set_header(&mut headers, "webhook-timestamp", forged.to_string()),
+        }
+        prop_assert_eq!(v.verify(&headers[..], &body, now), Err(VerifyError::Mismatch));
+    }
+
+    #[test]
+    fn flipping_any_single_bit_of_the_signature_is_a_mismatch(
+        (kind, secret) in kind_and_secret(),
+        body in body(),
+        position in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+        now in now(),
+        msg_id in msg_id(),
+    ) {
+        let v = build(kind, &[&secret]);
+        let mut headers = v.sign(&body, now, &msg_id);
+        let name = kind.signature_header();
+        let (head, mac, encoding) = kind.split_signature(header(&headers, name));
+        let mut bytes = decode(encoding, mac);
+        let i = position.index(bytes.len());
+        bytes[i] ^= 1 << bit;
+        let forged = format!("{head}{}", encode(encoding, &bytes));
+        set_header(&mut headers, name, forged);
+        prop_assert_eq!(v.verify(&headers[..], &body, now), Err(VerifyError::Mismatch));
+    }
+
+    #[test]
+    fn replacing_any_single_character_of_the_signature_text_is_a_mismatch(
+        (kind, secret) in kind_and_secret(),
+        body in body(),
+        position in any::<prop::sample::Index>(),
+        replacement in any::<prop::sample::Index>(),
+        now in now(),
+        msg_id in msg_id(),
+    ) {
+        let v = build(kind, &[&secret]);
+        let mut headers = v.sign(&body, now, &msg_id);
+        let name = kind.signature_header();
+        let (head, mac, encoding) = kind.split_signature(header(&headers, name));
+        // Only characters that carry data; '=' padding is not one of them.
+        let mut chars: Vec<char> = mac.chars().collect();
+        let data_len = chars.iter().take_while(|c| **c != '=').count();
+        let i = position.index(data_len);
+        // Replace with a character that decodes to a different value (hex
+        // digits are case-insensitive, so only one case is offered).
+        let alphabet: Vec<char> = match encoding {
+            Encoding::Hex => "0123456789abcdef".chars().collect(),
+            Encoding::Base64 => {
+                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".chars().collect()
+            }
+        };
+        let candidates: Vec<char> = alphabet
+            .into_iter()
+            .filter(|c| !c.eq_ignore_ascii_case(&chars[i]))
+            .collect();
+        chars[i] = candidates[replacement.index(candidates.len())];
+        let forged = format!("{head}{}", chars.into_iter().collect::<String>());
+        set_header(&mut headers, name, forged);
+        prop_assert_eq!(v.verify(&headers[..], &body, now), Err(VerifyError::Mismatch));
+    }
+
+    #[test]
+    fn during_rotation_the_secret_that_matched_is_reported_by_index(
+        (kind, right, wrong) in kind().prop_flat_map(|k| (Just(k), secret(k), secret(k))),
+        body in body(),
+        now in now(),
+        msg_id in msg_id(),
+    ) {
+        let signer = build(kind, &[&right]);
+        let same_key = Verifier::new(kind.scheme(), &[Secret::new(wrong.as_str())], 300)
+            .expect("valid")
+            .sign(&body, now, &msg_id)
+            == signer.sign(&body, now, &msg_id);
+        // "whsec_X" and "X" are the same Standard Webhooks key.
+        prop_assume!(!same_key);
+        let headers = signer.sign(&body, now, &msg_id);
+        prop_assert_eq!(
+            build(kind, &[&wrong, &right]).verify(&headers[..], &body, now),
+            Ok(kind.expected(now, &msg_id, 1))
+        );
+        prop_assert_eq!(
+            build(kind, &[&right, &wrong]).verify(&headers[..], &body, now),
+            Ok(kind.expected(now, &msg_id, 0))
+        );
+        prop_assert_eq!(
+            build(kind, &[&wrong]).verify(&headers[..], &body, now),
+            Err(VerifyError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn a_timestamp_beyond_tolerance_in_either_direction_is_stale_even_if_tampered(
+        (kind, secret) in timed_kind_and_secret(),
+        body in body(),
+        signed_at in now(),
+        excess in 1i64..1_000_000,
+        future in any::<bool>(),
+        tamper in any::<bool>(),
+        msg_id in msg_id(),
+    ) {
+        let v = build(kind, &[&secret]);
+        let headers = v.sign(&body, signed_at, &msg_id);
+        let delta = if future { -(TOLERANCE + excess) } else { TOLERANCE + excess };
+        let mut body = body;
+        if tamper {
+            body.push(b'!');
+        }
+        prop_assert_eq!(
+            v.verify(&headers[..], &body, signed_at + delta),
+            Err(VerifyError::Stale { delta_secs: delta, tolerance_secs: TOLERANCE as u64 })
+        );
+    }
+}

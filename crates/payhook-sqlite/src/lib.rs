@@ -1,0 +1,172 @@
+//! payhook-sqlite: the embedded backend. Nothing to install: SQLite is compiled in.
+//!
+//! - [`SqliteStore`]: implements [`payhook_store::Store`].
+//! - `writer`: the single writer thread and its group commit.
+//! - `ops`: the write transactions (ingest, retry, claim, register).
+//! - `read`: queries on a separate read connection.
+//! - `migrate`: embedded migrations tracked by `PRAGMA user_version`.
+//!
+//! Durability: WAL with `synchronous = FULL`, so a commit (and therefore a 2xx) survives power loss. Several
+//! processes may share one file: each has its own writer, and `BEGIN IMMEDIATE` with `busy_timeout` serializes
+//! them; unique keys keep dedup correct across them.
+
+mod migrate;
+mod ops;
+mod read;
+mod writer;
+
+use payhook_core::event::{EventId, OrderId, SourceName};
+use payhook_core::retry::RetryPolicy;
+use payhook_store::{
+    Claim, Claimed, Delivery, EventView, NewOrder, OrderView, Recorded, Registered, Retried, Stats, Store,
+    StoreError,
+};
+use rusqlite::Connection;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use writer::{WriterHandle, unavailable};
+
+/// How the SQLite store is run.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// The database file; created when missing.
+    pub path: PathBuf,
+    /// At most this many jobs share one commit; 1 turns group commit off (one commit per event).
+    pub batch_max: usize,
+    /// Jobs waiting for the writer beyond this are refused with [`StoreError::Overloaded`].
+    pub queue_depth: usize,
+    /// How long a writer waits for another process's lock before giving up (the request then gets a 503).
+    pub busy_timeout_ms: u64,
+    /// Backoff for deferred events.
+    pub retry: RetryPolicy,
+}
+
+impl SqliteOptions {
+    /// Defaults for `path`: group commit of up to 512 jobs, a queue of 4096, 5 s busy timeout.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into(), batch_max: 512, queue_depth: 4096, busy_timeout_ms: 5_000, retry: RetryPolicy::default() }
+    }
+}
+
+/// The SQLite store. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct SqliteStore {
+    writer: WriterHandle,
+    writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    reader: Arc<Mutex<Connection>>,
+    retry: Arc<RetryPolicy>,
+    path: PathBuf,
+}
+
+fn connect(path: &Path, busy_timeout_ms: u64) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_millis(busy_timeout_ms))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "cache_size", -32_000)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating if needed) the database and starts its writer thread.
+    pub fn open(options: SqliteOptions) -> Result<Self, StoreError> {
+        options.retry.validate().map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        let mut conn = connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
+        migrate::run(&mut conn).map_err(unavailable)?;
+        let reader = connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
+        reader.pragma_update(None, "query_only", true).map_err(unavailable)?;
+        let (writer, join) = writer::spawn(conn, options.queue_depth, options.batch_max)
+            .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        Ok(Self {
+            writer,
+            writer_thread: Mutex::new(Some(join)),
+            reader: Arc::new(Mutex::new(reader)),
+            retry: Arc::new(options.retry),
+            path: options.path,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version this build migrates to.
+    pub fn schema_version() -> usize {
+        migrate::latest()
+    }
+
+    /// Stops accepting work, lets the writer commit and answer everything already queued, and waits for it.
+    pub fn shutdown(&self) {
+        self.writer.stop();
+        let join = self.writer_thread.lock().ok().and_then(|mut j| j.take());
+        if let Some(join) = join {
+            let _ = join.join();
+        }
+    }
+
+    async fn read<T, F>(&self, query: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let reader = Arc::clone(&self.reader);
+        tokio::task::spawn_blocking(move || {
+            let conn = reader.lock().map_err(|_| StoreError::Corrupt("reader connection poisoned".into()))?;
+            query(&conn)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(Box::new(e)))?
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Store for SqliteStore {
+    fn ingest(&self, delivery: Delivery) -> impl Future<Output = Result<Recorded, StoreError>> + Send {
+        let retry = Arc::clone(&self.retry);
+        self.writer.submit(move |conn| ops::ingest(conn, &delivery, &retry))
+    }
+
+    fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send {
+        self.writer.submit(move |conn| ops::register_order(conn, &order))
+    }
+
+    async fn order(&self, id: &OrderId) -> Result<Option<OrderView>, StoreError> {
+        let id = id.clone();
+        self.read(move |conn| read::order(conn, &id)).await
+    }
+
+    async fn event(&self, source: &SourceName, event_id: &EventId) -> Result<Option<EventView>, StoreError> {
+        let (source, event_id) = (source.clone(), event_id.clone());
+        self.read(move |conn| read::event(conn, &source, &event_id)).await
+    }
+
+    fn claim_due(&self, claim: Claim) -> impl Future<Output = Result<Vec<Claimed>, StoreError>> + Send {
+        self.writer.submit(move |conn| ops::claim_due(conn, &claim))
+    }
+
+    fn retry(&self, claimed: Claimed, now_ms: i64) -> impl Future<Output = Result<Retried, StoreError>> + Send {
+        let retry = Arc::clone(&self.retry);
+        self.writer.submit(move |conn| ops::retry(conn, &claimed, now_ms, &retry))
+    }
+
+    async fn stats(&self) -> Result<Stats, StoreError> {
+        self.read(read::stats).await
+    }
+
+    async fn next_due_ms(&self) -> Result<Option<i64>, StoreError> {
+        self.read(read::next_due).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(unavailable)).await
+    }
+}

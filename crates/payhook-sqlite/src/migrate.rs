@@ -1,0 +1,30 @@
+//! Schema migrations, embedded in the binary and tracked with `PRAGMA user_version`.
+//!
+//! Each migration runs in a `BEGIN IMMEDIATE` transaction together with the version bump, so several processes
+//! opening the same file at once apply each migration exactly once.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+/// The migrations in order; migration `i` moves the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
+
+/// Brings the schema up to date. Returns the number of migrations applied.
+pub(crate) fn run(conn: &mut Connection) -> rusqlite::Result<usize> {
+    let mut applied = 0;
+    loop {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let version: usize = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let Some(sql) = MIGRATIONS.get(version) else {
+            return Ok(applied);
+        };
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", version + 1)?;
+        tx.commit()?;
+        applied += 1;
+    }
+}
+
+/// The schema version this build expects.
+pub(crate) fn latest() -> usize {
+    MIGRATIONS.len()
+}

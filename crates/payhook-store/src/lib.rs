@@ -1,0 +1,76 @@
+//! payhook-store: the storage boundary.
+//!
+//! The [`Store`] trait is a set of intent-level, atomic operations: "record this verified delivery and apply its
+//! effect", "claim the due deferred events", "register this order". Each backend crate (`payhook-sqlite`, and
+//! PostgreSQL later) owns its SQL, its migrations and its group commit; nothing above this crate speaks SQL.
+//!
+//! - [`model`]: what goes in and what comes out (`Delivery`, `Recorded`, `OrderView`, …).
+//! - [`StoreError`]: the one error type every backend maps its failures to.
+//! - [`contract`] (feature `contract`): the behaviour every backend must show, as a test suite they all run.
+
+use std::future::Future;
+
+pub mod model;
+#[cfg(feature = "contract")]
+pub mod contract;
+
+pub use model::*;
+
+/// A boxed error cause, kept as the `source()` of a [`StoreError`].
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a store operation failed. Every variant means "nothing was recorded by this call".
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached or refused the write (locked, IO error, disk full). Transient.
+    #[error("storage is unavailable")]
+    Unavailable(#[source] Cause),
+    /// The write queue is full: shed load, the caller retries later.
+    #[error("the write queue is full")]
+    Overloaded,
+    /// The store is shutting down and accepts no new work.
+    #[error("the store is shutting down")]
+    ShuttingDown,
+    /// A stored value could not be read back (corruption or a bug): never retried blindly.
+    #[error("stored data is inconsistent: {0}")]
+    Corrupt(String),
+}
+
+/// Storage operations. Every method is atomic: it commits completely or not at all, and it returns only after
+/// its commit is durable.
+pub trait Store: Send + Sync + 'static {
+    /// Records a verified delivery and, unless it is a duplicate, applies its effect, all in one transaction:
+    /// inbox row (dedup on source + event id), business key (dedup on the business fact), guarded ledger
+    /// update, outbox rows. Returns only after the commit.
+    fn ingest(&self, delivery: Delivery) -> impl Future<Output = Result<Recorded, StoreError>> + Send;
+
+    /// Registers an order. Deferred events waiting for it become due at once.
+    fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send;
+
+    /// An order with its audit history and outbox rows.
+    fn order(&self, id: &payhook_core::event::OrderId)
+    -> impl Future<Output = Result<Option<OrderView>, StoreError>> + Send;
+
+    /// One recorded delivery.
+    fn event(
+        &self,
+        source: &payhook_core::event::SourceName,
+        event_id: &payhook_core::event::EventId,
+    ) -> impl Future<Output = Result<Option<EventView>, StoreError>> + Send;
+
+    /// Leases up to `limit` deferred events whose next attempt is due at `now_ms` (or whose lease expired).
+    fn claim_due(&self, claim: Claim) -> impl Future<Output = Result<Vec<Claimed>, StoreError>> + Send;
+
+    /// Re-applies a claimed event: processed, deferred again (per the retry policy) or dead-lettered when the
+    /// budget is spent. A lease that was lost meanwhile changes nothing.
+    fn retry(&self, claimed: Claimed, now_ms: i64) -> impl Future<Output = Result<Retried, StoreError>> + Send;
+
+    /// Row counts by status, for stats and tests.
+    fn stats(&self) -> impl Future<Output = Result<Stats, StoreError>> + Send;
+
+    /// The earliest `next_attempt_at` of a deferred event, so the worker knows how long it may sleep.
+    fn next_due_ms(&self) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
+
+    /// Checks that the database answers.
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
