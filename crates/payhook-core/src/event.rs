@@ -18,22 +18,13 @@ pub struct InvalidValue {
 
 fn check_id(field: &'static str, s: &str) -> Result<(), InvalidValue> {
     if s.is_empty() {
-        return Err(InvalidValue {
-            field,
-            reason: "must not be empty",
-        });
+        return Err(InvalidValue { field, reason: "must not be empty" });
     }
     if s.len() > 255 {
-        return Err(InvalidValue {
-            field,
-            reason: "must be at most 255 bytes",
-        });
+        return Err(InvalidValue { field, reason: "must be at most 255 bytes" });
     }
     if s.chars().any(char::is_control) {
-        return Err(InvalidValue {
-            field,
-            reason: "must not contain control characters",
-        });
+        return Err(InvalidValue { field, reason: "must not contain control characters" });
     }
     Ok(())
 }
@@ -102,15 +93,11 @@ impl SourceName {
         let s = s.into();
         let ok = !s.is_empty()
             && s.len() <= 64
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
         if ok {
             Ok(Self(s))
         } else {
-            Err(InvalidValue {
-                field: "source",
-                reason: "must be 1 to 64 characters of a-z, 0-9, '-' and '_'",
-            })
+            Err(InvalidValue { field: "source", reason: "must be 1 to 64 characters of a-z, 0-9, '-' and '_'" })
         }
     }
 
@@ -150,10 +137,7 @@ impl Currency {
         if s.len() == 3 && s.bytes().all(|b| b.is_ascii_alphabetic()) {
             Ok(Self(s.to_ascii_lowercase()))
         } else {
-            Err(InvalidValue {
-                field: "currency",
-                reason: "must be a three-letter ISO 4217 code",
-            })
+            Err(InvalidValue { field: "currency", reason: "must be a three-letter ISO 4217 code" })
         }
     }
 
@@ -195,15 +179,9 @@ impl Money {
     /// Checks that the amount is not negative.
     pub fn new(amount_minor: i64, currency: Currency) -> Result<Self, InvalidValue> {
         if amount_minor < 0 {
-            return Err(InvalidValue {
-                field: "amount",
-                reason: "must not be negative",
-            });
+            return Err(InvalidValue { field: "amount", reason: "must not be negative" });
         }
-        Ok(Self {
-            amount_minor,
-            currency,
-        })
+        Ok(Self { amount_minor, currency })
     }
 }
 

@@ -35,8 +35,7 @@ pub enum ParseError {
 impl Format {
     /// Parses a verified body.
     pub fn parse(self, body: &[u8]) -> Result<Event, ParseError> {
-        let root: Value =
-            serde_json::from_slice(body).map_err(|e| ParseError::Json(e.to_string()))?;
+        let root: Value = serde_json::from_slice(body).map_err(|e| ParseError::Json(e.to_string()))?;
         match self {
             Format::Generic => parse_generic(&root),
             Format::Stripe => parse_stripe(&root),
@@ -45,23 +44,15 @@ impl Format {
 }
 
 fn str_at<'a>(v: &'a Value, pointer: &'static str) -> Result<&'a str, ParseError> {
-    v.pointer(pointer)
-        .and_then(Value::as_str)
-        .ok_or(ParseError::Missing(pointer))
+    v.pointer(pointer).and_then(Value::as_str).ok_or(ParseError::Missing(pointer))
 }
 
 fn int_at(v: &Value, pointer: &'static str) -> Result<i64, ParseError> {
-    v.pointer(pointer)
-        .and_then(Value::as_i64)
-        .ok_or(ParseError::Missing(pointer))
+    v.pointer(pointer).and_then(Value::as_i64).ok_or(ParseError::Missing(pointer))
 }
 
 /// Reads `amount` and `currency` when both are there; neither there is `None`, one without the other an error.
-fn money_at(
-    v: &Value,
-    amount: &'static str,
-    currency: &'static str,
-) -> Result<Option<Money>, ParseError> {
+fn money_at(v: &Value, amount: &'static str, currency: &'static str) -> Result<Option<Money>, ParseError> {
     match (v.pointer(amount), v.pointer(currency)) {
         (None, None) => Ok(None),
         _ => {
@@ -98,23 +89,13 @@ impl Envelope {
         }
     }
 
-    fn order(
-        self,
-        business_key: String,
-        order_id: OrderId,
-        action: OrderAction,
-        money: Option<Money>,
-    ) -> Event {
+    fn order(self, business_key: String, order_id: OrderId, action: OrderAction, money: Option<Money>) -> Event {
         Event {
             event_id: self.event_id,
             event_type: self.event_type,
             occurred_at: self.occurred_at,
             business_key,
-            effect: Effect::Order {
-                order_id,
-                action,
-                money,
-            },
+            effect: Effect::Order { order_id, action, money },
         }
     }
 }
@@ -139,27 +120,15 @@ fn parse_generic(root: &Value) -> Result<Event, ParseError> {
 
 fn parse_stripe(root: &Value) -> Result<Event, ParseError> {
     let env = envelope(root)?;
-    let object = root
-        .pointer("/data/object")
-        .ok_or(ParseError::Missing("/data/object"))?;
+    let object = root.pointer("/data/object").ok_or(ParseError::Missing("/data/object"))?;
     let (action, order_id, money) = match env.event_type.as_str() {
         "payment_intent.succeeded" => {
-            let amount = if object.get("amount_received").is_some() {
-                "/amount_received"
-            } else {
-                "/amount"
-            };
-            (
-                OrderAction::Pay,
-                str_at(object, "/metadata/order_id")?,
-                money_at(object, amount, "/currency")?,
-            )
+            let amount = if object.get("amount_received").is_some() { "/amount_received" } else { "/amount" };
+            (OrderAction::Pay, str_at(object, "/metadata/order_id")?, money_at(object, amount, "/currency")?)
         }
-        "payment_intent.payment_failed" => (
-            OrderAction::Fail,
-            str_at(object, "/metadata/order_id")?,
-            money_at(object, "/amount", "/currency")?,
-        ),
+        "payment_intent.payment_failed" => {
+            (OrderAction::Fail, str_at(object, "/metadata/order_id")?, money_at(object, "/amount", "/currency")?)
+        }
         "charge.refunded" => (
             OrderAction::Refund,
             str_at(object, "/metadata/order_id")?,
@@ -171,11 +140,7 @@ fn parse_stripe(root: &Value) -> Result<Event, ParseError> {
             let order_id = str_at(object, "/charge/metadata/order_id")
                 .or_else(|_| str_at(object, "/metadata/order_id"))
                 .map_err(|_| ParseError::Missing("/data/object/charge/metadata/order_id"))?;
-            (
-                OrderAction::Dispute,
-                order_id,
-                money_at(object, "/amount", "/currency")?,
-            )
+            (OrderAction::Dispute, order_id, money_at(object, "/amount", "/currency")?)
         }
         "checkout.session.completed" => {
             // Delayed payment methods complete the session before the money arrives; only a paid session
@@ -184,11 +149,7 @@ fn parse_stripe(root: &Value) -> Result<Event, ParseError> {
                 Some("paid") | Some("no_payment_required") | None => {}
                 Some(_) => return Ok(env.ignored()),
             }
-            (
-                OrderAction::Pay,
-                str_at(object, "/client_reference_id")?,
-                money_at(object, "/amount_total", "/currency")?,
-            )
+            (OrderAction::Pay, str_at(object, "/client_reference_id")?, money_at(object, "/amount_total", "/currency")?)
         }
         _ => return Ok(env.ignored()),
     };
@@ -201,6 +162,94 @@ fn parse_stripe(root: &Value) -> Result<Event, ParseError> {
     Ok(env.order(key, order_id, action, money))
 }
 
+/// An event to encode the way a provider would send it: for `payhook send`, the benchmark and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing<'a> {
+    /// The provider's event id.
+    pub event_id: &'a str,
+    /// What happened.
+    pub action: OrderAction,
+    /// The merchant's order id.
+    pub order_id: &'a str,
+    /// Amount in minor units.
+    pub amount_minor: i64,
+    /// Currency code.
+    pub currency: &'a str,
+    /// Provider time, unix seconds.
+    pub created: i64,
+}
+
+impl OrderAction {
+    /// The generic format's name for the action (`payment.succeeded`, …), also accepted by `payhook send`.
+    pub fn generic_type(self) -> &'static str {
+        match self {
+            Self::Pay => "payment.succeeded",
+            Self::Fail => "payment.failed",
+            Self::Refund => "payment.refunded",
+            Self::Dispute => "payment.disputed",
+        }
+    }
+
+    /// The inverse of [`OrderAction::generic_type`].
+    pub fn from_generic_type(name: &str) -> Option<Self> {
+        [Self::Pay, Self::Fail, Self::Refund, Self::Dispute].into_iter().find(|a| a.generic_type() == name)
+    }
+}
+
+impl Format {
+    /// Encodes `e` as this format's JSON body; `parse` reads it back to the same effect.
+    pub fn encode(self, e: &Outgoing<'_>) -> Vec<u8> {
+        let v = match self {
+            Format::Generic => serde_json::json!({
+                "id": e.event_id,
+                "type": e.action.generic_type(),
+                "created": e.created,
+                "data": { "order_id": e.order_id, "amount": e.amount_minor, "currency": e.currency },
+            }),
+            Format::Stripe => {
+                let (ty, object) = match e.action {
+                    OrderAction::Pay => (
+                        "payment_intent.succeeded",
+                        serde_json::json!({
+                            "id": format!("pi_{}", e.order_id), "object": "payment_intent",
+                            "amount": e.amount_minor, "amount_received": e.amount_minor, "currency": e.currency,
+                            "metadata": { "order_id": e.order_id },
+                        }),
+                    ),
+                    OrderAction::Fail => (
+                        "payment_intent.payment_failed",
+                        serde_json::json!({
+                            "id": format!("pi_{}", e.order_id), "object": "payment_intent",
+                            "amount": e.amount_minor, "currency": e.currency, "metadata": { "order_id": e.order_id },
+                        }),
+                    ),
+                    OrderAction::Refund => (
+                        "charge.refunded",
+                        serde_json::json!({
+                            "id": format!("ch_{}", e.order_id), "object": "charge",
+                            "amount_refunded": e.amount_minor, "currency": e.currency,
+                            "metadata": { "order_id": e.order_id },
+                        }),
+                    ),
+                    OrderAction::Dispute => (
+                        "charge.dispute.created",
+                        serde_json::json!({
+                            "id": format!("dp_{}", e.order_id), "object": "dispute",
+                            "amount": e.amount_minor, "currency": e.currency,
+                            "charge": { "id": format!("ch_{}", e.order_id), "metadata": { "order_id": e.order_id } },
+                        }),
+                    ),
+                };
+                serde_json::json!({
+                    "id": e.event_id, "object": "event", "type": ty, "created": e.created,
+                    "data": { "object": object },
+                })
+            }
+        };
+        v.to_string().into_bytes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +257,28 @@ mod tests {
 
     fn parse(format: Format, v: Value) -> Result<Event, ParseError> {
         format.parse(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn encode_then_parse_gives_back_the_same_effect_in_every_format() {
+        for format in [Format::Generic, Format::Stripe] {
+            for action in [OrderAction::Pay, OrderAction::Fail, OrderAction::Refund, OrderAction::Dispute] {
+                let out = Outgoing {
+                    event_id: "evt_x",
+                    action,
+                    order_id: "ord_x",
+                    amount_minor: 42,
+                    currency: "usd",
+                    created: 7,
+                };
+                let e = format.parse(&format.encode(&out)).unwrap();
+                assert_eq!(e.event_id.as_str(), "evt_x");
+                assert_eq!(e.occurred_at, 7);
+                let Effect::Order { order_id, action: got, money } = e.effect else { panic!("{format:?} {action:?}") };
+                assert_eq!((order_id.as_str(), got), ("ord_x", action));
+                assert_eq!(money.map(|m| m.amount_minor), Some(42));
+            }
+        }
     }
 
     #[test]
@@ -221,14 +292,7 @@ mod tests {
         assert_eq!(e.event_id.as_str(), "evt_1");
         assert_eq!(e.business_key, "payment.succeeded:ord_1");
         assert_eq!(e.occurred_at, 1_700_000_000);
-        let Effect::Order {
-            order_id,
-            action,
-            money,
-        } = e.effect
-        else {
-            panic!("not an order effect")
-        };
+        let Effect::Order { order_id, action, money } = e.effect else { panic!("not an order effect") };
         assert_eq!(order_id.as_str(), "ord_1");
         assert_eq!(action, OrderAction::Pay);
         let money = money.unwrap();
@@ -238,11 +302,7 @@ mod tests {
 
     #[test]
     fn generic_unknown_type_is_ignored_not_an_error() {
-        let e = parse(
-            Format::Generic,
-            json!({"id":"evt_2","type":"customer.created","created":1,"data":"x"}),
-        )
-        .unwrap();
+        let e = parse(Format::Generic, json!({"id":"evt_2","type":"customer.created","created":1,"data":"x"})).unwrap();
         assert_eq!(e.effect, Effect::Ignored);
     }
 
@@ -258,30 +318,18 @@ mod tests {
 
     #[test]
     fn a_body_that_is_not_json_is_a_parse_error() {
-        assert!(matches!(
-            Format::Generic.parse(b"{not json"),
-            Err(ParseError::Json(_))
-        ));
-        assert!(matches!(
-            Format::Stripe.parse(&[0xff, 0xfe]),
-            Err(ParseError::Json(_))
-        ));
+        assert!(matches!(Format::Generic.parse(b"{not json"), Err(ParseError::Json(_))));
+        assert!(matches!(Format::Stripe.parse(&[0xff, 0xfe]), Err(ParseError::Json(_))));
     }
 
     #[test]
     fn negative_amounts_and_bad_currencies_are_rejected() {
         let neg = json!({"id":"e","type":"payment.succeeded","created":1,
                           "data":{"order_id":"o","amount":-1,"currency":"usd"}});
-        assert!(matches!(
-            parse(Format::Generic, neg),
-            Err(ParseError::Invalid(_))
-        ));
+        assert!(matches!(parse(Format::Generic, neg), Err(ParseError::Invalid(_))));
         let cur = json!({"id":"e","type":"payment.succeeded","created":1,
                           "data":{"order_id":"o","amount":1,"currency":"dollars"}});
-        assert!(matches!(
-            parse(Format::Generic, cur),
-            Err(ParseError::Invalid(_))
-        ));
+        assert!(matches!(parse(Format::Generic, cur), Err(ParseError::Invalid(_))));
     }
 
     #[test]
@@ -294,13 +342,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e.business_key, "payment_intent.succeeded:pi_1");
-        assert!(matches!(
-            e.effect,
-            Effect::Order {
-                action: OrderAction::Pay,
-                ..
-            }
-        ));
+        assert!(matches!(e.effect, Effect::Order { action: OrderAction::Pay, .. }));
     }
 
     #[test]
@@ -312,12 +354,7 @@ mod tests {
                                      "charge":{"id":"ch_1","metadata":{"order_id":"ord_7"}}}}}),
         )
         .unwrap();
-        let Effect::Order {
-            order_id, action, ..
-        } = e.effect
-        else {
-            panic!()
-        };
+        let Effect::Order { order_id, action, .. } = e.effect else { panic!() };
         assert_eq!((order_id.as_str(), action), ("ord_7", OrderAction::Dispute));
         assert_eq!(e.business_key, "charge.dispute.created:dp_1");
     }
@@ -328,21 +365,13 @@ mod tests {
                    "data":{"object":{"id":"cs_1","client_reference_id":"ord_3","amount_total":900,
                                      "currency":"GBP","payment_status":"paid"}}});
         let e = parse(Format::Stripe, paid).unwrap();
-        let Effect::Order {
-            order_id, money, ..
-        } = e.effect
-        else {
-            panic!()
-        };
+        let Effect::Order { order_id, money, .. } = e.effect else { panic!() };
         assert_eq!(order_id.as_str(), "ord_3");
         assert_eq!(money.unwrap().currency.as_str(), "gbp");
         let unpaid = json!({"id":"evt_s4","type":"checkout.session.completed","created":1,
                    "data":{"object":{"id":"cs_2","client_reference_id":"ord_4","amount_total":900,
                                      "currency":"gbp","payment_status":"unpaid"}}});
-        assert_eq!(
-            parse(Format::Stripe, unpaid).unwrap().effect,
-            Effect::Ignored
-        );
+        assert_eq!(parse(Format::Stripe, unpaid).unwrap().effect, Effect::Ignored);
     }
 
     #[test]

@@ -32,13 +32,7 @@ pub enum OrderStatus {
 
 impl OrderStatus {
     /// Every status, for exhaustive tests and stats.
-    pub const ALL: [OrderStatus; 5] = [
-        Self::Pending,
-        Self::Paid,
-        Self::Failed,
-        Self::Refunded,
-        Self::Disputed,
-    ];
+    pub const ALL: [OrderStatus; 5] = [Self::Pending, Self::Paid, Self::Failed, Self::Refunded, Self::Disputed];
 
     /// The name stored in the database and shown by the API.
     pub fn as_str(self) -> &'static str {
@@ -128,20 +122,12 @@ pub struct Plan {
 pub fn plan(effect: &Effect) -> Option<Plan> {
     match effect {
         Effect::Ignored => None,
-        Effect::Order {
-            order_id,
-            action,
-            money,
-        } => Some(Plan {
+        Effect::Order { order_id, action, money } => Some(Plan {
             order_id: order_id.clone(),
             action: *action,
             from: action.legal_from(),
             to: action.target(),
-            expect_money: if *action == OrderAction::Pay {
-                money.clone()
-            } else {
-                None
-            },
+            expect_money: if *action == OrderAction::Pay { money.clone() } else { None },
             outbox_kind: action.outbox_kind(),
         }),
     }
@@ -190,10 +176,7 @@ pub fn explain(plan: &Plan, order: Option<&OrderSnapshot>) -> Unapplied {
         // The guard should have matched; the caller raced a concurrent change. Retrying is safe.
         return Unapplied::Defer(format!("order {} changed concurrently", plan.order_id));
     }
-    Unapplied::NoOp(format!(
-        "order {} is already {}",
-        plan.order_id, order.status
-    ))
+    Unapplied::NoOp(format!("order {} is already {}", plan.order_id, order.status))
 }
 
 #[cfg(test)]
@@ -206,24 +189,14 @@ mod tests {
     }
 
     fn plan_for(action: OrderAction) -> Plan {
-        plan(&Effect::Order {
-            order_id: OrderId::parse("o1").unwrap(),
-            action,
-            money: Some(money(100)),
-        })
-        .unwrap()
+        plan(&Effect::Order { order_id: OrderId::parse("o1").unwrap(), action, money: Some(money(100)) }).unwrap()
     }
 
     #[test]
     fn legal_transitions_are_exactly_the_design_table() {
         use OrderStatus::*;
         let mut edges: Vec<(OrderStatus, OrderStatus)> = Vec::new();
-        for action in [
-            OrderAction::Pay,
-            OrderAction::Fail,
-            OrderAction::Refund,
-            OrderAction::Dispute,
-        ] {
+        for action in [OrderAction::Pay, OrderAction::Fail, OrderAction::Refund, OrderAction::Dispute] {
             for from in action.legal_from() {
                 edges.push((*from, action.target()));
             }
@@ -243,48 +216,27 @@ mod tests {
 
     #[test]
     fn a_missing_order_is_an_early_arrival_and_is_deferred() {
-        assert!(matches!(
-            explain(&plan_for(OrderAction::Pay), None),
-            Unapplied::Defer(_)
-        ));
+        assert!(matches!(explain(&plan_for(OrderAction::Pay), None), Unapplied::Defer(_)));
     }
 
     #[test]
     fn a_payment_with_another_amount_is_rejected_whatever_the_state() {
         for status in OrderStatus::ALL {
-            let snap = OrderSnapshot {
-                status,
-                money: money(99),
-            };
-            assert!(matches!(
-                explain(&plan_for(OrderAction::Pay), Some(&snap)),
-                Unapplied::Reject(_)
-            ));
+            let snap = OrderSnapshot { status, money: money(99) };
+            assert!(matches!(explain(&plan_for(OrderAction::Pay), Some(&snap)), Unapplied::Reject(_)));
         }
     }
 
     #[test]
     fn a_payment_after_a_refund_changes_nothing() {
-        let snap = OrderSnapshot {
-            status: OrderStatus::Refunded,
-            money: money(100),
-        };
-        assert!(matches!(
-            explain(&plan_for(OrderAction::Pay), Some(&snap)),
-            Unapplied::NoOp(_)
-        ));
+        let snap = OrderSnapshot { status: OrderStatus::Refunded, money: money(100) };
+        assert!(matches!(explain(&plan_for(OrderAction::Pay), Some(&snap)), Unapplied::NoOp(_)));
     }
 
     #[test]
     fn a_dispute_before_its_payment_waits_for_it() {
-        let snap = OrderSnapshot {
-            status: OrderStatus::Pending,
-            money: money(100),
-        };
-        assert!(matches!(
-            explain(&plan_for(OrderAction::Dispute), Some(&snap)),
-            Unapplied::Defer(_)
-        ));
+        let snap = OrderSnapshot { status: OrderStatus::Pending, money: money(100) };
+        assert!(matches!(explain(&plan_for(OrderAction::Dispute), Some(&snap)), Unapplied::Defer(_)));
     }
 
     #[test]

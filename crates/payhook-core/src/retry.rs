@@ -23,13 +23,7 @@ impl Default for RetryPolicy {
     /// 5 s doubling up to 1 h, 20 % jitter, 100 attempts: even with the most jitter the last attempt comes more
     /// than 3 days after the first, as long as providers themselves retry.
     fn default() -> Self {
-        Self {
-            base_ms: 5_000,
-            factor: 2,
-            cap_ms: 3_600_000,
-            jitter: 0.2,
-            max_attempts: 100,
-        }
+        Self { base_ms: 5_000, factor: 2, cap_ms: 3_600_000, jitter: 0.2, max_attempts: 100 }
     }
 }
 
@@ -57,9 +51,7 @@ impl RetryPolicy {
             return Err(InvalidPolicy("factor must be at least 1"));
         }
         if self.base_ms == 0 || self.cap_ms < self.base_ms {
-            return Err(InvalidPolicy(
-                "base_ms must be positive and cap_ms at least base_ms",
-            ));
+            return Err(InvalidPolicy("base_ms must be positive and cap_ms at least base_ms"));
         }
         if !(0.0..=1.0).contains(&self.jitter) {
             return Err(InvalidPolicy("jitter must be between 0.0 and 1.0"));
@@ -87,9 +79,7 @@ impl RetryPolicy {
 
     /// The shortest time from the first attempt to the last one, with the most jitter.
     pub fn min_span_ms(&self) -> u64 {
-        (1..self.max_attempts)
-            .map(|a| (self.delay_ms(a) as f64 * (1.0 - self.jitter)) as u64)
-            .sum()
+        (1..self.max_attempts).map(|a| (self.delay_ms(a) as f64 * (1.0 - self.jitter)) as u64).sum()
     }
 }
 
@@ -101,22 +91,12 @@ mod tests {
     fn the_default_policy_keeps_retrying_for_at_least_three_days() {
         let p = RetryPolicy::default();
         p.validate().unwrap();
-        assert!(
-            p.min_span_ms() >= 3 * 24 * 3_600_000,
-            "only {} ms",
-            p.min_span_ms()
-        );
+        assert!(p.min_span_ms() >= 3 * 24 * 3_600_000, "only {} ms", p.min_span_ms());
     }
 
     #[test]
     fn delays_grow_exponentially_up_to_the_cap() {
-        let p = RetryPolicy {
-            base_ms: 1000,
-            factor: 2,
-            cap_ms: 5000,
-            jitter: 0.0,
-            max_attempts: 10,
-        };
+        let p = RetryPolicy { base_ms: 1000, factor: 2, cap_ms: 5000, jitter: 0.0, max_attempts: 10 };
         let delays: Vec<u64> = (1..6).map(|a| p.delay_ms(a)).collect();
         assert_eq!(delays, vec![1000, 2000, 4000, 5000, 5000]);
         assert_eq!(p.next(1, 10_000, 0.5), Next::RetryAt(11_000));
@@ -124,64 +104,28 @@ mod tests {
 
     #[test]
     fn jitter_only_shortens_a_delay_within_its_fraction() {
-        let p = RetryPolicy {
-            base_ms: 1000,
-            factor: 2,
-            cap_ms: 5000,
-            jitter: 0.5,
-            max_attempts: 10,
-        };
+        let p = RetryPolicy { base_ms: 1000, factor: 2, cap_ms: 5000, jitter: 0.5, max_attempts: 10 };
         assert_eq!(p.next(1, 0, 0.0), Next::RetryAt(1000));
         assert_eq!(p.next(1, 0, 1.0), Next::RetryAt(500));
     }
 
     #[test]
     fn the_last_attempt_dead_letters() {
-        let p = RetryPolicy {
-            max_attempts: 3,
-            ..RetryPolicy::default()
-        };
+        let p = RetryPolicy { max_attempts: 3, ..RetryPolicy::default() };
         assert!(matches!(p.next(2, 0, 0.0), Next::RetryAt(_)));
         assert_eq!(p.next(3, 0, 0.0), Next::DeadLetter);
     }
 
     #[test]
     fn huge_attempt_counts_do_not_overflow() {
-        let p = RetryPolicy {
-            max_attempts: u32::MAX,
-            ..RetryPolicy::default()
-        };
-        assert_eq!(
-            p.next(1_000_000, i64::MAX - 1, 0.0),
-            Next::RetryAt(i64::MAX)
-        );
+        let p = RetryPolicy { max_attempts: u32::MAX, ..RetryPolicy::default() };
+        assert_eq!(p.next(1_000_000, i64::MAX - 1, 0.0), Next::RetryAt(i64::MAX));
     }
 
     #[test]
     fn invalid_policies_are_refused() {
-        assert!(
-            RetryPolicy {
-                max_attempts: 0,
-                ..RetryPolicy::default()
-            }
-            .validate()
-            .is_err()
-        );
-        assert!(
-            RetryPolicy {
-                jitter: 1.5,
-                ..RetryPolicy::default()
-            }
-            .validate()
-            .is_err()
-        );
-        assert!(
-            RetryPolicy {
-                cap_ms: 1,
-                ..RetryPolicy::default()
-            }
-            .validate()
-            .is_err()
-        );
+        assert!(RetryPolicy { max_attempts: 0, ..RetryPolicy::default() }.validate().is_err());
+        assert!(RetryPolicy { jitter: 1.5, ..RetryPolicy::default() }.validate().is_err());
+        assert!(RetryPolicy { cap_ms: 1, ..RetryPolicy::default() }.validate().is_err());
     }
 }

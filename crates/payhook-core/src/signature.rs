@@ -66,9 +66,7 @@ pub trait Headers {
 
 impl Headers for [(String, String)] {
     fn get(&self, name: &str) -> Option<&str> {
-        self.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 }
 
@@ -80,9 +78,7 @@ impl Headers for Vec<(String, String)> {
 
 impl Headers for [(&str, &str)] {
     fn get(&self, name: &str) -> Option<&str> {
-        self.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| *v)
+        self.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| *v)
     }
 }
 
@@ -298,13 +294,11 @@ impl Tag {
         match self {
             Self::Sha256(tag) => {
                 candidate.len() == 32
-                    && CtOutput::<HmacSha256>::from(Output::<HmacSha256>::from_slice(candidate))
-                        == *tag
+                    && CtOutput::<HmacSha256>::from(Output::<HmacSha256>::from_slice(candidate)) == *tag
             }
             Self::Sha512(tag) => {
                 candidate.len() == 64
-                    && CtOutput::<HmacSha512>::from(Output::<HmacSha512>::from_slice(candidate))
-                        == *tag
+                    && CtOutput::<HmacSha512>::from(Output::<HmacSha512>::from_slice(candidate)) == *tag
             }
         }
     }
@@ -350,12 +344,9 @@ fn decode_signature<'b>(
 /// value we check can never disagree.
 fn parse_timestamp(s: &str) -> Result<i64, VerifyError> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(VerifyError::Malformed(
-            "timestamp is not a plain unix time in seconds".into(),
-        ));
+        return Err(VerifyError::Malformed("timestamp is not a plain unix time in seconds".into()));
     }
-    s.parse()
-        .map_err(|_| VerifyError::Malformed("timestamp is out of range".into()))
+    s.parse().map_err(|_| VerifyError::Malformed("timestamp is out of range".into()))
 }
 
 fn missing(name: &str) -> VerifyError {
@@ -364,22 +355,18 @@ fn missing(name: &str) -> VerifyError {
 
 /// Iterates the `v1` values of a `Stripe-Signature` header.
 fn stripe_v1_values(header: &str) -> impl Iterator<Item = &str> {
-    header
-        .split(',')
-        .filter_map(|item| match item.trim().split_once('=') {
-            Some(("v1", v)) => Some(v),
-            _ => None,
-        })
+    header.split(',').filter_map(|item| match item.trim().split_once('=') {
+        Some(("v1", v)) => Some(v),
+        _ => None,
+    })
 }
 
 /// Iterates the `v1` values of a Standard Webhooks signature header.
 fn standard_v1_values(header: &str) -> impl Iterator<Item = &str> {
-    header
-        .split(' ')
-        .filter_map(|entry| match entry.split_once(',') {
-            Some(("v1", v)) => Some(v),
-            _ => None,
-        })
+    header.split(' ').filter_map(|entry| match entry.split_once(',') {
+        Some(("v1", v)) => Some(v),
+        _ => None,
+    })
 }
 
 /// Checks webhook signatures for one configured source.
@@ -428,10 +415,7 @@ impl Verifier {
             .iter()
             .enumerate()
             .map(|(index, secret)| {
-                let invalid = |reason: &str| KeyError::Invalid {
-                    index,
-                    reason: reason.to_owned(),
-                };
+                let invalid = |reason: &str| KeyError::Invalid { index, reason: reason.to_owned() };
                 let text = secret.expose();
                 if text.is_empty() {
                     return Err(invalid("secret is empty"));
@@ -453,11 +437,7 @@ impl Verifier {
                 KeyedMac::new(algorithm, key).map_err(|_| invalid("unusable key length"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self {
-            scheme,
-            keys,
-            tolerance_secs,
-        })
+        Ok(Self { scheme, keys, tolerance_secs })
     }
 
     /// The scheme this verifier checks.
@@ -484,29 +464,16 @@ impl Verifier {
         match &self.scheme {
             Scheme::Stripe => self.verify_stripe(headers, body, now_unix),
             Scheme::StandardWebhooks => self.verify_standard(headers, body, now_unix),
-            Scheme::Hmac {
-                header,
-                algorithm,
-                encoding,
-                prefix,
-            } => self.verify_hmac(
-                headers,
-                body,
-                header,
-                *algorithm,
-                *encoding,
-                prefix.as_deref(),
-            ),
+            Scheme::Hmac { header, algorithm, encoding, prefix } => {
+                self.verify_hmac(headers, body, header, *algorithm, *encoding, prefix.as_deref())
+            }
         }
     }
 
     fn check_fresh(&self, timestamp: i64, now_unix: i64) -> Result<(), VerifyError> {
         let delta = now_unix.saturating_sub(timestamp);
         if delta.unsigned_abs() > self.tolerance_secs {
-            return Err(VerifyError::Stale {
-                delta_secs: delta,
-                tolerance_secs: self.tolerance_secs,
-            });
+            return Err(VerifyError::Stale { delta_secs: delta, tolerance_secs: self.tolerance_secs });
         }
         Ok(())
     }
@@ -525,10 +492,8 @@ impl Verifier {
         let mut buf = [0u8; SIG_BUF_LEN];
         self.keys.iter().position(|key| {
             let tag = key.compute(parts);
-            candidates().any(|value| {
-                decode_signature(encoding, value, expected, &mut buf)
-                    .is_some_and(|sig| tag.matches(sig))
-            })
+            candidates()
+                .any(|value| decode_signature(encoding, value, expected, &mut buf).is_some_and(|sig| tag.matches(sig)))
         })
     }
 
@@ -555,14 +520,9 @@ impl Verifier {
         }
         self.check_fresh(timestamp, now_unix)?;
         let parts: [&[u8]; 3] = [ts_text.as_bytes(), b".", body];
-        let secret_index = self
-            .find_match(&parts, || stripe_v1_values(header), Encoding::Hex, 32)
-            .ok_or(VerifyError::Mismatch)?;
-        Ok(Verified {
-            secret_index,
-            delivery_id: None,
-            timestamp: Some(timestamp),
-        })
+        let secret_index =
+            self.find_match(&parts, || stripe_v1_values(header), Encoding::Hex, 32).ok_or(VerifyError::Mismatch)?;
+        Ok(Verified { secret_index, delivery_id: None, timestamp: Some(timestamp) })
     }
 
     fn verify_standard(
@@ -573,13 +533,12 @@ impl Verifier {
     ) -> Result<Verified, VerifyError> {
         // Use the svix- names only when the delivery really is in that
         // family, so that the three values always come from one consistent set.
-        let [id_name, ts_name, sig_name] = if headers.get("webhook-signature").is_none()
-            && headers.get("svix-signature").is_some()
-        {
-            ["svix-id", "svix-timestamp", "svix-signature"]
-        } else {
-            ["webhook-id", "webhook-timestamp", "webhook-signature"]
-        };
+        let [id_name, ts_name, sig_name] =
+            if headers.get("webhook-signature").is_none() && headers.get("svix-signature").is_some() {
+                ["svix-id", "svix-timestamp", "svix-signature"]
+            } else {
+                ["webhook-id", "webhook-timestamp", "webhook-signature"]
+            };
         let id = headers.get(id_name).ok_or_else(|| missing(id_name))?;
         let ts_text = headers.get(ts_name).ok_or_else(|| missing(ts_name))?;
         let header = headers.get(sig_name).ok_or_else(|| missing(sig_name))?;
@@ -595,11 +554,7 @@ impl Verifier {
         let secret_index = self
             .find_match(&parts, || standard_v1_values(header), Encoding::Base64, 32)
             .ok_or(VerifyError::Mismatch)?;
-        Ok(Verified {
-            secret_index,
-            delivery_id: Some(id.to_owned()),
-            timestamp: Some(timestamp),
-        })
+        Ok(Verified { secret_index, delivery_id: Some(id.to_owned()), timestamp: Some(timestamp) })
     }
 
     fn verify_hmac(
@@ -613,9 +568,9 @@ impl Verifier {
     ) -> Result<Verified, VerifyError> {
         let raw = headers.get(name).ok_or_else(|| missing(name))?.trim();
         let value = match prefix {
-            Some(p) => raw.strip_prefix(p).ok_or_else(|| {
-                VerifyError::Malformed(format!("signature does not start with {p:?}"))
-            })?,
+            Some(p) => raw
+                .strip_prefix(p)
+                .ok_or_else(|| VerifyError::Malformed(format!("signature does not start with {p:?}")))?,
             None => raw,
         };
         let expected = match algorithm {
@@ -623,14 +578,9 @@ impl Verifier {
             HmacAlgorithm::Sha512 => 64,
         };
         let parts: [&[u8]; 1] = [body];
-        let secret_index = self
-            .find_match(&parts, || std::iter::once(value), encoding, expected)
-            .ok_or(VerifyError::Mismatch)?;
-        Ok(Verified {
-            secret_index,
-            delivery_id: None,
-            timestamp: None,
-        })
+        let secret_index =
+            self.find_match(&parts, || std::iter::once(value), encoding, expected).ok_or(VerifyError::Mismatch)?;
+        Ok(Verified { secret_index, delivery_id: None, timestamp: None })
     }
 
     /// Produces the headers a provider would send for `body`, signed with the
@@ -652,10 +602,7 @@ impl Verifier {
             Scheme::Stripe => {
                 let ts = now_unix.to_string();
                 let tag = key.compute(&[ts.as_bytes(), b".", body]);
-                vec![(
-                    "Stripe-Signature".to_owned(),
-                    format!("t={ts},v1={}", hex::encode(tag.into_bytes())),
-                )]
+                vec![("Stripe-Signature".to_owned(), format!("t={ts},v1={}", hex::encode(tag.into_bytes())))]
             }
             Scheme::StandardWebhooks => {
                 let ts = now_unix.to_string();
@@ -667,12 +614,7 @@ impl Verifier {
                     ("webhook-signature".to_owned(), signature),
                 ]
             }
-            Scheme::Hmac {
-                header,
-                encoding,
-                prefix,
-                ..
-            } => {
+            Scheme::Hmac { header, encoding, prefix, .. } => {
                 let bytes = key.compute(&[body]).into_bytes();
                 let encoded = match encoding {
                     Encoding::Hex => hex::encode(bytes),

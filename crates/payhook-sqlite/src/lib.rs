@@ -10,6 +10,7 @@
 //! processes may share one file: each has its own writer, and `BEGIN IMMEDIATE` with `busy_timeout` serializes
 //! them; unique keys keep dedup correct across them.
 
+mod checkpoint;
 mod migrate;
 mod ops;
 mod read;
@@ -18,14 +19,15 @@ mod writer;
 use payhook_core::event::{EventId, OrderId, SourceName};
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
-    Claim, Claimed, Delivery, EventView, NewOrder, OrderView, Recorded, Registered, Retried, Stats, Store,
-    StoreError,
+    Claim, Claimed, Delivery, EventView, NewOrder, OrderView, Recorded, Registered, Retried, Stats, Store, StoreError,
 };
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use writer::{WriterHandle, unavailable};
+
+pub use writer::CommitSync;
 
 /// How the SQLite store is run.
 #[derive(Debug, Clone)]
@@ -40,12 +42,21 @@ pub struct SqliteOptions {
     pub busy_timeout_ms: u64,
     /// Backoff for deferred events.
     pub retry: RetryPolicy,
+    /// How commits are made durable before their requests are answered.
+    pub sync: CommitSync,
 }
 
 impl SqliteOptions {
     /// Defaults for `path`: group commit of up to 512 jobs, a queue of 4096, 5 s busy timeout.
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into(), batch_max: 512, queue_depth: 4096, busy_timeout_ms: 5_000, retry: RetryPolicy::default() }
+        Self {
+            path: path.into(),
+            batch_max: 512,
+            queue_depth: 4096,
+            busy_timeout_ms: 5_000,
+            retry: RetryPolicy::default(),
+            sync: CommitSync::default(),
+        }
     }
 }
 
@@ -54,6 +65,7 @@ impl SqliteOptions {
 pub struct SqliteStore {
     writer: WriterHandle,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    checkpointer: Mutex<Option<checkpoint::Checkpointer>>,
     reader: Arc<Mutex<Connection>>,
     retry: Arc<RetryPolicy>,
     path: PathBuf,
@@ -65,7 +77,6 @@ fn connect(path: &Path, busy_timeout_ms: u64) -> rusqlite::Result<Connection> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
-    conn.pragma_update(None, "cache_size", -32_000)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
@@ -76,13 +87,23 @@ impl SqliteStore {
         options.retry.validate().map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         let mut conn = connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
         migrate::run(&mut conn).map_err(unavailable)?;
+        conn.pragma_update(None, "wal_autocheckpoint", checkpoint::WRITER_VALVE_PAGES).map_err(unavailable)?;
+        let checkpointer = checkpoint::Checkpointer::spawn(
+            connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?,
+            Duration::from_millis(50),
+        )
+        .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         let reader = connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
         reader.pragma_update(None, "query_only", true).map_err(unavailable)?;
-        let (writer, join) = writer::spawn(conn, options.queue_depth, options.batch_max)
-            .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        let mut wal_path = options.path.clone().into_os_string();
+        wal_path.push("-wal");
+        let (writer, join) =
+            writer::spawn(conn, options.sync, Path::new(&wal_path), options.queue_depth, options.batch_max)
+                .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         Ok(Self {
             writer,
             writer_thread: Mutex::new(Some(join)),
+            checkpointer: Mutex::new(Some(checkpointer)),
             reader: Arc::new(Mutex::new(reader)),
             retry: Arc::new(options.retry),
             path: options.path,
@@ -105,6 +126,9 @@ impl SqliteStore {
         let join = self.writer_thread.lock().ok().and_then(|mut j| j.take());
         if let Some(join) = join {
             let _ = join.join();
+        }
+        if let Some(c) = self.checkpointer.lock().ok().and_then(|mut c| c.take()) {
+            c.stop();
         }
     }
 

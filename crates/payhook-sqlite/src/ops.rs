@@ -3,13 +3,11 @@
 //! Invariant: dedup is decided by `INSERT … ON CONFLICT DO NOTHING` on a unique key, never by a SELECT before an
 //! INSERT; every state change is a guarded `UPDATE … WHERE status IN (…)`.
 
-use crate::writer::unavailable;
+use crate::writer::{exec, rollback_to, unavailable};
 use payhook_core::event::{Effect, Event, OrderId};
 use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Plan, Unapplied};
 use payhook_core::retry::{Next, RetryPolicy};
-use payhook_store::{
-    Claim, Claimed, Delivery, NewOrder, Outcome, Parsed, Recorded, Registered, Retried, StoreError,
-};
+use payhook_store::{Claim, Claimed, Delivery, NewOrder, Outcome, Parsed, Recorded, Registered, Retried, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -87,11 +85,13 @@ fn apply(conn: &Connection, source: &str, event: &Event, now_ms: i64) -> Result<
     let Some(plan) = ledger::plan(&event.effect) else {
         return Ok(Recorded { outcome: Outcome::Ignored, detail: None });
     };
-    conn.execute_batch("SAVEPOINT effect").db()?;
+    exec(conn, "SAVEPOINT effect").db()?;
     let result = try_apply(conn, source, event, &plan, now_ms);
-    let keep = matches!(&result, Ok(r) if r.outcome == Outcome::Processed);
-    let end = if keep { "RELEASE effect" } else { "ROLLBACK TO effect; RELEASE effect" };
-    conn.execute_batch(end).db()?;
+    if matches!(&result, Ok(r) if r.outcome == Outcome::Processed) {
+        exec(conn, "RELEASE effect").db()?;
+    } else {
+        rollback_to(conn, "ROLLBACK TO effect", "RELEASE effect").db()?;
+    }
     result
 }
 
@@ -187,10 +187,9 @@ fn guarded_update(conn: &Connection, plan: &Plan, now_ms: i64) -> Result<Option<
              RETURNING prev_status",
         )
         .db()?
-        .query_row(
-            params![plan.to.as_str(), now_ms, plan.order_id.as_str(), from1, from2, amount, currency],
-            |r| r.get(0),
-        )
+        .query_row(params![plan.to.as_str(), now_ms, plan.order_id.as_str(), from1, from2, amount, currency], |r| {
+            r.get(0)
+        })
         .optional()
         .db()?;
     prev.map(|s| parse_status(&s)).transpose()

@@ -4,7 +4,7 @@
 use crate::writer::unavailable;
 use payhook_core::event::{Currency, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
-use payhook_store::{AuditEntry, EventView, OrderView, Outcome, OutboxView, Stats, StoreError};
+use payhook_store::{AuditEntry, EventView, OrderView, OutboxView, Outcome, Stats, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -62,9 +62,7 @@ pub(crate) fn order(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>
         .prepare_cached("SELECT id, kind, status, payload, created_at FROM outbox WHERE order_id = ?1 ORDER BY id")
         .map_err(unavailable)?;
     let raw = stmt
-        .query_map([id.as_str()], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?, r.get(4)?))
-        })
+        .query_map([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?, r.get(4)?)))
         .map_err(unavailable)?;
     let mut outbox = Vec::new();
     for row in raw {
@@ -127,10 +125,7 @@ pub(crate) fn event(conn: &Connection, src: &SourceName, id: &EventId) -> Result
     else {
         return Ok(None);
     };
-    let effect = effect
-        .map(|e| serde_json::from_str(&e))
-        .transpose()
-        .map_err(|e| corrupt("stored effect", e))?;
+    let effect = effect.map(|e| serde_json::from_str(&e)).transpose().map_err(|e| corrupt("stored effect", e))?;
     Ok(Some(EventView {
         source: src.clone(),
         event_id: id.clone(),
@@ -163,8 +158,10 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
 }
 
 pub(crate) fn next_due(conn: &Connection) -> Result<Option<i64>> {
-    conn.prepare_cached("SELECT min(next_attempt_at) FROM inbox WHERE status = 'deferred'")
-        .map_err(unavailable)?
-        .query_row([], |r| r.get(0))
-        .map_err(unavailable)
+    conn.prepare_cached(
+        "SELECT min(max(next_attempt_at, coalesce(lease_until, 0))) FROM inbox WHERE status = 'deferred'",
+    )
+    .map_err(unavailable)?
+    .query_row([], |r| r.get(0))
+    .map_err(unavailable)
 }

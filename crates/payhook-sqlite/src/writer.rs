@@ -13,15 +13,18 @@ use rusqlite::Connection;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
-/// Called with `None` once the batch committed, or with the reason it did not.
-pub(crate) type Reply = Box<dyn FnOnce(Option<&Arc<rusqlite::Error>>) + Send>;
+/// Why a batch is not durable.
+pub(crate) type BatchError = Arc<dyn std::error::Error + Send + Sync>;
+
+/// Called with `None` once the batch is durable, or with the reason it is not.
+pub(crate) type Reply = Box<dyn FnOnce(Option<&BatchError>) + Send>;
 
 /// A unit of work for the writer.
 pub(crate) trait Job: Send {
     /// Runs inside the batch transaction and returns what to do once the batch is settled.
     fn run(self: Box<Self>, conn: &Connection) -> Reply;
     /// Settles the job without running it (no transaction could be started).
-    fn fail(self: Box<Self>, error: Arc<rusqlite::Error>);
+    fn fail(self: Box<Self>, error: BatchError);
 }
 
 struct Task<T, F> {
@@ -48,7 +51,7 @@ where
         })
     }
 
-    fn fail(self: Box<Self>, error: Arc<rusqlite::Error>) {
+    fn fail(self: Box<Self>, error: BatchError) {
         let _ = self.reply.send(Err(StoreError::Unavailable(Box::new(CommitFailed(error)))));
     }
 }
@@ -94,26 +97,52 @@ impl WriterHandle {
 
     /// Asks the writer to finish the queued jobs and stop; returns at once.
     pub(crate) fn stop(&self) {
-        // If the queue is full, the writer is busy and the stop is retried by `Drop` of the last handle.
-        let _ = self.tx.try_send(Msg::Stop);
+        if let Err(mpsc::error::TrySendError::Full(stop)) = self.tx.try_send(Msg::Stop) {
+            // The queue is full, so the writer is busy and will make room. The stop must still get in: the caller
+            // is about to join the writer, which would otherwise wait forever for a message. `blocking_send`
+            // panics inside an async runtime, where stores are often dropped, so wait on a helper thread.
+            let tx = self.tx.clone();
+            let spawned = std::thread::Builder::new().name("payhook-sqlite-stop".into()).spawn(move || {
+                let _ = tx.blocking_send(stop);
+            });
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "could not queue the sqlite writer's stop");
+            }
+        }
     }
 }
 
 /// The cause kept when a batch's commit failed.
 #[derive(Debug, thiserror::Error)]
 #[error("the batch commit failed: {0}")]
-pub(crate) struct CommitFailed(Arc<rusqlite::Error>);
+pub(crate) struct CommitFailed(BatchError);
+
+/// Runs one SQL statement through the statement cache: savepoints and transaction control run for every job,
+/// and preparing them each time would cost more than the work they frame.
+pub(crate) fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Rolls back to savepoint `name` and releases it.
+pub(crate) fn rollback_to(conn: &Connection, rollback: &str, release: &str) -> rusqlite::Result<()> {
+    exec(conn, rollback)?;
+    exec(conn, release)
+}
 
 /// Runs `work` inside `SAVEPOINT job`: its failure rolls back its own writes only, never its batch-mates'.
-fn in_savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
-    conn.execute_batch("SAVEPOINT job").map_err(unavailable)?;
+fn in_savepoint<T>(
+    conn: &Connection,
+    work: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    exec(conn, "SAVEPOINT job").map_err(unavailable)?;
     let result = work(conn);
-    let end = if result.is_ok() { "RELEASE job" } else { "ROLLBACK TO job; RELEASE job" };
     if conn.is_autocommit() {
         // SQLite aborted the whole transaction (disk full, IO error): the batch loop notices and retries the rest.
         return result;
     }
-    match conn.execute_batch(end) {
+    let end =
+        if result.is_ok() { exec(conn, "RELEASE job") } else { rollback_to(conn, "ROLLBACK TO job", "RELEASE job") };
+    match end {
         Ok(()) => result,
         Err(e) => Err(unavailable(e)),
     }
@@ -123,20 +152,66 @@ pub(crate) fn unavailable(e: rusqlite::Error) -> StoreError {
     StoreError::Unavailable(Box::new(e))
 }
 
-/// Starts the writer thread on `conn`.
+/// When a committed batch becomes durable, and so when its requests are answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommitSync {
+    /// `synchronous = NORMAL` for the writer, and a syncer thread `fdatasync`s the WAL file after each commit
+    /// before answering that commit's requests. The writer starts the next batch while the previous one is being
+    /// synced, so fsync latency no longer caps throughput; durability is the same as `synchronous = FULL`: no
+    /// request is answered before the WAL frames of its commit are on disk.
+    #[default]
+    Pipelined,
+    /// `synchronous = FULL`: SQLite syncs inside `COMMIT`, and the writer waits for it.
+    InCommit,
+}
+
+/// A batch whose commit has returned, waiting to be made durable and answered.
+struct Settled {
+    replies: Vec<Reply>,
+    outcome: Option<BatchError>,
+}
+
+/// Starts the writer thread on `conn` (and, when pipelined, its syncer thread for the WAL file at `wal_path`).
 pub(crate) fn spawn(
     conn: Connection,
+    sync: CommitSync,
+    wal_path: &std::path::Path,
     queue_depth: usize,
     batch_max: usize,
 ) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
+    let syncer = match sync {
+        CommitSync::InCommit => None,
+        CommitSync::Pipelined => {
+            let wal = std::fs::OpenOptions::new().read(true).write(true).open(wal_path)?;
+            conn.pragma_update(None, "synchronous", "NORMAL").map_err(std::io::Error::other)?;
+            Some(wal)
+        }
+    };
     let (tx, rx) = mpsc::channel(queue_depth.max(1));
     let join = std::thread::Builder::new()
-        .name("payhook-sqlite-writer".into())
-        .spawn(move || run(conn, rx, batch_max.max(1)))?;
+        .name("sqlite-writer".into())
+        .spawn(move || run(conn, rx, batch_max.max(1), syncer))?;
     Ok((WriterHandle { tx }, join))
 }
 
-fn run(conn: Connection, mut rx: mpsc::Receiver<Msg>, batch_max: usize) {
+fn run(conn: Connection, mut rx: mpsc::Receiver<Msg>, batch_max: usize, wal: Option<std::fs::File>) {
+    let syncer = match wal.map(start_syncer).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            // Without the syncer nothing could ever be answered: fall back to syncing in COMMIT.
+            tracing::error!(error = %e, "cannot start the WAL syncer; using synchronous = FULL");
+            let _ = conn.pragma_update(None, "synchronous", "FULL");
+            None
+        }
+    };
+    let mut settle = |settled: Settled| match &syncer {
+        Some((tx, _)) => {
+            if let Err(std::sync::mpsc::SendError(settled)) = tx.send(settled) {
+                answer(settled.replies, Some(syncer_gone()));
+            }
+        }
+        None => answer(settled.replies, settled.outcome),
+    };
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(batch_max);
     let mut stopping = false;
     while !stopping {
@@ -163,26 +238,69 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Msg>, batch_max: usize) {
         while !batch.is_empty() {
             let take = batch.len().min(batch_max);
             let jobs: Vec<Box<dyn Job>> = batch.drain(..take).collect();
-            run_batch(&conn, jobs);
+            run_batch(&conn, jobs, &mut settle);
         }
+    }
+    if let Some((tx, join)) = syncer {
+        drop(tx);
+        let _ = join.join();
     }
     tracing::debug!("sqlite writer stopped");
 }
 
+fn syncer_gone() -> BatchError {
+    Arc::new(std::io::Error::other("the WAL syncer stopped"))
+}
+
+fn answer(replies: Vec<Reply>, outcome: Option<BatchError>) {
+    for reply in replies {
+        reply(outcome.as_ref());
+    }
+}
+
+type Syncer = (std::sync::mpsc::Sender<Settled>, std::thread::JoinHandle<()>);
+
+/// The syncer: takes every batch committed since its last sync, syncs the WAL once for all of them, answers them.
+fn start_syncer(wal: std::fs::File) -> std::io::Result<Syncer> {
+    let (tx, rx) = std::sync::mpsc::channel::<Settled>();
+    let join = std::thread::Builder::new().name("sqlite-syncer".into()).spawn(move || {
+        while let Ok(first) = rx.recv() {
+            let mut group = vec![first];
+            group.extend(rx.try_iter());
+            let synced = if group.iter().any(|s| s.outcome.is_none()) {
+                let started = std::time::Instant::now();
+                let r = wal.sync_data();
+                tracing::trace!(batches = group.len(), sync_us = started.elapsed().as_micros() as u64, "wal synced");
+                r.err().map(|e| {
+                    tracing::error!(error = %e, "fdatasync of the WAL failed; answering 503");
+                    Arc::new(e) as BatchError
+                })
+            } else {
+                None
+            };
+            for settled in group {
+                answer(settled.replies, settled.outcome.or_else(|| synced.clone()));
+            }
+        }
+    })?;
+    Ok((tx, join))
+}
+
 /// Runs `jobs` in as few transactions as possible and settles every one of them.
-fn run_batch(conn: &Connection, jobs: Vec<Box<dyn Job>>) {
+fn run_batch(conn: &Connection, jobs: Vec<Box<dyn Job>>, settle: &mut impl FnMut(Settled)) {
     let mut jobs = jobs.into_iter().peekable();
     while jobs.peek().is_some() {
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
             // The database is locked beyond busy_timeout or unreachable: every job in hand fails, and its
             // requester answers 503 so that the provider retries.
-            let e = Arc::new(e);
+            let e: BatchError = Arc::new(e);
             tracing::warn!(error = %e, "sqlite writer could not begin a transaction");
             for job in jobs.by_ref() {
                 job.fail(e.clone());
             }
             return;
         }
+        let started = std::time::Instant::now();
         let mut replies: Vec<Reply> = Vec::new();
         let mut aborted = None;
         for job in jobs.by_ref() {
@@ -192,22 +310,27 @@ fn run_batch(conn: &Connection, jobs: Vec<Box<dyn Job>>) {
                 aborted = Some(Arc::new(rusqlite::Error::SqliteFailure(
                     rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
                     Some("transaction aborted by the database".into()),
-                )));
+                )) as BatchError);
                 break;
             }
         }
+        let executed = started.elapsed();
         let outcome = match aborted {
             Some(e) => Some(e),
-            None => conn.execute_batch("COMMIT").err().map(Arc::new),
+            None => exec(conn, "COMMIT").err().map(|e| Arc::new(e) as BatchError),
         };
+        tracing::trace!(
+            jobs = replies.len(),
+            exec_us = executed.as_micros() as u64,
+            commit_us = (started.elapsed() - executed).as_micros() as u64,
+            "batch"
+        );
         if let Some(e) = &outcome {
             tracing::warn!(error = %e, jobs = replies.len(), "sqlite batch did not commit");
             if !conn.is_autocommit() {
                 let _ = conn.execute_batch("ROLLBACK");
             }
         }
-        for reply in replies {
-            reply(outcome.as_ref());
-        }
+        settle(Settled { replies, outcome });
     }
 }

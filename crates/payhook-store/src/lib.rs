@@ -10,9 +10,9 @@
 
 use std::future::Future;
 
-pub mod model;
 #[cfg(feature = "contract")]
 pub mod contract;
+pub mod model;
 
 pub use model::*;
 
@@ -48,8 +48,10 @@ pub trait Store: Send + Sync + 'static {
     fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send;
 
     /// An order with its audit history and outbox rows.
-    fn order(&self, id: &payhook_core::event::OrderId)
-    -> impl Future<Output = Result<Option<OrderView>, StoreError>> + Send;
+    fn order(
+        &self,
+        id: &payhook_core::event::OrderId,
+    ) -> impl Future<Output = Result<Option<OrderView>, StoreError>> + Send;
 
     /// One recorded delivery.
     fn event(

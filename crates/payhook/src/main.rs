@@ -1,1 +1,155 @@
-fn main() {}
+//! The `payhook` binary: `serve`, `send`, `bench`, `orders import`, `config check|print-default`.
+//!
+//! Boundary: the only crate that knows clap, TOML and anyhow; it resolves configuration and hands typed settings
+//! to the server and the store.
+
+mod bench;
+mod config;
+mod orders;
+mod send;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use config::Config;
+use payhook_sqlite::SqliteStore;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug, Parser)]
+#[command(name = "payhook", version, about = "Payment webhooks, applied exactly once.")]
+struct Cli {
+    /// Configuration file (default: ./payhook.toml when present, else the built-in defaults).
+    #[arg(long, short, global = true, env = "PAYHOOK_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Receive webhooks: verify, record, deduplicate, apply, answer.
+    Serve,
+    /// Sign and POST a test event for a configured source, the way its provider would.
+    Send(send::SendArgs),
+    /// Load-test a running payhook with signed deliveries (duplicates, refunds, shuffling).
+    Bench(bench::BenchArgs),
+    /// Manage orders directly in the configured database.
+    Orders {
+        #[command(subcommand)]
+        command: orders::OrdersCommand,
+    },
+    /// Check or print the configuration.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Load and validate the configuration; name the file, line and key of each problem.
+    Check,
+    /// Print the documented defaults.
+    PrintDefault,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("payhook: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("payhook: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PAYHOOK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Config { command: ConfigCommand::PrintDefault } => {
+            print!("{}", config::DEFAULT_TOML);
+            Ok(())
+        }
+        Command::Config { command: ConfigCommand::Check } => {
+            let cfg = Config::load(cli.config.as_deref())?;
+            let file = cfg.file.as_ref().map_or_else(|| "<defaults>".into(), |p| p.display().to_string());
+            println!("{file}: ok");
+            println!("  listen   {}", cfg.listen);
+            println!("  storage  sqlite://{} (batch_max {})", cfg.storage.path.display(), cfg.storage.batch_max);
+            println!(
+                "  api      {}",
+                if cfg.settings.api_token.is_some() { "token set" } else { "no token: /v1 is closed" }
+            );
+            for s in &cfg.settings.sources {
+                println!(
+                    "  source   {:<16} POST /webhooks/{} ({:?}, {:?})",
+                    s.name,
+                    s.name,
+                    s.verifier.scheme(),
+                    s.format
+                );
+            }
+            Ok(())
+        }
+        Command::Serve => serve(Config::load(cli.config.as_deref())?).await,
+        Command::Send(args) => send::run(Config::load(cli.config.as_deref())?, args).await,
+        Command::Bench(args) => bench::run(Config::load(cli.config.as_deref())?, args).await,
+        Command::Orders { command } => orders::run(Config::load(cli.config.as_deref())?, command).await,
+    }
+}
+
+async fn serve(cfg: Config) -> Result<()> {
+    if cfg.settings.sources.is_empty() {
+        tracing::warn!("no sources are configured: every webhook will be answered 404");
+    }
+    if cfg.settings.api_token.is_none() {
+        tracing::warn!("no API token is configured: /v1 answers 401 (set PAYHOOK_API_TOKEN)");
+    }
+    let store = Arc::new(
+        SqliteStore::open(cfg.storage.clone())
+            .with_context(|| format!("cannot open {}", cfg.storage.path.display()))?,
+    );
+    let listener =
+        tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let running = payhook_server::start(listener, cfg.settings, Arc::clone(&store))?;
+    tracing::info!(addr = %running.addr, db = %cfg.storage.path.display(), "payhook is listening");
+    running.serve_until(shutdown_signal()).await?;
+    // Every answered request has committed; let the writer finish and close the file.
+    store.shutdown();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -49,10 +49,8 @@ pub fn verifier(scheme: Scheme, secrets: &[&str]) -> Verifier {
 
 /// Replaces (case-insensitively) the value of header `name`.
 pub fn set_header(headers: &mut [(String, String)], name: &str, value: String) {
-    let slot = headers
-        .iter_mut()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .unwrap_or_else(|| panic!("no header {name}"));
+    let slot =
+        headers.iter_mut().find(|(k, _)| k.eq_ignore_ascii_case(name)).unwrap_or_else(|| panic!("no header {name}"));
     slot.1 = value;
 }
 

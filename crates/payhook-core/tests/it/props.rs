@@ -70,13 +70,7 @@ impl Kind {
 }
 
 fn kind() -> impl Strategy<Value = Kind> {
-    prop_oneof![
-        Just(Kind::Stripe),
-        Just(Kind::Standard),
-        Just(Kind::Github),
-        Just(Kind::Paystack),
-        Just(Kind::Shopify),
-    ]
+    prop_oneof![Just(Kind::Stripe), Just(Kind::Standard), Just(Kind::Github), Just(Kind::Paystack), Just(Kind::Shopify),]
 }
 
 fn timed_kind() -> impl Strategy<Value = Kind> {
@@ -89,11 +83,7 @@ fn secret(kind: Kind) -> BoxedStrategy<String> {
         Kind::Standard => (proptest::collection::vec(any::<u8>(), 1..64), any::<bool>())
             .prop_map(|(key, prefixed)| {
                 let b64 = STANDARD.encode(key);
-                if prefixed {
-                    format!("whsec_{b64}")
-                } else {
-                    b64
-                }
+                if prefixed { format!("whsec_{b64}") } else { b64 }
             })
             .boxed(),
         _ => "[ -~]{1,64}".boxed(),

@@ -8,20 +8,11 @@ use serde_json::Value;
 
 use crate::{github_scheme, header, paystack_scheme, shopify_scheme};
 
-const VECTORS_PATH: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/vectors/signatures.json"
-);
+const VECTORS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors/signatures.json");
 
 /// Schemes of the vector file that this module covers; each must have at
 /// least one vector so that a renamed scheme cannot silently skip everything.
-const COVERED: [&str; 5] = [
-    "stripe",
-    "standard-webhooks",
-    "github",
-    "paystack",
-    "shopify",
-];
+const COVERED: [&str; 5] = ["stripe", "standard-webhooks", "github", "paystack", "shopify"];
 
 fn scheme_for(name: &str) -> Option<Scheme> {
     match name {
@@ -60,26 +51,18 @@ fn load() -> Vec<Vector> {
              (the repository is expected to sit next to a `shared/` folder)"
         )
     });
-    let doc: Value = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("{VECTORS_PATH} is not valid JSON: {e}"));
-    let vectors = doc["vectors"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{VECTORS_PATH} has no `vectors` array"));
+    let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{VECTORS_PATH} is not valid JSON: {e}"));
+    let vectors = doc["vectors"].as_array().unwrap_or_else(|| panic!("{VECTORS_PATH} has no `vectors` array"));
     let mut out = Vec::new();
     for (index, v) in vectors.iter().enumerate() {
-        let scheme_name = v["scheme"]
-            .as_str()
-            .unwrap_or_else(|| panic!("vector #{index} has no scheme"));
+        let scheme_name = v["scheme"].as_str().unwrap_or_else(|| panic!("vector #{index} has no scheme"));
         let Some(scheme) = scheme_for(scheme_name) else {
             continue;
         };
         let source = v["source"].as_str().unwrap_or("<no source>").to_owned();
         let field = |name: &str| -> &Value {
             let value = &v[name];
-            assert!(
-                !value.is_null(),
-                "vector #{index} {scheme_name} ({source}) lacks `{name}`"
-            );
+            assert!(!value.is_null(), "vector #{index} {scheme_name} ({source}) lacks `{name}`");
             value
         };
         let headers = field("headers")
@@ -87,9 +70,7 @@ fn load() -> Vec<Vector> {
             .unwrap_or_else(|| panic!("vector #{index}: headers is not an object"))
             .iter()
             .map(|(k, x)| {
-                let x = x
-                    .as_str()
-                    .unwrap_or_else(|| panic!("vector #{index}: header {k} is not a string"));
+                let x = x.as_str().unwrap_or_else(|| panic!("vector #{index}: header {k} is not a string"));
                 (k.clone(), x.to_owned())
             })
             .collect();
@@ -97,10 +78,7 @@ fn load() -> Vec<Vector> {
             index,
             scheme_name: scheme_name.to_owned(),
             scheme,
-            secret: field("secret")
-                .as_str()
-                .expect("secret is a string")
-                .to_owned(),
+            secret: field("secret").as_str().expect("secret is a string").to_owned(),
             headers,
             body: field("body").as_str().expect("body is a string").to_owned(),
             now: field("now").as_i64().expect("now is an integer"),
@@ -123,19 +101,11 @@ fn every_shared_vector_of_a_covered_scheme_verifies_as_its_valid_flag_says() {
     for v in load() {
         let outcome = verifier_for(&v).verify(&v.headers[..], v.body.as_bytes(), v.now);
         if outcome.is_ok() != v.valid {
-            failures.push(format!(
-                "{}: expected valid = {}, got {outcome:?}",
-                v.label(),
-                v.valid
-            ));
+            failures.push(format!("{}: expected valid = {}, got {outcome:?}", v.label(), v.valid));
         }
         *checked.entry(v.scheme_name.clone()).or_default() += 1;
     }
-    assert!(
-        failures.is_empty(),
-        "vectors with the wrong outcome:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "vectors with the wrong outcome:\n{}", failures.join("\n"));
     for scheme in COVERED {
         assert!(
             checked.get(scheme).copied().unwrap_or(0) > 0,
@@ -165,9 +135,7 @@ fn signing_reproduces_the_headers_of_every_valid_single_signature_vector() {
             _ => "unused",
         };
         let timestamp = match v.scheme {
-            Scheme::StandardWebhooks => header(&v.headers, "webhook-timestamp")
-                .parse()
-                .expect("numeric timestamp"),
+            Scheme::StandardWebhooks => header(&v.headers, "webhook-timestamp").parse().expect("numeric timestamp"),
             Scheme::Stripe => header(&v.headers, "stripe-signature")
                 .split(',')
                 .find_map(|e| e.strip_prefix("t="))
@@ -177,9 +145,7 @@ fn signing_reproduces_the_headers_of_every_valid_single_signature_vector() {
             _ => v.now,
         };
         let signed = verifier_for(&v).sign(v.body.as_bytes(), timestamp, msg_id);
-        let single = signed
-            .iter()
-            .all(|(name, _)| signature_count(&v, name, header(&v.headers, name)) == 1);
+        let single = signed.iter().all(|(name, _)| signature_count(&v, name, header(&v.headers, name)) == 1);
         if !single {
             continue;
         }

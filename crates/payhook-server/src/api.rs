@@ -1,0 +1,115 @@
+//! The `/v1` API: orders (register, show). Every route requires the bearer token.
+
+use crate::app::{AppState, now_ms};
+use crate::error::ApiError;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use payhook_core::event::{Currency, Money, OrderId};
+use payhook_store::{NewOrder, OrderView, Registered, Store};
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// Rejects requests without `Authorization: Bearer <token>`, comparing in constant time.
+pub(crate) async fn require_token<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    // An empty token would match a request without any Authorization header: treat it as no token at all.
+    let Some(expected) = state.settings.api_token.as_ref().filter(|t| !t.expose().is_empty()) else {
+        return Err(ApiError::Unauthorized {
+            reason: "api_disabled",
+            message: "no API token is configured (set server.api_token_env or server.api_token)".into(),
+        });
+    };
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if bool::from(given.as_bytes().ct_eq(expected.expose().as_bytes())) {
+        Ok(next.run(request).await)
+    } else {
+        Err(ApiError::Unauthorized { reason: "missing_token", message: "a valid bearer token is required".into() })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OrderRequest {
+    id: String,
+    amount: i64,
+    currency: String,
+}
+
+/// Checks an order as the API and the importer receive it.
+pub fn parse_order(id: String, amount: i64, currency: &str, now_ms: i64) -> Result<NewOrder, ApiError> {
+    let invalid = |e: payhook_core::event::InvalidValue| ApiError::Invalid(e.to_string());
+    let id = OrderId::parse(id).map_err(invalid)?;
+    let money = Money::new(amount, Currency::parse(currency).map_err(invalid)?).map_err(invalid)?;
+    Ok(NewOrder { id, money, now_ms })
+}
+
+pub(crate) async fn register_order<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let req: OrderRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::Invalid(format!("expected {{\"id\", \"amount\", \"currency\"}}: {e}")))?;
+    let order = parse_order(req.id, req.amount, &req.currency, now_ms())?;
+    let id = order.id.clone();
+    let status = match state.store.register_order(order.clone()).await? {
+        Registered::Created => {
+            // Events that arrived before this order can be applied now.
+            state.worker_wake.notify_one();
+            StatusCode::CREATED
+        }
+        Registered::AlreadyExists => StatusCode::OK,
+        Registered::Conflict { existing } => {
+            return Err(ApiError::Conflict {
+                message: format!("order {id} is already registered with another amount or currency"),
+                existing: json!({ "amount": existing.amount_minor, "currency": existing.currency.as_str() }),
+            });
+        }
+    };
+    let view = state.store.order(&id).await?.ok_or_else(|| ApiError::NotFound(format!("order {id}")))?;
+    Ok((status, Json(order_json(&view))).into_response())
+}
+
+pub(crate) async fn get_order<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = OrderId::parse(id).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    match state.store.order(&id).await? {
+        Some(view) => Ok(Json(order_json(&view)).into_response()),
+        None => Err(ApiError::NotFound(format!("no order {id}"))),
+    }
+}
+
+fn order_json(v: &OrderView) -> serde_json::Value {
+    json!({
+        "id": v.id.as_str(),
+        "status": v.status.as_str(),
+        "amount": v.money.amount_minor,
+        "currency": v.money.currency.as_str(),
+        "created_at_ms": v.created_at_ms,
+        "updated_at_ms": v.updated_at_ms,
+        "history": v.history.iter().map(|h| json!({
+            "source": h.source,
+            "event_id": h.event_id,
+            "type": h.event_type,
+            "from": h.from.as_str(),
+            "to": h.to.as_str(),
+            "at_ms": h.at_ms,
+        })).collect::<Vec<_>>(),
+        "outbox": v.outbox,
+    })
+}

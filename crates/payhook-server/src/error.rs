@@ -1,0 +1,95 @@
+//! The one place where failures become HTTP status codes.
+//!
+//! Internal causes are logged here and never sent to the caller; the caller gets a stable machine code and a
+//! sentence saying what was wrong.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use payhook_store::StoreError;
+use serde_json::json;
+
+/// Every error the HTTP API can answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No source or object by that name.
+    #[error("{0}")]
+    NotFound(String),
+    /// The signature is missing, malformed, stale or wrong, or the API token is.
+    #[error("{message}")]
+    Unauthorized {
+        /// Stable reason code (`missing_header`, `malformed`, `stale`, `mismatch`, `missing_token`).
+        reason: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// The body is larger than the limit.
+    #[error("body exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The client did not send its body in time.
+    #[error("the request body did not arrive within {0} ms")]
+    BodyTimeout(u64),
+    /// The body could not be read (the client went away).
+    #[error("the request body could not be read")]
+    BodyUnreadable,
+    /// The request is well-formed but its content is not acceptable.
+    #[error("{0}")]
+    Invalid(String),
+    /// The request conflicts with what is stored.
+    #[error("{message}")]
+    Conflict {
+        /// What conflicts.
+        message: String,
+        /// The stored state, for the caller to compare.
+        existing: serde_json::Value,
+    },
+    /// The store failed; the caller may retry (503) unless the data is corrupt (500).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ApiError {
+    fn parts(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Unauthorized { reason, .. } => (StatusCode::UNAUTHORIZED, reason),
+            ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
+            ApiError::BodyUnreadable => (StatusCode::BAD_REQUEST, "body_unreadable"),
+            ApiError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+            ApiError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+            ApiError::Store(StoreError::Overloaded) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            ApiError::Store(StoreError::ShuttingDown) => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            ApiError::Store(StoreError::Unavailable(_)) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
+            ApiError::Store(StoreError::Corrupt(_)) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.parts();
+        let message = match &self {
+            ApiError::Store(e) => {
+                tracing::warn!(error = %e, cause = ?std::error::Error::source(e), "store error answered {status}");
+                match e {
+                    StoreError::Corrupt(_) => "internal error".to_owned(),
+                    _ => format!("{e}; retry later"),
+                }
+            }
+            other => other.to_string(),
+        };
+        let mut body = json!({ "error": code, "message": message });
+        if let ApiError::Conflict { existing, .. } = &self {
+            body["existing"] = existing.clone();
+        }
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}

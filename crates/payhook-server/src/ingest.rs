@@ -1,0 +1,129 @@
+//! `POST /webhooks/{source}`: body limit → source lookup → verify on the raw bytes → normalize → record → answer.
+//!
+//! Invariant: a 2xx is sent only after the store's commit returned; every verified delivery reaches the store
+//! (parseable or not), so nothing verified is dropped.
+
+use crate::app::{AppState, SourceRuntime, now_ms};
+use crate::error::ApiError;
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use payhook_core::event::EventId;
+use payhook_core::signature::Headers;
+use payhook_store::{Delivery, Parsed, Store};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Headers never stored with a delivery: they carry credentials of their own.
+const UNSTORED_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
+
+/// Adapts `http`'s header map to the core's header lookup.
+struct HttpHeaders<'a>(&'a HeaderMap);
+
+impl Headers for HttpHeaders<'_> {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+pub(crate) async fn handle<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(source): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Some(src) = state.sources.get(source.as_str()) else {
+        return Err(ApiError::NotFound(format!("no source named {source:?} is configured")));
+    };
+    let body = read_body(&headers, body, state.settings.body_limit_bytes, state.settings.body_timeout_ms).await?;
+    let received_at_ms = now_ms();
+    let verified = match src.settings.verifier.verify(&HttpHeaders(&headers), &body, received_at_ms / 1000) {
+        Ok(v) => v,
+        Err(e) => {
+            src.metrics.verification_failed(e.code());
+            tracing::warn!(source = %src.settings.name, reason = e.code(), "signature verification failed");
+            return Err(ApiError::Unauthorized {
+                reason: e.code(),
+                message: format!("signature verification failed: {e}"),
+            });
+        }
+    };
+
+    let parsed = match src.settings.format.parse(&body) {
+        Ok(event) => Parsed::Event(event),
+        Err(e) => Parsed::Unparseable {
+            event_id: derived_event_id(verified.delivery_id.as_deref(), &body),
+            reason: e.to_string(),
+        },
+    };
+    let delivery = Delivery {
+        source: src.settings.name.clone(),
+        received_at_ms,
+        parsed,
+        raw_body: body.to_vec(),
+        headers_json: headers_json(&headers),
+        verification: format!("{} (secret #{})", scheme_name(src), verified.secret_index),
+    };
+    let event_id = delivery.parsed.event_id().as_str().to_owned();
+    let recorded = state.store.ingest(delivery).await?;
+    src.metrics.recorded(recorded.outcome);
+    tracing::debug!(source = %src.settings.name, event_id, outcome = recorded.outcome.as_str(), "delivery recorded");
+    let mut answer = json!({ "status": recorded.outcome.as_str(), "event_id": event_id });
+    if let Some(detail) = recorded.detail {
+        answer["detail"] = detail.into();
+    }
+    Ok(Json(answer).into_response())
+}
+
+/// Reads the body, refusing it as soon as it passes the limit (whatever Content-Length claimed) or takes too long.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize, timeout_ms: u64) -> Result<Bytes, ApiError> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::TooLarge { limit });
+    }
+    let collect = Limited::new(body, limit).collect();
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), collect).await {
+        Err(_) => Err(ApiError::BodyTimeout(timeout_ms)),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::TooLarge { limit }),
+        Ok(Err(_)) => Err(ApiError::BodyUnreadable),
+    }
+}
+
+/// The id an unparseable body is stored under: the scheme's delivery id when it has one, else a hash of the
+/// bytes, so that the provider's redeliveries of the same body deduplicate.
+fn derived_event_id(delivery_id: Option<&str>, body: &[u8]) -> EventId {
+    if let Some(id) = delivery_id.and_then(|id| EventId::parse(id).ok()) {
+        return id;
+    }
+    let digest = hex::encode(Sha256::digest(body));
+    EventId::parse(format!("sha256:{digest}")).unwrap_or_else(|_| unreachable!("a hex digest is a valid id"))
+}
+
+fn scheme_name(src: &SourceRuntime) -> &'static str {
+    use payhook_core::signature::Scheme;
+    match src.settings.verifier.scheme() {
+        Scheme::Stripe => "stripe",
+        Scheme::StandardWebhooks => "standard-webhooks",
+        Scheme::Hmac { .. } => "hmac",
+    }
+}
+
+/// The request headers as a JSON object, without credentials.
+fn headers_json(headers: &HeaderMap) -> String {
+    let mut map = serde_json::Map::new();
+    for (name, value) in headers {
+        if UNSTORED_HEADERS.contains(&name.as_str()) {
+            continue;
+        }
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        map.insert(name.as_str().to_owned(), value.into());
+    }
+    serde_json::Value::Object(map).to_string()
+}

@@ -1,0 +1,9 @@
+//! Integration tests of payhook-server: the real app on a real socket over a real SQLite file.
+
+mod faults;
+mod helpers;
+mod ingest;
+mod lifecycle;
+mod orders;
+mod verification;
+mod worker;

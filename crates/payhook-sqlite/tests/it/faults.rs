@@ -1,0 +1,168 @@
+//! Fault injection: a trigger created on a side connection makes chosen outbox inserts fail, the way a full disk
+//! or a constraint bug would. The failing event must leave no trace; its batch-mates must commit.
+
+use crate::{TempStore, side_connection};
+use payhook_core::event::EventId;
+use payhook_core::ledger::OrderStatus;
+use payhook_sqlite::{SqliteOptions, SqliteStore};
+use payhook_store::contract::{
+    T0, event_view, ingest, new_order, order_view, pay, processed, register_new, source, test_policy,
+};
+use payhook_store::{Delivery, Outcome, Store, StoreError};
+
+fn business_keys(conn: &rusqlite::Connection) -> i64 {
+    conn.query_row("SELECT count(*) FROM business_keys", [], |r| r.get(0)).expect("count business keys")
+}
+
+fn assert_injected(result: Result<payhook_store::Recorded, StoreError>) {
+    match result {
+        Err(StoreError::Unavailable(cause)) => {
+            assert!(cause.to_string().contains("injected"), "unexpected cause: {cause}");
+        }
+        other => panic!("expected the injected failure, got {other:?}"),
+    }
+}
+
+async fn assert_not_stored<S: Store>(store: &S, delivery: &Delivery) {
+    let stored = store.event(&source(), delivery.parsed.event_id()).await.expect("event");
+    assert_eq!(stored, None, "nothing of the failed event may be stored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_outbox_insert_stores_nothing_of_its_event_and_its_redelivery_is_processed() {
+    let store = TempStore::open(test_policy());
+    register_new(&store, new_order("ord_f", 100, T0)).await;
+    let side = side_connection(store.path());
+    side.execute_batch(
+        "CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+    )
+    .expect("create the trigger");
+
+    let delivery = pay("evt_f", "ord_f", 100, T0 + 1);
+    assert_injected(store.ingest(delivery.clone()).await);
+    assert_not_stored(&store, &delivery).await;
+    let order = order_view(&store, "ord_f").await;
+    assert_eq!(order.status, OrderStatus::Pending);
+    assert!(order.history.is_empty() && order.outbox.is_empty(), "{order:?}");
+    assert_eq!(business_keys(&side), 0, "the business key is not consumed");
+
+    side.execute_batch("DROP TRIGGER fail_outbox").expect("drop the trigger");
+    assert_eq!(ingest(&store, delivery).await, processed(), "the provider's retry goes through");
+    let order = order_view(&store, "ord_f").await;
+    assert_eq!(order.status, OrderStatus::Paid);
+    assert_eq!(order.outbox.len(), 1);
+}
+
+/// All jobs are queued while a side connection holds the write lock, so they run in at most two batches, and the
+/// failing job (in the middle) shares its batch with others. The others commit durably.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_event_does_not_take_its_batch_mates_down() {
+    const N: usize = 50;
+    let store = TempStore::open(test_policy());
+    let orders: Vec<String> = (0..=N).map(|i| if i == N / 2 { "bad".to_owned() } else { format!("ord_{i}") }).collect();
+    for (i, order) in orders.iter().enumerate() {
+        register_new(&store, new_order(order, 100 + i as i64, T0)).await;
+    }
+    let side = side_connection(store.path());
+    side.execute_batch(
+        "CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox WHEN NEW.order_id = 'bad'
+         BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+    )
+    .expect("create the trigger");
+
+    let deliveries: Vec<Delivery> = orders
+        .iter()
+        .enumerate()
+        .map(|(i, order)| pay(&format!("evt_{order}"), order, 100 + i as i64, T0 + 1 + i as i64))
+        .collect();
+    // The writer blocks on the lock with at most the first few jobs in hand; the rest wait in its queue. The
+    // SQLite store queues a job when `ingest` is called, before the future is polled.
+    side.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
+    let pending: Vec<_> = deliveries.iter().map(|d| store.ingest(d.clone())).collect();
+    side.execute_batch("ROLLBACK").expect("release the write lock");
+    let mut results = Vec::new();
+    for future in pending {
+        results.push(future.await);
+    }
+
+    for (i, (delivery, result)) in deliveries.iter().zip(results).enumerate() {
+        if i == N / 2 {
+            assert_injected(result);
+            assert_not_stored(&store, delivery).await;
+        } else {
+            assert_eq!(result.expect("batch-mates commit").outcome, Outcome::Processed, "{i}");
+        }
+    }
+
+    // Durable: a new process opening the file sees every committed event.
+    let (_dir, path) = store.close();
+    let store = SqliteStore::open(SqliteOptions { retry: test_policy(), ..SqliteOptions::new(&path) }).expect("reopen");
+    for (i, order) in orders.iter().enumerate() {
+        let view = order_view(&store, order).await;
+        if i == N / 2 {
+            assert_eq!((view.status, view.outbox.len()), (OrderStatus::Pending, 0));
+        } else {
+            assert_eq!((view.status, view.outbox.len()), (OrderStatus::Paid, 1), "{order}");
+            assert_eq!(event_view(&store, &format!("evt_{order}")).await.status, Outcome::Processed);
+        }
+    }
+    assert_eq!(store.event(&source(), &EventId::parse("evt_bad").unwrap()).await.expect("event"), None);
+    side.execute_batch("DROP TRIGGER fail_outbox").expect("drop the trigger");
+    assert_eq!(ingest(&store, deliveries[N / 2].clone()).await, processed());
+}
+
+/// A batch whose COMMIT fails (a deferred foreign key violation, planted for order `bad`) answers every one of its
+/// jobs with an error and keeps none of them: no request is acknowledged for work that is not durable. The jobs
+/// are queued while the write lock is held, so `bad` shares its batch with at least half of the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_answers_every_job_of_its_batch_with_an_error_and_keeps_none() {
+    const N: usize = 50;
+    let store = TempStore::open(test_policy());
+    let orders: Vec<String> = (0..=N).map(|i| if i == N / 2 { "bad".to_owned() } else { format!("ord_{i}") }).collect();
+    for order in &orders {
+        register_new(&store, new_order(order, 100, T0)).await;
+    }
+    let side = side_connection(store.path());
+    side.execute_batch(
+        "ALTER TABLE outbox ADD COLUMN poison TEXT REFERENCES orders (id) DEFERRABLE INITIALLY DEFERRED;
+         CREATE TRIGGER poison_outbox AFTER INSERT ON outbox WHEN NEW.order_id = 'bad'
+         BEGIN UPDATE outbox SET poison = 'no-such-order' WHERE id = NEW.id; END;",
+    )
+    .expect("plant the deferred violation");
+
+    let deliveries: Vec<Delivery> =
+        orders.iter().map(|order| pay(&format!("evt_{order}"), order, 100, T0 + 1)).collect();
+    side.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
+    let pending: Vec<_> = deliveries.iter().map(|d| store.ingest(d.clone())).collect();
+    side.execute_batch("ROLLBACK").expect("release the write lock");
+    let mut results = Vec::new();
+    for future in pending {
+        results.push(future.await);
+    }
+
+    let mut failed = Vec::new();
+    for ((order, delivery), result) in orders.iter().zip(&deliveries).zip(results) {
+        let view = order_view(&store, order).await;
+        match result {
+            Ok(recorded) => {
+                assert_eq!(recorded, processed(), "{order}");
+                assert_eq!((view.status, view.outbox.len()), (OrderStatus::Paid, 1), "{order} was acknowledged");
+                assert_eq!(event_view(&store, delivery.parsed.event_id().as_str()).await.status, Outcome::Processed);
+            }
+            Err(StoreError::Unavailable(_)) => {
+                assert_not_stored(&store, delivery).await;
+                assert_eq!((view.status, view.outbox.len()), (OrderStatus::Pending, 0), "{order} failed");
+                failed.push(delivery.clone());
+            }
+            Err(other) => panic!("{order}: unexpected {other:?}"),
+        }
+    }
+    assert!(failed.iter().any(|d| d.parsed.event_id().as_str() == "evt_bad"), "the poisoned event cannot commit");
+    assert!(failed.len() > N / 2, "bad's batch-mates share its fate: only {} failed", failed.len());
+
+    side.execute_batch("DROP TRIGGER poison_outbox").expect("drop the trigger");
+    for delivery in failed {
+        assert_eq!(ingest(&store, delivery).await, processed(), "the provider's retry goes through");
+    }
+    assert_eq!(payhook_store::contract::paid_rows(&store).await, N as u64 + 1);
+}

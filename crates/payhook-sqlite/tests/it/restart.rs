@@ -1,0 +1,79 @@
+//! Durability across a restart, migrations, and two stores (processes) sharing one file.
+
+use crate::{TempStore, side_connection};
+use payhook_core::ledger::OrderStatus;
+use payhook_sqlite::{SqliteOptions, SqliteStore};
+use payhook_store::contract::{
+    BASE_MS, T0, claim, claim_due, event_view, ingest, new_order, order_view, pay, processed, register_new, retry,
+    stats, test_policy, unparseable,
+};
+use payhook_store::{Outcome, Registered, Retried, Store};
+use std::path::Path;
+
+fn reopen(path: &Path) -> SqliteStore {
+    SqliteStore::open(SqliteOptions { retry: test_policy(), ..SqliteOptions::new(path) }).expect("reopen")
+}
+
+fn user_version(path: &Path) -> usize {
+    side_connection(path).query_row("PRAGMA user_version", [], |r| r.get(0)).expect("user_version")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_committed_survives_a_reopen_and_migrations_run_once() {
+    let store = TempStore::open(test_policy());
+    assert_eq!(user_version(store.path()), SqliteStore::schema_version());
+    register_new(&store, new_order("ord_r1", 100, T0)).await;
+    assert_eq!(ingest(&store, pay("evt_r1", "ord_r1", 100, T0 + 1)).await, processed());
+    assert_eq!(ingest(&store, pay("evt_r2", "ord_r2", 200, T0 + 2)).await.outcome, Outcome::Deferred);
+    let body = b"\x00\xffnot json";
+    assert_eq!(ingest(&store, unparseable("evt_r3", body, "not json", T0 + 3)).await.outcome, Outcome::DeadLettered);
+    let order = order_view(&store, "ord_r1").await;
+    let events =
+        [event_view(&store, "evt_r1").await, event_view(&store, "evt_r2").await, event_view(&store, "evt_r3").await];
+    let counts = stats(&store).await;
+
+    let (_dir, path) = store.close();
+    for _ in 0..2 {
+        let store = reopen(&path);
+        assert_eq!(user_version(&path), SqliteStore::schema_version(), "migrations are applied once");
+        assert_eq!(order_view(&store, "ord_r1").await, order);
+        for event in &events {
+            assert_eq!(&event_view(&store, event.event_id.as_str()).await, event);
+        }
+        assert_eq!(stats(&store).await, counts);
+        // A redelivery after the restart is still a duplicate.
+        assert_eq!(ingest(&store, pay("evt_r1", "ord_r1", 100, T0 + 10)).await.outcome, Outcome::Duplicate);
+    }
+
+    // The deferred event is still waiting, and the reopened store can finish it.
+    let store = reopen(&path);
+    assert_eq!(store.register_order(new_order("ord_r2", 200, T0 + 20)).await.expect("register"), Registered::Created);
+    let c = claim_due(&store, claim("w", T0 + 20, 30_000)).await.pop().expect("the deferred event survived");
+    assert_eq!(c.event_id.as_str(), "evt_r2");
+    assert_eq!(retry(&store, c, T0 + 21).await, Retried::Done(processed()));
+    assert_eq!(order_view(&store, "ord_r2").await.status, OrderStatus::Paid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_file_migrate_once_and_deduplicate_together() {
+    let first = TempStore::open(test_policy());
+    let second = reopen(first.path());
+    assert_eq!(user_version(first.path()), SqliteStore::schema_version());
+
+    register_new(&first, new_order("ord_s", 100, T0)).await;
+    assert_eq!(second.register_order(new_order("ord_s", 100, T0)).await.expect("register"), Registered::AlreadyExists);
+    let delivery = pay("evt_s", "ord_s", 100, T0 + 1);
+    let (a, b) = tokio::join!(first.ingest(delivery.clone()), second.ingest(delivery));
+    let mut outcomes = [a.expect("first").outcome, b.expect("second").outcome];
+    outcomes.sort_by_key(|o| o.as_str());
+    assert_eq!(outcomes, [Outcome::Duplicate, Outcome::Processed]);
+    assert_eq!(order_view(&second, "ord_s").await.outbox.len(), 1);
+
+    // A deferred event is leased by one of them only.
+    assert_eq!(ingest(&first, pay("evt_s2", "ord_s2", 100, T0)).await.outcome, Outcome::Deferred);
+    let (a, b) = tokio::join!(
+        first.claim_due(claim("proc-1", T0 + BASE_MS, 30_000)),
+        second.claim_due(claim("proc-2", T0 + BASE_MS, 30_000)),
+    );
+    assert_eq!(a.expect("claim").len() + b.expect("claim").len(), 1);
+}

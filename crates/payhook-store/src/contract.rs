@@ -1,0 +1,773 @@
+//! The store contract: the behaviour every [`Store`] backend must show, as a test suite they all run.
+//!
+//! Each case is a `pub async fn` generic over `S: Store` that takes a freshly created, empty store and panics
+//! when the backend misbehaves. A backend runs the whole suite with one macro call in its integration tests:
+//!
+//! ```text
+//! payhook_store::store_contract_tests!(|policy| open_fresh_store(policy));
+//! ```
+//!
+//! The expression after `|policy|` is evaluated inside an `async fn(policy: RetryPolicy) -> impl Store`, so it
+//! may `.await`; it must return a new, empty store that applies `policy` to deferred events. The calling crate
+//! needs `tokio` with the `macros` and `rt-multi-thread` features.
+//!
+//! Time is always passed explicitly (`received_at_ms`, `now_ms`), so the cases control the clock and never sleep.
+//! The policies they use have no jitter, so retry times are exact.
+
+use crate::{
+    Claim, Claimed, Delivery, EventView, NewOrder, OrderView, Outcome, Parsed, Recorded, Registered, Retried, Stats,
+    Store,
+};
+use payhook_core::event::{Currency, EventId, Money, OrderAction, OrderId, SourceName};
+use payhook_core::format::Format;
+use payhook_core::ledger::OrderStatus;
+use std::sync::Arc;
+
+pub use payhook_core::retry::RetryPolicy;
+
+/// Expands to one `#[tokio::test]` per contract case, each on a fresh store made by the factory.
+///
+/// `store_contract_tests!(|policy| make(policy))`: the factory expression is the body of an
+/// `async fn(policy: RetryPolicy) -> impl Store`, so it may `.await`.
+#[macro_export]
+macro_rules! store_contract_tests {
+    (|$policy:ident| $make:expr $(,)?) => {
+        /// A fresh, empty store applying `policy`: the factory given to `store_contract_tests!`.
+        async fn __contract_store($policy: $crate::contract::RetryPolicy) -> impl $crate::Store {
+            $make
+        }
+
+        $crate::__store_contract_cases! {
+            __contract_store;
+            $crate::contract::test_policy() => [
+                an_empty_store_answers_and_holds_nothing,
+                a_delivery_seen_twice_is_recorded_once,
+                concurrent_copies_of_one_delivery_are_processed_exactly_once,
+                a_second_event_for_the_same_business_fact_is_a_duplicate,
+                concurrent_events_for_the_same_business_fact_are_applied_once,
+                a_payment_after_a_refund_is_processed_as_a_no_op,
+                a_payment_before_its_order_is_deferred_and_applied_once_the_order_is_registered,
+                a_deferred_event_retried_too_early_waits_longer_each_time,
+                two_early_payments_for_one_order_settle_as_one_payment_and_one_duplicate,
+                a_payment_of_another_amount_is_dead_lettered_and_leaves_the_business_fact_free,
+                a_payment_in_another_currency_is_dead_lettered,
+                an_unparseable_delivery_is_kept_byte_for_byte_as_a_dead_letter,
+                an_event_of_an_ignored_type_is_recorded_as_ignored,
+                a_lease_keeps_other_workers_away_until_it_expires_and_a_lost_lease_changes_nothing,
+                claims_take_the_earliest_due_events_up_to_the_limit,
+                registering_an_order_is_idempotent_and_reports_conflicts,
+                a_dispute_before_its_payment_waits_for_the_payment,
+                a_failed_payment_followed_by_a_successful_one_pays_the_order,
+                stats_count_events_orders_and_outbox_rows,
+            ],
+            $crate::contract::two_attempt_policy() => [
+                a_deferred_event_is_dead_lettered_when_its_retry_budget_is_spent,
+            ],
+        }
+    };
+}
+
+/// Implementation detail of [`store_contract_tests!`]: one test per case, each with its policy.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_contract_cases {
+    ($make:ident; $($policy:expr => [$($case:ident),* $(,)?]),* $(,)?) => {
+        $($(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                $crate::contract::$case($make($policy).await).await;
+            }
+        )*)*
+    };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------------------------
+
+/// The source every contract delivery arrives on.
+pub const SOURCE: &str = "shop";
+
+/// The contract's epoch, unix milliseconds. Every time in the cases is an offset from it.
+pub const T0: i64 = 1_700_000_000_000;
+
+/// The first retry delay of [`test_policy`] and [`two_attempt_policy`]: a deferred event is due this long after
+/// its first attempt.
+pub const BASE_MS: i64 = 1_000;
+
+/// The policy most cases run with: 1 s doubling, no jitter (retry times are exact), 5 attempts.
+pub fn test_policy() -> RetryPolicy {
+    RetryPolicy { base_ms: BASE_MS as u64, factor: 2, cap_ms: 60_000, jitter: 0.0, max_attempts: 5 }
+}
+
+/// Like [`test_policy`] but with a budget of two attempts: the first retry is the last.
+pub fn two_attempt_policy() -> RetryPolicy {
+    RetryPolicy { max_attempts: 2, ..test_policy() }
+}
+
+/// The contract's source name.
+pub fn source() -> SourceName {
+    SourceName::parse(SOURCE).expect("valid source")
+}
+
+/// A checked order id.
+pub fn order_id(id: &str) -> OrderId {
+    OrderId::parse(id).expect("valid order id")
+}
+
+/// A checked event id.
+pub fn event_id(id: &str) -> EventId {
+    EventId::parse(id).expect("valid event id")
+}
+
+/// An amount in a currency (`"usd"`, `"eur"`).
+pub fn money(amount_minor: i64, currency: &str) -> Money {
+    Money::new(amount_minor, Currency::parse(currency).expect("valid currency")).expect("valid amount")
+}
+
+/// An amount in US cents.
+pub fn usd(amount_minor: i64) -> Money {
+    money(amount_minor, "usd")
+}
+
+/// An order of `amount_minor` US cents registered at `now_ms`.
+pub fn new_order(id: &str, amount_minor: i64, now_ms: i64) -> NewOrder {
+    NewOrder { id: order_id(id), money: usd(amount_minor), now_ms }
+}
+
+/// The headers every contract delivery carries.
+pub const HEADERS_JSON: &str = r#"{"content-type":"application/json","x-signature":"t=1,v1=00"}"#;
+
+/// The verification note every contract delivery carries.
+pub const VERIFICATION: &str = "hmac-sha256 (secret #0)";
+
+/// A delivery of `body`, parsed by the generic payload format as the pipeline would.
+pub fn generic_delivery(body: Vec<u8>, received_at_ms: i64) -> Delivery {
+    let event = Format::Generic.parse(&body).expect("the fixture body parses");
+    Delivery {
+        source: source(),
+        received_at_ms,
+        parsed: Parsed::Event(event),
+        raw_body: body,
+        headers_json: HEADERS_JSON.to_owned(),
+        verification: VERIFICATION.to_owned(),
+    }
+}
+
+/// A generic-format event (`payment.succeeded`, …) about `order` for `amount` in `currency`.
+pub fn order_event(
+    event_id: &str,
+    action: OrderAction,
+    order: &str,
+    amount_minor: i64,
+    currency: &str,
+    received_at_ms: i64,
+) -> Delivery {
+    let body = serde_json::json!({
+        "id": event_id,
+        "type": generic_type(action),
+        "created": received_at_ms / 1000,
+        "data": { "order_id": order, "amount": amount_minor, "currency": currency },
+    });
+    generic_delivery(body.to_string().into_bytes(), received_at_ms)
+}
+
+/// The generic format's type for an action.
+fn generic_type(action: OrderAction) -> &'static str {
+    match action {
+        OrderAction::Pay => "payment.succeeded",
+        OrderAction::Fail => "payment.failed",
+        OrderAction::Refund => "payment.refunded",
+        OrderAction::Dispute => "payment.disputed",
+    }
+}
+
+/// `payment.succeeded` for `order`, in US cents.
+pub fn pay(event_id: &str, order: &str, amount_minor: i64, received_at_ms: i64) -> Delivery {
+    order_event(event_id, OrderAction::Pay, order, amount_minor, "usd", received_at_ms)
+}
+
+/// `payment.failed` for `order`, in US cents.
+pub fn fail(event_id: &str, order: &str, amount_minor: i64, received_at_ms: i64) -> Delivery {
+    order_event(event_id, OrderAction::Fail, order, amount_minor, "usd", received_at_ms)
+}
+
+/// `payment.refunded` for `order`, in US cents.
+pub fn refund(event_id: &str, order: &str, amount_minor: i64, received_at_ms: i64) -> Delivery {
+    order_event(event_id, OrderAction::Refund, order, amount_minor, "usd", received_at_ms)
+}
+
+/// `payment.disputed` for `order`, in US cents.
+pub fn dispute(event_id: &str, order: &str, amount_minor: i64, received_at_ms: i64) -> Delivery {
+    order_event(event_id, OrderAction::Dispute, order, amount_minor, "usd", received_at_ms)
+}
+
+/// A generic-format event of a type payhook does not act on.
+pub fn ignored(event_id: &str, event_type: &str, received_at_ms: i64) -> Delivery {
+    let body = serde_json::json!({
+        "id": event_id, "type": event_type, "created": received_at_ms / 1000, "data": { "customer": "cus_1" },
+    });
+    generic_delivery(body.to_string().into_bytes(), received_at_ms)
+}
+
+/// A verified body that no format understands, kept under `event_id`.
+pub fn unparseable(event_id: &str, body: &[u8], reason: &str, received_at_ms: i64) -> Delivery {
+    Delivery {
+        source: source(),
+        received_at_ms,
+        parsed: Parsed::Unparseable { event_id: self::event_id(event_id), reason: reason.to_owned() },
+        raw_body: body.to_vec(),
+        headers_json: HEADERS_JSON.to_owned(),
+        verification: VERIFICATION.to_owned(),
+    }
+}
+
+/// The business key the payload format gave a delivery.
+pub fn business_key(delivery: &Delivery) -> String {
+    match &delivery.parsed {
+        Parsed::Event(e) => e.business_key.clone(),
+        Parsed::Unparseable { .. } => panic!("an unparseable delivery has no business key"),
+    }
+}
+
+/// A claim of up to 100 rows by `owner` at `now_ms`, leased for `lease_ms`.
+pub fn claim(owner: &str, now_ms: i64, lease_ms: i64) -> Claim {
+    Claim { now_ms, lease_ms, limit: 100, owner: owner.to_owned() }
+}
+
+/// The answer of an event that was applied with nothing to explain.
+pub fn processed() -> Recorded {
+    Recorded { outcome: Outcome::Processed, detail: None }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Checked store calls: every error is a test failure.
+// ---------------------------------------------------------------------------------------------------------------
+
+/// Ingests `delivery`, failing the test on a store error.
+pub async fn ingest<S: Store>(store: &S, delivery: Delivery) -> Recorded {
+    let id = delivery.parsed.event_id().clone();
+    match store.ingest(delivery).await {
+        Ok(recorded) => recorded,
+        Err(e) => panic!("ingest of {id} failed: {e} ({e:?})"),
+    }
+}
+
+/// Registers `order`, failing the test on a store error.
+pub async fn register<S: Store>(store: &S, order: NewOrder) -> Registered {
+    store.register_order(order).await.expect("register_order")
+}
+
+/// Registers `order` and checks that it is new.
+pub async fn register_new<S: Store>(store: &S, order: NewOrder) {
+    let id = order.id.clone();
+    assert_eq!(register(store, order).await, Registered::Created, "registering order {id}");
+}
+
+/// The order `id`, which must exist.
+pub async fn order_view<S: Store>(store: &S, id: &str) -> OrderView {
+    store.order(&order_id(id)).await.expect("order").unwrap_or_else(|| panic!("order {id} does not exist"))
+}
+
+/// The recorded delivery `id` of the contract source, which must exist.
+pub async fn event_view<S: Store>(store: &S, id: &str) -> EventView {
+    store.event(&source(), &event_id(id)).await.expect("event").unwrap_or_else(|| panic!("event {id} is not stored"))
+}
+
+/// Claims due rows, failing the test on a store error.
+pub async fn claim_due<S: Store>(store: &S, claim: Claim) -> Vec<Claimed> {
+    store.claim_due(claim).await.expect("claim_due")
+}
+
+/// Retries a claimed row, failing the test on a store error.
+pub async fn retry<S: Store>(store: &S, claimed: Claimed, now_ms: i64) -> Retried {
+    store.retry(claimed, now_ms).await.expect("retry")
+}
+
+/// Row counts, failing the test on a store error.
+pub async fn stats<S: Store>(store: &S) -> Stats {
+    store.stats().await.expect("stats")
+}
+
+/// The outbox kinds of an order, oldest first.
+pub fn outbox_kinds(order: &OrderView) -> Vec<&str> {
+    order.outbox.iter().map(|o| o.kind.as_str()).collect()
+}
+
+/// An order's history as `(from, to, event id)`, oldest first.
+pub fn transitions(order: &OrderView) -> Vec<(OrderStatus, OrderStatus, &str)> {
+    order.history.iter().map(|h| (h.from, h.to, h.event_id.as_str())).collect()
+}
+
+/// The `order.paid` rows in the whole store.
+pub async fn paid_rows<S: Store>(store: &S) -> u64 {
+    Stats::count(&stats(store).await.outbox, "order.paid")
+}
+
+fn detail_of(recorded: &Recorded) -> &str {
+    recorded.detail.as_deref().unwrap_or_else(|| panic!("{recorded:?} should explain itself"))
+}
+
+/// Spawns `n` concurrent ingests on a shared store and returns their outcomes.
+async fn ingest_concurrently<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> Vec<Recorded> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for delivery in deliveries {
+        let store = Arc::clone(store);
+        tasks.spawn(async move { ingest(&*store, delivery).await });
+    }
+    let mut results = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        results.push(joined.expect("ingest task panicked"));
+    }
+    results
+}
+
+fn count(results: &[Recorded], outcome: Outcome) -> usize {
+    results.iter().filter(|r| r.outcome == outcome).count()
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Cases
+// ---------------------------------------------------------------------------------------------------------------
+
+/// A new store answers, has nothing due and knows no order or event.
+pub async fn an_empty_store_answers_and_holds_nothing<S: Store>(store: S) {
+    store.ping().await.expect("ping");
+    assert_eq!(store.next_due_ms().await.expect("next_due_ms"), None);
+    assert!(claim_due(&store, claim("w", T0, 1_000)).await.is_empty());
+    assert_eq!(store.order(&order_id("ord_none")).await.expect("order"), None);
+    assert_eq!(store.event(&source(), &event_id("evt_none")).await.expect("event"), None);
+    let s = stats(&store).await;
+    assert!(s.events.iter().chain(&s.orders).chain(&s.outbox).all(|(_, n)| *n == 0), "{s:?}");
+}
+
+/// The same delivery twice: processed once, then a duplicate; one receipt, one transition, the first receipt kept.
+pub async fn a_delivery_seen_twice_is_recorded_once<S: Store>(store: S) {
+    register_new(&store, new_order("ord_1", 1999, T0)).await;
+    let first = pay("evt_1", "ord_1", 1999, T0 + 1);
+    let mut again = first.clone();
+    again.received_at_ms = T0 + 2;
+    again.headers_json = r#"{"retry":"1"}"#.to_owned();
+
+    assert_eq!(ingest(&store, first.clone()).await, processed());
+    let second = ingest(&store, again).await;
+    assert_eq!(second.outcome, Outcome::Duplicate, "{second:?}");
+
+    let order = order_view(&store, "ord_1").await;
+    assert_eq!(order.status, OrderStatus::Paid);
+    assert_eq!(order.money, usd(1999));
+    assert_eq!((order.created_at_ms, order.updated_at_ms), (T0, T0 + 1));
+    assert_eq!(transitions(&order), [(OrderStatus::Pending, OrderStatus::Paid, "evt_1")]);
+    let audit = &order.history[0];
+    assert_eq!((audit.source.as_str(), audit.event_type.as_str(), audit.at_ms), (SOURCE, "payment.succeeded", T0 + 1));
+    assert_eq!(outbox_kinds(&order), ["order.paid"]);
+    let receipt = &order.outbox[0];
+    assert_eq!((receipt.status.as_str(), receipt.created_at_ms), ("pending", T0 + 1));
+    for (field, value) in [
+        ("kind", "order.paid"),
+        ("order_id", "ord_1"),
+        ("status", "paid"),
+        ("previous_status", "pending"),
+        ("source", SOURCE),
+        ("event_id", "evt_1"),
+        ("event_type", "payment.succeeded"),
+    ] {
+        assert_eq!(receipt.payload[field], value, "outbox payload field {field}: {}", receipt.payload);
+    }
+    assert_eq!(paid_rows(&store).await, 1);
+
+    // The stored delivery is the first one, untouched by its redelivery.
+    let event = event_view(&store, "evt_1").await;
+    assert_eq!(event.status, Outcome::Processed);
+    assert_eq!((event.attempts, event.next_attempt_at_ms, event.received_at_ms), (1, None, T0 + 1));
+    assert_eq!(event.event_type.as_deref(), Some("payment.succeeded"));
+    assert_eq!(event.business_key, Some(business_key(&first)));
+    assert_eq!((event.headers_json.as_str(), event.verification.as_str()), (HEADERS_JSON, VERIFICATION));
+    assert_eq!(event.raw_body, first.raw_body);
+    let Parsed::Event(parsed) = &first.parsed else { unreachable!() };
+    assert_eq!(event.effect.as_ref(), Some(&parsed.effect));
+}
+
+/// Sixteen concurrent copies of one delivery: exactly one is processed, the others are duplicates.
+pub async fn concurrent_copies_of_one_delivery_are_processed_exactly_once<S: Store>(store: S) {
+    let store = Arc::new(store);
+    register_new(&*store, new_order("ord_2", 500, T0)).await;
+    let delivery = pay("evt_2", "ord_2", 500, T0 + 1);
+
+    let results = ingest_concurrently(&store, vec![delivery; 16]).await;
+    assert_eq!(count(&results, Outcome::Processed), 1, "{results:?}");
+    assert_eq!(count(&results, Outcome::Duplicate), 15, "{results:?}");
+
+    let order = order_view(&*store, "ord_2").await;
+    assert_eq!(order.status, OrderStatus::Paid);
+    assert_eq!(outbox_kinds(&order), ["order.paid"]);
+    assert_eq!(order.history.len(), 1);
+    assert_eq!(paid_rows(&*store).await, 1);
+    let event = event_view(&*store, "evt_2").await;
+    assert_eq!((event.status, event.reason, event.attempts), (Outcome::Processed, None, 1), "the copies leave it be");
+}
+
+/// Another event id for a business fact already applied is a duplicate, and says which key it collided on.
+pub async fn a_second_event_for_the_same_business_fact_is_a_duplicate<S: Store>(store: S) {
+    register_new(&store, new_order("ord_3", 700, T0)).await;
+    let first = pay("evt_3a", "ord_3", 700, T0 + 1);
+    let second = pay("evt_3b", "ord_3", 700, T0 + 2);
+    let key = business_key(&first);
+    assert_eq!(key, business_key(&second), "the fixture events share a business key");
+
+    assert_eq!(ingest(&store, first).await, processed());
+    let dup = ingest(&store, second).await;
+    assert_eq!(dup.outcome, Outcome::Duplicate, "{dup:?}");
+    assert!(detail_of(&dup).contains(&key), "the detail {dup:?} should name the business key {key}");
+
+    // The duplicate is stored (it is a distinct delivery) with its reason.
+    let event = event_view(&store, "evt_3b").await;
+    assert_eq!(event.status, Outcome::Duplicate);
+    assert_eq!(event.reason, dup.detail);
+    assert_eq!(event.business_key.as_deref(), Some(key.as_str()));
+
+    let order = order_view(&store, "ord_3").await;
+    assert_eq!(transitions(&order), [(OrderStatus::Pending, OrderStatus::Paid, "evt_3a")]);
+    assert_eq!(outbox_kinds(&order), ["order.paid"]);
+    assert_eq!(paid_rows(&store).await, 1);
+}
+
+/// Sixteen concurrent events with distinct ids but one business fact: applied once, fifteen duplicates.
+pub async fn concurrent_events_for_the_same_business_fact_are_applied_once<S: Store>(store: S) {
+    let store = Arc::new(store);
+    register_new(&*store, new_order("ord_4", 900, T0)).await;
+    let deliveries = (0..16).map(|i| pay(&format!("evt_4_{i}"), "ord_4", 900, T0 + 1 + i)).collect();
+
+    let results = ingest_concurrently(&store, deliveries).await;
+    assert_eq!(count(&results, Outcome::Processed), 1, "{results:?}");
+    assert_eq!(count(&results, Outcome::Duplicate), 15, "{results:?}");
+    assert!(results.iter().filter(|r| r.outcome == Outcome::Processed).all(|r| r.detail.is_none()));
+
+    let order = order_view(&*store, "ord_4").await;
+    assert_eq!(order.status, OrderStatus::Paid);
+    assert_eq!(order.history.len(), 1);
+    assert_eq!(outbox_kinds(&order), ["order.paid"]);
+    let s = stats(&*store).await;
+    assert_eq!((Stats::count(&s.events, "processed"), Stats::count(&s.events, "duplicate")), (1, 15), "{s:?}");
+}
+
+/// A refund that arrives before its payment refunds the order; the late payment is processed as a no-op.
+pub async fn a_payment_after_a_refund_is_processed_as_a_no_op<S: Store>(store: S) {
+    register_new(&store, new_order("ord_5", 1200, T0)).await;
+    assert_eq!(ingest(&store, refund("evt_5r", "ord_5", 1200, T0 + 1)).await, processed());
+    let before = order_view(&store, "ord_5").await;
+    assert_eq!(before.status, OrderStatus::Refunded);
+    assert_eq!(transitions(&before), [(OrderStatus::Pending, OrderStatus::Refunded, "evt_5r")]);
+    assert_eq!(outbox_kinds(&before), ["order.refunded"]);
+
+    let late = ingest(&store, pay("evt_5p", "ord_5", 1200, T0 + 2)).await;
+    assert_eq!(late.outcome, Outcome::Processed, "{late:?}");
+    detail_of(&late);
+
+    assert_eq!(order_view(&store, "ord_5").await, before, "a no-op changes nothing");
+    assert_eq!(paid_rows(&store).await, 0);
+    let event = event_view(&store, "evt_5p").await;
+    assert_eq!((event.status, event.reason.clone()), (Outcome::Processed, late.detail));
+}
+
+/// A payment for an order that does not exist yet is deferred; registering the order makes it due at once, and
+/// the retry applies it exactly once.
+pub async fn a_payment_before_its_order_is_deferred_and_applied_once_the_order_is_registered<S: Store>(store: S) {
+    let early = ingest(&store, pay("evt_6", "ord_6", 300, T0)).await;
+    assert_eq!(early.outcome, Outcome::Deferred, "{early:?}");
+    detail_of(&early);
+    assert_eq!(store.order(&order_id("ord_6")).await.expect("order"), None, "deferral creates no order");
+
+    let event = event_view(&store, "evt_6").await;
+    assert_eq!(event.status, Outcome::Deferred);
+    assert_eq!(event.attempts, 1);
+    assert_eq!(event.next_attempt_at_ms, Some(T0 + BASE_MS), "the policy's first delay");
+    assert_eq!(event.reason, early.detail);
+    assert_eq!(store.next_due_ms().await.expect("next_due_ms"), Some(T0 + BASE_MS));
+    assert!(claim_due(&store, claim("w1", T0 + 10, 30_000)).await.is_empty(), "not due yet");
+
+    let registered_at = T0 + 20;
+    register_new(&store, new_order("ord_6", 300, registered_at)).await;
+    let due = store.next_due_ms().await.expect("next_due_ms").expect("the deferred event is still waiting");
+    assert!(due <= registered_at, "registering the order makes its events due at once, next due {due}");
+
+    let mut claimed = claim_due(&store, claim("w1", registered_at, 30_000)).await;
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let c = claimed.pop().unwrap();
+    assert_eq!((c.source.as_str(), c.event_id.as_str(), c.attempts, c.owner.as_str()), (SOURCE, "evt_6", 1, "w1"));
+
+    assert_eq!(retry(&store, c, registered_at + 1).await, Retried::Done(processed()));
+    let order = order_view(&store, "ord_6").await;
+    assert_eq!(order.status, OrderStatus::Paid);
+    assert_eq!(transitions(&order), [(OrderStatus::Pending, OrderStatus::Paid, "evt_6")]);
+    assert_eq!(order.history[0].at_ms, registered_at + 1);
+    assert_eq!(outbox_kinds(&order), ["order.paid"]);
+    assert_eq!(paid_rows(&store).await, 1);
+
+    let event = event_view(&store, "evt_6").await;
+    assert_eq!((event.status, event.attempts, event.next_attempt_at_ms), (Outcome::Processed, 2, None));
+    assert!(claim_due(&store, claim("w2", T0 + 10_000_000, 30_000)).await.is_empty(), "nothing left to claim");
+    assert_eq!(store.next_due_ms().await.expect("next_due_ms"), None);
+}
+
+/// A deferred event retried while its order is still missing is deferred again, with the next backoff step.
+pub async fn a_deferred_event_retried_too_early_waits_longer_each_time<S: Store>(store: S) {
+    assert_eq!(ingest(&store, pay("evt_7", "ord_7", 100, T0)).await.outcome, Outcome::Deferred);
+    let first_due = T0 + BASE_MS;
+
+    let c = claim_due(&store, claim("w", first_due, 30_000)).await.pop().expect("due");
+    let Retried::Done(again) = retry(&store, c, first_due).await else { panic!("lease lost") };
+    assert_eq!(again.outcome, Outcome::Deferred, "{again:?}");
+    let event = event_view(&store, "evt_7").await;
+    assert_eq!((event.status, event.attempts), (Outcome::Deferred, 2));
+    let second_due = first_due + 2 * BASE_MS;
+    assert_eq!(event.next_attempt_at_ms, Some(second_due), "the second delay doubles the first");
+    assert_eq!(store.next_due_ms().await.expect("next_due_ms"), Some(second_due));
+    assert!(claim_due(&store, claim("w", second_due - 1, 30_000)).await.is_empty(), "the old lease is released");
+
+    let c = claim_due(&store, claim("w", second_due, 30_000)).await.pop().expect("due again");
+    assert_eq!(c.attempts, 2);
+    assert!(matches!(retry(&store, c, second_due).await, Retried::Done(Recorded { outcome: Outcome::Deferred, .. })));
+    let event = event_view(&store, "evt_7").await;
+    assert_eq!((event.attempts, event.next_attempt_at_ms), (3, Some(second_due + 4 * BASE_MS)));
+}
+
+/// Two payments with distinct ids arrive before their order: once it exists, one pays it, the other is a
+/// duplicate of the same business fact.
+pub async fn two_early_payments_for_one_order_settle_as_one_payment_and_one_duplicate<S: Store>(store: S) {
+    assert_eq!(ingest(&store, pay("evt_8a", "ord_8", 100, T0)).await.outcome, Outcome::Deferred);
+    assert_eq!(ingest(&store, pay("evt_8b", "ord_8", 100, T0 + 1)).await.outcome, Outcome::Deferred);
+    register_new(&store, new_order("ord_8", 100, T0 + 2)).await;
+
+    let claimed = claim_due(&store, claim("w", T0 + 2, 30_000)).await;
+    assert_eq!(claimed.len(), 2, "{claimed:?}");
+    let mut outcomes = Vec::new();
+    for c in claimed {
+        let Retried::Done(r) = retry(&store, c, T0 + 3).await else { panic!("lease lost") };
+        outcomes.push(r.outcome);
+    }
+    outcomes.sort_by_key(|o| o.as_str());
+    assert_eq!(outcomes, [Outcome::Duplicate, Outcome::Processed]);
+    let order = order_view(&store, "ord_8").await;
+    assert_eq!((order.status, order.history.len()), (OrderStatus::Paid, 1));
+    assert_eq!(outbox_kinds(&order), ["order.paid"]);
+    assert_eq!(store.next_due_ms().await.expect("next_due_ms"), None);
+}
+
+/// A payment whose amount differs from the order's is dead-lettered; the order stays pending and the business
+/// fact stays free for a correct payment.
+pub async fn a_payment_of_another_amount_is_dead_lettered_and_leaves_the_business_fact_free<S: Store>(store: S) {
+    register_new(&store, new_order("ord_9", 1999, T0)).await;
+    let wrong = ingest(&store, pay("evt_9a", "ord_9", 1000, T0 + 1)).await;
+    assert_eq!(wrong.outcome, Outcome::DeadLettered, "{wrong:?}");
+    detail_of(&wrong);
+
+    let order = order_view(&store, "ord_9").await;
+    assert_eq!(order.status, OrderStatus::Pending);
+    assert!(order.history.is_empty() && order.outbox.is_empty(), "{order:?}");
+    let event = event_view(&store, "evt_9a").await;
+    assert_eq!(
+        (event.status, event.reason.clone(), event.next_attempt_at_ms),
+        (Outcome::DeadLettered, wrong.detail, None)
+    );
+    assert!(claim_due(&store, claim("w", T0 + 10_000_000, 1_000)).await.is_empty(), "a dead letter is never retried");
+
+    assert_eq!(ingest(&store, pay("evt_9b", "ord_9", 1999, T0 + 2)).await, processed());
+    let order = order_view(&store, "ord_9").await;
+    assert_eq!(transitions(&order), [(OrderStatus::Pending, OrderStatus::Paid, "evt_9b")]);
+    assert_eq!(paid_rows(&store).await, 1);
+}
+
+/// The currency counts as much as the amount.
+pub async fn a_payment_in_another_currency_is_dead_lettered<S: Store>(store: S) {
+    register_new(&store, new_order("ord_10", 500, T0)).await;
+    let wrong = ingest(&store, order_event("evt_10", OrderAction::Pay, "ord_10", 500, "eur", T0 + 1)).await;
+    assert_eq!(wrong.outcome, Outcome::DeadLettered, "{wrong:?}");
+    assert_eq!(order_view(&store, "ord_10").await.status, OrderStatus::Pending);
+    assert_eq!(paid_rows(&store).await, 0);
+}
+
+/// A verified body that cannot be parsed is dead-lettered with its exact bytes; its redelivery is a duplicate.
+pub async fn an_unparseable_delivery_is_kept_byte_for_byte_as_a_dead_letter<S: Store>(store: S) {
+    let body: &[u8] = b"\xff\xfe{\"id\":\x00 not json\r\n\xc3\x28 \xe2\x82";
+    let reason = "body is not valid JSON: expected value at line 1 column 1";
+    let delivery = unparseable("sha256_0f1e2d", body, reason, T0);
+
+    let recorded = ingest(&store, delivery.clone()).await;
+    assert_eq!(recorded, Recorded { outcome: Outcome::DeadLettered, detail: Some(reason.to_owned()) });
+
+    let event = event_view(&store, "sha256_0f1e2d").await;
+    assert_eq!(event.raw_body, body, "the body is stored byte for byte");
+    assert_eq!((event.status, event.reason.as_deref()), (Outcome::DeadLettered, Some(reason)));
+    assert_eq!((event.event_type, event.business_key, event.effect), (None, None, None));
+    assert_eq!((event.received_at_ms, event.next_attempt_at_ms), (T0, None));
+    assert_eq!((event.headers_json.as_str(), event.verification.as_str()), (HEADERS_JSON, VERIFICATION));
+
+    assert_eq!(ingest(&store, delivery).await.outcome, Outcome::Duplicate);
+    assert_eq!(Stats::count(&stats(&store).await.events, "dead_lettered"), 1);
+    assert!(claim_due(&store, claim("w", T0 + 10_000_000, 1_000)).await.is_empty());
+}
+
+/// An event of a type payhook does not act on is recorded as ignored and touches no order.
+pub async fn an_event_of_an_ignored_type_is_recorded_as_ignored<S: Store>(store: S) {
+    let delivery = ignored("evt_11", "customer.created", T0);
+    assert_eq!(ingest(&store, delivery.clone()).await, Recorded { outcome: Outcome::Ignored, detail: None });
+
+    let event = event_view(&store, "evt_11").await;
+    assert_eq!(event.status, Outcome::Ignored);
+    assert_eq!(event.event_type.as_deref(), Some("customer.created"));
+    assert_eq!(event.raw_body, delivery.raw_body);
+    assert_eq!(ingest(&store, delivery).await.outcome, Outcome::Duplicate);
+
+    let s = stats(&store).await;
+    assert_eq!(Stats::count(&s.events, "ignored"), 1, "{s:?}");
+    assert!(s.orders.iter().chain(&s.outbox).all(|(_, n)| *n == 0), "{s:?}");
+}
+
+/// A claimed row is leased: another worker cannot claim it before the lease expires, may take it afterwards, and
+/// the first worker's stale claim then changes nothing, even once the event could be applied.
+pub async fn a_lease_keeps_other_workers_away_until_it_expires_and_a_lost_lease_changes_nothing<S: Store>(store: S) {
+    const LEASE: i64 = 5_000;
+    assert_eq!(ingest(&store, pay("evt_12", "ord_12", 100, T0)).await.outcome, Outcome::Deferred);
+    let t = T0 + BASE_MS;
+
+    let a = claim_due(&store, claim("worker-a", t, LEASE)).await.pop().expect("due at t");
+    assert_eq!(a.owner, "worker-a");
+    assert!(claim_due(&store, claim("worker-b", t, LEASE)).await.is_empty(), "leased to a");
+    assert!(claim_due(&store, claim("worker-b", t + LEASE - 1, LEASE)).await.is_empty(), "still leased to a");
+    let due = store.next_due_ms().await.expect("next_due_ms").expect("still deferred");
+    assert!(due <= t + LEASE, "a worker must not sleep past the lease expiry, next due {due}");
+
+    let b = claim_due(&store, claim("worker-b", t + LEASE, LEASE)).await.pop().expect("the lease expired");
+    assert_eq!((b.event_id.as_str(), b.owner.as_str(), b.attempts), ("evt_12", "worker-b", 1));
+
+    let before = event_view(&store, "evt_12").await;
+    assert_eq!(retry(&store, a.clone(), t + LEASE + 1).await, Retried::LeaseLost);
+    assert_eq!(event_view(&store, "evt_12").await, before, "a lost lease changes nothing");
+
+    // Even when the event could now be applied, the stale lease must not apply it.
+    register_new(&store, new_order("ord_12", 100, t + LEASE + 2)).await;
+    assert_eq!(retry(&store, a.clone(), t + LEASE + 3).await, Retried::LeaseLost);
+    let order = order_view(&store, "ord_12").await;
+    assert_eq!((order.status, order.outbox.len()), (OrderStatus::Pending, 0));
+
+    assert_eq!(retry(&store, b, t + LEASE + 4).await, Retried::Done(processed()));
+    assert_eq!(order_view(&store, "ord_12").await.status, OrderStatus::Paid);
+    assert_eq!(retry(&store, a, t + LEASE + 5).await, Retried::LeaseLost, "a finished row is nobody's");
+    assert_eq!(paid_rows(&store).await, 1);
+}
+
+/// A claim takes the rows that are due, earliest first, and no more than its limit.
+pub async fn claims_take_the_earliest_due_events_up_to_the_limit<S: Store>(store: S) {
+    for (i, at) in [(0, T0 + 20), (1, T0), (2, T0 + 10)] {
+        let outcome = ingest(&store, pay(&format!("evt_13_{i}"), &format!("ord_13_{i}"), 100, at)).await.outcome;
+        assert_eq!(outcome, Outcome::Deferred);
+    }
+    assert!(claim_due(&store, claim("w", T0 + BASE_MS - 1, 1_000)).await.is_empty());
+
+    let first = claim_due(&store, Claim { limit: 2, ..claim("w1", T0 + BASE_MS + 15, 1_000) }).await;
+    let ids: Vec<&str> = first.iter().map(|c| c.event_id.as_str()).collect();
+    assert_eq!(ids, ["evt_13_1", "evt_13_2"], "only the due rows, earliest first");
+
+    let rest = claim_due(&store, claim("w2", T0 + BASE_MS + 20, 1_000)).await;
+    let ids: Vec<&str> = rest.iter().map(|c| c.event_id.as_str()).collect();
+    assert_eq!(ids, ["evt_13_0"], "leased rows are not claimed twice");
+}
+
+/// Registering is idempotent for the same order and refuses another amount or currency under the same id.
+pub async fn registering_an_order_is_idempotent_and_reports_conflicts<S: Store>(store: S) {
+    assert_eq!(register(&store, new_order("ord_14", 2500, T0)).await, Registered::Created);
+    assert_eq!(register(&store, new_order("ord_14", 2500, T0 + 1)).await, Registered::AlreadyExists);
+    assert_eq!(register(&store, new_order("ord_14", 2600, T0 + 2)).await, Registered::Conflict { existing: usd(2500) });
+    let other_currency = NewOrder { id: order_id("ord_14"), money: money(2500, "eur"), now_ms: T0 + 3 };
+    assert_eq!(register(&store, other_currency).await, Registered::Conflict { existing: usd(2500) });
+
+    let order = order_view(&store, "ord_14").await;
+    assert_eq!((order.status, order.money.clone()), (OrderStatus::Pending, usd(2500)));
+    assert_eq!((order.created_at_ms, order.updated_at_ms), (T0, T0));
+    assert!(order.history.is_empty() && order.outbox.is_empty(), "{order:?}");
+    assert_eq!(Stats::count(&stats(&store).await.orders, "pending"), 1);
+}
+
+/// A dispute for an order that is not paid yet waits; once the payment is processed, its retry disputes the order.
+pub async fn a_dispute_before_its_payment_waits_for_the_payment<S: Store>(store: S) {
+    register_new(&store, new_order("ord_15", 800, T0)).await;
+    let early = ingest(&store, dispute("evt_15d", "ord_15", 800, T0 + 1)).await;
+    assert_eq!(early.outcome, Outcome::Deferred, "{early:?}");
+    detail_of(&early);
+    assert_eq!(order_view(&store, "ord_15").await.status, OrderStatus::Pending);
+
+    assert_eq!(ingest(&store, pay("evt_15p", "ord_15", 800, T0 + 2)).await, processed());
+    let c = claim_due(&store, claim("w", T0 + 1 + BASE_MS, 30_000)).await.pop().expect("the dispute is due");
+    assert_eq!(c.event_id.as_str(), "evt_15d");
+    assert_eq!(retry(&store, c, T0 + 1 + BASE_MS).await, Retried::Done(processed()));
+
+    let order = order_view(&store, "ord_15").await;
+    assert_eq!(order.status, OrderStatus::Disputed);
+    assert_eq!(
+        transitions(&order),
+        [(OrderStatus::Pending, OrderStatus::Paid, "evt_15p"), (OrderStatus::Paid, OrderStatus::Disputed, "evt_15d")]
+    );
+    assert_eq!(outbox_kinds(&order), ["order.paid", "order.disputed"]);
+}
+
+/// pending → failed → paid, with one outbox row for each transition.
+pub async fn a_failed_payment_followed_by_a_successful_one_pays_the_order<S: Store>(store: S) {
+    register_new(&store, new_order("ord_16", 450, T0)).await;
+    assert_eq!(ingest(&store, fail("evt_16f", "ord_16", 450, T0 + 1)).await, processed());
+    assert_eq!(order_view(&store, "ord_16").await.status, OrderStatus::Failed);
+    assert_eq!(ingest(&store, pay("evt_16p", "ord_16", 450, T0 + 2)).await, processed());
+
+    let order = order_view(&store, "ord_16").await;
+    assert_eq!(order.status, OrderStatus::Paid);
+    assert_eq!(
+        transitions(&order),
+        [(OrderStatus::Pending, OrderStatus::Failed, "evt_16f"), (OrderStatus::Failed, OrderStatus::Paid, "evt_16p")]
+    );
+    assert_eq!(outbox_kinds(&order), ["order.failed", "order.paid"]);
+    assert_eq!(order.outbox[1].payload["previous_status"], "failed");
+}
+
+/// With a budget of two attempts, the first retry of an event whose order never appears dead-letters it.
+pub async fn a_deferred_event_is_dead_lettered_when_its_retry_budget_is_spent<S: Store>(store: S) {
+    assert_eq!(ingest(&store, pay("evt_17", "ord_17", 100, T0)).await.outcome, Outcome::Deferred);
+    let c = claim_due(&store, claim("w", T0 + BASE_MS, 30_000)).await.pop().expect("due");
+
+    let Retried::Done(last) = retry(&store, c, T0 + BASE_MS).await else { panic!("lease lost") };
+    assert_eq!(last.outcome, Outcome::DeadLettered, "{last:?}");
+    assert!(detail_of(&last).contains("retry budget spent"), "{last:?}");
+
+    let event = event_view(&store, "evt_17").await;
+    assert_eq!((event.status, event.attempts, event.next_attempt_at_ms), (Outcome::DeadLettered, 2, None));
+    assert_eq!(event.reason, last.detail);
+    assert_eq!(store.next_due_ms().await.expect("next_due_ms"), None);
+
+    // The order appearing later does not revive a dead letter.
+    register_new(&store, new_order("ord_17", 100, T0 + 2 * BASE_MS)).await;
+    assert!(claim_due(&store, claim("w", T0 + 10_000_000, 30_000)).await.is_empty());
+    assert_eq!(order_view(&store, "ord_17").await.status, OrderStatus::Pending);
+}
+
+/// The counts by status follow what the store recorded; a redelivery adds no row.
+pub async fn stats_count_events_orders_and_outbox_rows<S: Store>(store: S) {
+    register_new(&store, new_order("ord_18a", 100, T0)).await;
+    register_new(&store, new_order("ord_18b", 200, T0)).await;
+    let paid = pay("evt_18_paid", "ord_18a", 100, T0 + 1);
+    assert_eq!(ingest(&store, paid.clone()).await.outcome, Outcome::Processed);
+    assert_eq!(ingest(&store, paid).await.outcome, Outcome::Duplicate);
+    assert_eq!(ingest(&store, pay("evt_18_dup", "ord_18a", 100, T0 + 2)).await.outcome, Outcome::Duplicate);
+    assert_eq!(ingest(&store, pay("evt_18_early", "ord_18c", 100, T0 + 3)).await.outcome, Outcome::Deferred);
+    assert_eq!(ingest(&store, ignored("evt_18_ign", "invoice.created", T0 + 4)).await.outcome, Outcome::Ignored);
+    let bad = unparseable("evt_18_bad", b"<xml/>", "not json", T0 + 5);
+    assert_eq!(ingest(&store, bad).await.outcome, Outcome::DeadLettered);
+
+    let s = stats(&store).await;
+    for outcome in [Outcome::Processed, Outcome::Duplicate, Outcome::Deferred, Outcome::Ignored, Outcome::DeadLettered]
+    {
+        assert_eq!(Stats::count(&s.events, outcome.as_str()), 1, "{outcome:?} in {s:?}");
+    }
+    assert_eq!(s.events.iter().map(|(_, n)| n).sum::<u64>(), 5, "{s:?}");
+    assert_eq!((Stats::count(&s.orders, "paid"), Stats::count(&s.orders, "pending")), (1, 1), "{s:?}");
+    assert_eq!(s.orders.iter().map(|(_, n)| n).sum::<u64>(), 2, "{s:?}");
+    assert_eq!(s.outbox, [("order.paid".to_owned(), 1)], "{s:?}");
+}

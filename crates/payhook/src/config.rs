@@ -1,0 +1,277 @@
+//! Configuration in layers: documented defaults (`payhook.default.toml`, compiled in), then the user's file.
+//! The raw file is a separate type from the resolved settings; resolving validates everything and names the key
+//! of each problem.
+
+use anyhow::{Context, Result, bail};
+use payhook_core::event::SourceName;
+use payhook_core::format::Format;
+use payhook_core::retry::RetryPolicy;
+use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
+use payhook_server::{Settings, SourceSettings, WorkerSettings};
+use payhook_sqlite::{CommitSync, SqliteOptions};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The compiled-in defaults, printed by `payhook config print-default`.
+pub const DEFAULT_TOML: &str = include_str!("../payhook.default.toml");
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    server: RawServer,
+    storage: RawStorage,
+    retry: RetryPolicy,
+    worker: RawWorker,
+    #[serde(default)]
+    sources: Vec<RawSource>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: String,
+    api_token: Option<String>,
+    api_token_env: Option<String>,
+    body_limit_bytes: usize,
+    body_timeout_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStorage {
+    url: String,
+    group_commit: bool,
+    batch_max: usize,
+    queue_depth: usize,
+    busy_timeout_ms: u64,
+    fsync: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorker {
+    enabled: bool,
+    poll_interval_ms: u64,
+    lease_ms: i64,
+    claim_batch: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    name: String,
+    scheme: String,
+    format: Format,
+    #[serde(default)]
+    secrets: Vec<String>,
+    secrets_env: Option<String>,
+    tolerance_secs: Option<u64>,
+    header: Option<String>,
+    algorithm: Option<HmacAlgorithm>,
+    encoding: Option<Encoding>,
+    prefix: Option<String>,
+}
+
+/// Everything the binary needs, resolved and checked.
+#[derive(Debug)]
+pub struct Config {
+    /// The file it came from, if any.
+    pub file: Option<PathBuf>,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The HTTP runtime's settings.
+    pub settings: Settings,
+    /// The SQLite store's options.
+    pub storage: SqliteOptions,
+}
+
+impl Config {
+    /// Loads `path`, or `payhook.toml` in the working directory when it exists, or the defaults alone.
+    pub fn load(path: Option<&Path>) -> Result<Self> {
+        let path = match path {
+            Some(p) => Some(p.to_path_buf()),
+            None => Some(PathBuf::from("payhook.toml")).filter(|p| p.exists()),
+        };
+        let text = match &path {
+            Some(p) => std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?,
+            None => String::new(),
+        };
+        let name = path.as_ref().map_or_else(|| "<defaults>".to_owned(), |p| p.display().to_string());
+        Self::from_toml(&text, &name, path)
+    }
+
+    /// Resolves `text` (the user's file, named `name` in messages) over the defaults.
+    pub fn from_toml(text: &str, name: &str, file: Option<PathBuf>) -> Result<Self> {
+        let mut merged: toml::Table = toml::from_str(DEFAULT_TOML).context("the built-in defaults do not parse")?;
+        let user: toml::Table = toml::from_str(text).map_err(|e| anyhow::anyhow!("{name}: {}", located(text, &e)))?;
+        merge(&mut merged, user);
+        let raw: RawConfig = RawConfig::deserialize(merged).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        resolve(raw, file).with_context(|| format!("{name}: invalid configuration"))
+    }
+}
+
+/// A TOML error with its line and column.
+fn located(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {col}: {}", e.message())
+        }
+        None => e.message().to_owned(),
+    }
+}
+
+/// Overlays `user` on `base`, table by table.
+fn merge(base: &mut toml::Table, user: toml::Table) {
+    for (key, value) in user {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(u)) => merge(b, u),
+            (_, v) => {
+                base.insert(key, v);
+            }
+        }
+    }
+}
+
+fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
+    let listen: SocketAddr = raw
+        .server
+        .listen
+        .parse()
+        .with_context(|| format!("server.listen: {:?} is not an address", raw.server.listen))?;
+    let api_token = match (&raw.server.api_token, &raw.server.api_token_env) {
+        (Some(t), _) if !t.is_empty() => Some(Secret::new(t.clone())),
+        (_, Some(var)) => std::env::var(var).ok().filter(|t| !t.is_empty()).map(Secret::new),
+        _ => None,
+    };
+    if raw.server.body_limit_bytes == 0 {
+        bail!("server.body_limit_bytes must be positive");
+    }
+    raw.retry.validate().context("retry")?;
+    let path = sqlite_path(&raw.storage.url)?;
+    if raw.storage.batch_max == 0 || raw.storage.queue_depth == 0 {
+        bail!("storage.batch_max and storage.queue_depth must be positive");
+    }
+    let sync = match raw.storage.fsync.as_str() {
+        "pipelined" => CommitSync::Pipelined,
+        "in-commit" => CommitSync::InCommit,
+        other => bail!("storage.fsync: {other:?} is not one of \"pipelined\", \"in-commit\""),
+    };
+    let storage = SqliteOptions {
+        sync,
+        path,
+        batch_max: if raw.storage.group_commit { raw.storage.batch_max } else { 1 },
+        queue_depth: raw.storage.queue_depth,
+        busy_timeout_ms: raw.storage.busy_timeout_ms,
+        retry: raw.retry,
+    };
+    let mut sources = Vec::new();
+    for (i, s) in raw.sources.into_iter().enumerate() {
+        let label = format!("sources[{i}] ({})", s.name);
+        let source = resolve_source(s).with_context(|| label.clone())?;
+        if sources.iter().any(|o: &SourceSettings| o.name == source.name) {
+            bail!("{label}.name: another source already has this name");
+        }
+        sources.push(source);
+    }
+    let mut settings = Settings::new(sources);
+    settings.body_limit_bytes = raw.server.body_limit_bytes;
+    settings.body_timeout_ms = raw.server.body_timeout_ms;
+    settings.api_token = api_token;
+    settings.worker = WorkerSettings {
+        enabled: raw.worker.enabled,
+        poll_interval_ms: raw.worker.poll_interval_ms.max(1),
+        lease_ms: raw.worker.lease_ms.max(1),
+        claim_batch: raw.worker.claim_batch.max(1),
+    };
+    Ok(Config { file, listen, settings, storage })
+}
+
+fn sqlite_path(url: &str) -> Result<PathBuf> {
+    match url.strip_prefix("sqlite://") {
+        Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
+        _ => bail!("storage.url: {url:?} is not supported; use sqlite://PATH"),
+    }
+}
+
+fn resolve_source(s: RawSource) -> Result<SourceSettings> {
+    let name = SourceName::parse(s.name).context("name")?;
+    let hmac_only = |key: &str, present: bool| -> Result<()> {
+        if present {
+            bail!("{key}: only the hmac scheme takes this key");
+        }
+        Ok(())
+    };
+    let scheme = match s.scheme.as_str() {
+        "stripe" | "standard-webhooks" => {
+            hmac_only("header", s.header.is_some())?;
+            hmac_only("algorithm", s.algorithm.is_some())?;
+            hmac_only("encoding", s.encoding.is_some())?;
+            hmac_only("prefix", s.prefix.is_some())?;
+            if s.scheme == "stripe" { Scheme::Stripe } else { Scheme::StandardWebhooks }
+        }
+        "hmac" => Scheme::Hmac {
+            header: s.header.context("header: the hmac scheme needs the signature header's name")?.to_ascii_lowercase(),
+            algorithm: s.algorithm.unwrap_or(HmacAlgorithm::Sha256),
+            encoding: s.encoding.unwrap_or(Encoding::Hex),
+            prefix: s.prefix.filter(|p| !p.is_empty()),
+        },
+        other => bail!("scheme: unknown scheme {other:?} (expected hmac, stripe or standard-webhooks)"),
+    };
+    let mut secrets: Vec<Secret> = s.secrets.into_iter().map(Secret::new).collect();
+    if let Some(var) = &s.secrets_env {
+        let value =
+            std::env::var(var).with_context(|| format!("secrets_env: environment variable {var} is not set"))?;
+        secrets.extend(value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(|v| Secret::new(v.to_owned())));
+    }
+    let verifier = Verifier::new(scheme, &secrets, s.tolerance_secs.unwrap_or(300)).context("secrets")?;
+    Ok(SourceSettings { name, verifier, format: s.format })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_alone_resolve() {
+        let c = Config::from_toml("", "t", None).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.storage.path, PathBuf::from("payhook.db"));
+        assert!(c.settings.sources.is_empty());
+    }
+
+    #[test]
+    fn the_example_file_resolves() {
+        let text = include_str!("../../../examples/payhook.toml");
+        let c = Config::from_toml(text, "example", None).unwrap();
+        assert_eq!(c.settings.sources.len(), 3);
+    }
+
+    #[test]
+    fn a_syntax_error_names_its_line() {
+        let err = Config::from_toml("[server]\nlisten = \n", "f.toml", None).unwrap_err().to_string();
+        assert!(err.contains("f.toml") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_named() {
+        let err = format!("{:#}", Config::from_toml("[storage]\nurll = \"x\"\n", "f.toml", None).unwrap_err());
+        assert!(err.contains("urll"), "{err}");
+    }
+
+    #[test]
+    fn a_source_without_secrets_is_refused_with_its_index() {
+        let text = "[[sources]]\nname = \"p\"\nscheme = \"stripe\"\nformat = \"stripe\"\n";
+        let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+        assert!(err.contains("sources[0] (p)") && err.contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn group_commit_off_means_batches_of_one() {
+        let c = Config::from_toml("[storage]\ngroup_commit = false\n", "t", None).unwrap();
+        assert_eq!(c.storage.batch_max, 1);
+    }
+}
