@@ -32,8 +32,9 @@ pub(crate) async fn require_token<S: Store>(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, token)| token.trim());
     if bool::from(given.as_bytes().ct_eq(expected.expose().as_bytes())) {
         Ok(next.run(request).await)
     } else {

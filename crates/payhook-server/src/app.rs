@@ -3,6 +3,7 @@
 use crate::metrics::{self, SourceMetrics};
 use crate::settings::{Settings, SourceSettings};
 use crate::worker::RetryWorker;
+use crate::error::ApiError;
 use crate::{api, ingest};
 use axum::Router;
 use axum::extract::State;
@@ -62,6 +63,8 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(metrics_text::<S>))
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
 }
 

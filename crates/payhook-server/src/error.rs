@@ -23,6 +23,9 @@ pub enum ApiError {
         /// What was wrong.
         message: String,
     },
+    /// The route exists but not with this method.
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
     /// The body is larger than the limit.
     #[error("body exceeds the limit of {limit} bytes")]
     TooLarge {
@@ -56,6 +59,7 @@ impl ApiError {
         match self {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Unauthorized { reason, .. } => (StatusCode::UNAUTHORIZED, reason),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::BodyUnreadable => (StatusCode::BAD_REQUEST, "body_unreadable"),

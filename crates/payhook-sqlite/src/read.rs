@@ -30,7 +30,15 @@ fn status(s: &str) -> Result<OrderStatus> {
     OrderStatus::parse(s).ok_or_else(|| corrupt("stored order status", s))
 }
 
+/// The order, its history and its outbox rows, read in one transaction so they come from one snapshot.
 pub(crate) fn order(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>> {
+    let tx = conn.unchecked_transaction().map_err(unavailable)?;
+    let view = order_in(&tx, id);
+    tx.finish().map_err(unavailable)?;
+    view
+}
+
+fn order_in(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>> {
     let row: Option<(String, i64, String, i64, i64)> = conn
         .prepare_cached("SELECT status, amount, currency, created_at, updated_at FROM orders WHERE id = ?1")
         .map_err(unavailable)?

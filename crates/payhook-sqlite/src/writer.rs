@@ -182,7 +182,7 @@ pub(crate) fn spawn(
     let syncer = match sync {
         CommitSync::InCommit => None,
         CommitSync::Pipelined => {
-            let wal = std::fs::OpenOptions::new().read(true).write(true).open(wal_path)?;
+            let wal = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(wal_path)?;
             conn.pragma_update(None, "synchronous", "NORMAL").map_err(std::io::Error::other)?;
             Some(wal)
         }

@@ -70,7 +70,8 @@ pub trait Store: Send + Sync + 'static {
     /// Row counts by status, for stats and tests.
     fn stats(&self) -> impl Future<Output = Result<Stats, StoreError>> + Send;
 
-    /// The earliest `next_attempt_at` of a deferred event, so the worker knows how long it may sleep.
+    /// When the earliest deferred event can next be claimed (its `next_attempt_at`, or its lease's end when it is
+    /// leased), so the worker knows how long it may sleep.
     fn next_due_ms(&self) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
 
     /// Checks that the database answers.

@@ -156,6 +156,8 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
         bail!("storage.batch_max and storage.queue_depth must be positive");
     }
     let sync = match raw.storage.fsync.as_str() {
+        // One commit per event means one fsync per event: the naive mode group commit is measured against.
+        _ if !raw.storage.group_commit => CommitSync::InCommit,
         "pipelined" => CommitSync::Pipelined,
         "in-commit" => CommitSync::InCommit,
         other => bail!("storage.fsync: {other:?} is not one of \"pipelined\", \"in-commit\""),
@@ -270,8 +272,17 @@ mod tests {
     }
 
     #[test]
-    fn group_commit_off_means_batches_of_one() {
+    fn group_commit_off_means_batches_of_one_each_with_its_own_fsync() {
         let c = Config::from_toml("[storage]\ngroup_commit = false\n", "t", None).unwrap();
         assert_eq!(c.storage.batch_max, 1);
+        assert_eq!(c.storage.sync, CommitSync::InCommit);
+        let c = Config::from_toml("", "t", None).unwrap();
+        assert_eq!(c.storage.sync, CommitSync::Pipelined);
+    }
+
+    #[test]
+    fn an_unknown_fsync_mode_is_named() {
+        let err = format!("{:#}", Config::from_toml("[storage]\nfsync = \"never\"\n", "t", None).unwrap_err());
+        assert!(err.contains("storage.fsync"), "{err}");
     }
 }
