@@ -1,9 +1,9 @@
 //! Building and running the HTTP application: shared state, routes, the worker, and graceful shutdown.
 
+use crate::error::ApiError;
 use crate::metrics::{self, SourceMetrics};
 use crate::settings::{Settings, SourceSettings};
 use crate::worker::RetryWorker;
-use crate::error::ApiError;
 use crate::{api, ingest};
 use axum::Router;
 use axum::extract::State;

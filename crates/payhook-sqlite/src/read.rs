@@ -52,7 +52,7 @@ fn order_in(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT source, event_id, event_type, from_status, to_status, at FROM order_audit
-             WHERE order_id = ?1 ORDER BY id",
+             WHERE order_id = ?1 ORDER BY at, event_id",
         )
         .map_err(unavailable)?;
     let raw = stmt

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// payhook's base URL (default: the configured listen address).
+    /// payhook's base URL (default: the configured listen address). Several comma-separated URLs (instances
+    /// sharing one database) receive the deliveries in turn.
     #[arg(long)]
     pub url: Option<String>,
     /// The configured source to deliver to (its secret signs the requests).
@@ -78,7 +79,11 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
         bail!("--dup must be in [0, 1) and --refund in [0, 1]");
     }
     let src = source(&cfg, &args.source)?.clone();
-    let base = base_url(&cfg, args.url.as_deref());
+    let bases: Vec<String> = match args.url.as_deref() {
+        Some(list) => list.split(',').map(|u| base_url(&cfg, Some(u.trim()))).collect(),
+        None => vec![base_url(&cfg, None)],
+    };
+    let base = bases[0].clone();
     let token = cfg.settings.api_token.as_ref().map(|t| t.expose().to_owned());
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -158,7 +163,7 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     let shared = Arc::new((unique, bodies, plan, src));
     let counters = Arc::new(Counters::default());
     let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(total)));
-    let url = Arc::new(format!("{base}/webhooks/{}", shared.3.name));
+    let urls: Arc<Vec<String>> = Arc::new(bases.iter().map(|b| format!("{b}/webhooks/{}", shared.3.name)).collect());
     let done = Arc::new(AtomicU64::new(0));
     let progress = (!args.json).then(|| {
         let (counters, done) = (Arc::clone(&counters), Arc::clone(&done));
@@ -176,14 +181,15 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     });
     let started = Instant::now();
     let (c, sh, co, la, ur) =
-        (client.clone(), Arc::clone(&shared), Arc::clone(&counters), Arc::clone(&latencies), Arc::clone(&url));
+        (client.clone(), Arc::clone(&shared), Arc::clone(&counters), Arc::clone(&latencies), Arc::clone(&urls));
     pool(concurrency, total, move |k| {
-        let (client, shared, counters, latencies, url) =
+        let (client, shared, counters, latencies, urls) =
             (c.clone(), Arc::clone(&sh), Arc::clone(&co), Arc::clone(&la), Arc::clone(&ur));
         async move {
             let (unique, bodies, plan, src) = &*shared;
             let u = plan[k];
             let body = &bodies[u];
+            let url = &urls[k % urls.len()];
             let mut backoff = Duration::from_millis(20);
             for _ in 0..50 {
                 let now = payhook_server::now_ms() / 1000;
@@ -238,7 +244,7 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     };
     let acked = counters.acked.load(Ordering::Relaxed);
     let mut result = json!({
-        "url": *url,
+        "urls": *urls,
         "seed": seed,
         "orders": args.orders,
         "deliveries": total,

@@ -4,7 +4,9 @@
 //! * `vectors`: the shared, provider-derived test vectors.
 //! * `props`: property tests of sign/verify for every scheme.
 //! * `units`: targeted behaviour (error kinds, header aliases, redaction).
+//! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
 
+mod fuzz;
 mod props;
 mod units;
 mod vectors;

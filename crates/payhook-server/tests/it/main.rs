@@ -2,6 +2,7 @@
 
 mod faults;
 mod helpers;
+mod hostile;
 mod ingest;
 mod lifecycle;
 mod orders;
