@@ -40,11 +40,10 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, policy: &RetryPolicy) -> R
             "INSERT INTO inbox (source, event_id, event_type, occurred_at, business_key, effect, status, reason,
                                 received_at, updated_at, verification, headers, body)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, ?11, ?12)
-             ON CONFLICT (source, event_id) DO NOTHING
-             RETURNING id",
+             ON CONFLICT (source, event_id) DO NOTHING",
         )
         .db()?
-        .query_row(
+        .execute(
             params![
                 d.source.as_str(),
                 d.parsed.event_id().as_str(),
@@ -59,13 +58,12 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, policy: &RetryPolicy) -> R
                 d.headers_json,
                 d.raw_body,
             ],
-            |r| r.get::<_, i64>(0),
         )
-        .optional()
         .db()?;
-    let Some(row_id) = inserted else {
+    if inserted == 0 {
         return Ok(Recorded { outcome: Outcome::Duplicate, detail: None });
-    };
+    }
+    let row_id = conn.last_insert_rowid();
     let Some(event) = event.filter(|_| initial == Outcome::Processed) else {
         return Ok(Recorded { outcome: initial, detail: reason.map(str::to_owned) });
     };

@@ -34,11 +34,18 @@ pub async fn run(cfg: Config, command: OrdersCommand) -> Result<()> {
             let store = Arc::new(SqliteStore::open(cfg.storage.clone())?);
             let (mut created, mut existing) = (0usize, 0usize);
             let mut conflicts = Vec::new();
-            // Submitted together so they share the writer's commits.
+            // Submitted together so they share the writer's commits, but never more at once than the writer's
+            // queue holds: a full queue refuses a job (load shedding) instead of waiting for room.
+            let room = Arc::new(tokio::sync::Semaphore::new(cfg.storage.queue_depth));
             let mut tasks = tokio::task::JoinSet::new();
             for order in orders {
                 let store = Arc::clone(&store);
-                tasks.spawn(async move { (order.id.clone(), store.register_order(order).await) });
+                let permit = Arc::clone(&room).acquire_owned().await?;
+                tasks.spawn(async move {
+                    let result = (order.id.clone(), store.register_order(order).await);
+                    drop(permit);
+                    result
+                });
             }
             while let Some(joined) = tasks.join_next().await {
                 let (id, result) = joined?;

@@ -1,0 +1,224 @@
+//! The other commands: `send`, `orders import`, `config check|print-default`, `bench`.
+
+use crate::helpers::*;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+#[tokio::test]
+async fn payhook_send_delivers_a_signed_event_and_repeat_is_deduplicated() {
+    let dir = TestDir::new();
+    let server = Server::start(&dir).await;
+    let (status, answer) = server.register_order("o1", AMOUNT).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+
+    let config = server.config.to_str().unwrap();
+    let out = dir.run(&["--config", config, "send", "--source", SOURCE, "--order", "o1", "--repeat", "3"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "payhook send failed: {}\n{stdout}{}", out.status, text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    // `#N EVENT_ID STATUS ANSWER`: the same signed event three times, answered 200 each time.
+    let event_id = lines[0].split_whitespace().nth(1).unwrap_or("");
+    assert!(event_id.starts_with("evt_"), "{stdout}");
+    let expected = ["processed", "duplicate", "duplicate"];
+    for (i, (line, outcome_expected)) in lines.iter().zip(expected).enumerate() {
+        let mut parts = line.splitn(5, ' ');
+        assert_eq!(parts.next(), Some(format!("#{}", i + 1).as_str()), "{stdout}");
+        assert_eq!(parts.next(), Some(event_id), "{stdout}");
+        assert_eq!(parts.next(), Some("200"), "{stdout}");
+        let answer: Value = serde_json::from_str(parts.nth(1).unwrap_or("")).unwrap_or(Value::Null);
+        assert_eq!(outcome(&answer), outcome_expected, "line {}: {line}", i + 1);
+    }
+
+    let (_, order) = server.order("o1").await;
+    assert_eq!(order["status"], "paid", "{order}");
+    assert_eq!(paid_receipts(&order), 1, "{order}");
+
+    // An unknown source is refused before anything is sent, naming the configured ones.
+    let out = dir.run(&["--config", config, "send", "--source", "nope", "--order", "o1"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("\"nope\"") && stderr.contains(SOURCE), "{stderr}");
+    server.stop();
+}
+
+#[tokio::test]
+async fn orders_import_reads_csv_and_json_lines() {
+    let dir = TestDir::new();
+    // The server is not running: the importer writes to the configured database itself. A short writer queue
+    // (the default holds 4096) shows that a file longer than the queue is imported, not refused as overload.
+    let config =
+        dir.write("payhook.toml", &config_toml(free_port()).replace("[storage]\n", "[storage]\nqueue_depth = 16\n"));
+    let config = config.to_str().unwrap();
+    dir.write("x.csv", "id,amount,currency\nc-1,100,usd\nc-2,250,eur\nc-3,1999,usd\n");
+    dir.write(
+        "y.jsonl",
+        "{\"id\":\"j-1\",\"amount\":500,\"currency\":\"usd\"}\n\n{\"id\":\"j-2\",\"amount\":7,\"currency\":\"gbp\"}\n",
+    );
+    let import = |file: &str| dir.run(&["--config", config, "orders", "import", file]);
+
+    let out = import("x.csv");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("3 created, 0 already registered, 0 conflicts"), "{}", text(&out.stdout));
+    let out = import("y.jsonl");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("2 created"), "{}", text(&out.stdout));
+    let many: String =
+        (0..1000).map(|i| format!("{{\"id\":\"m-{i}\",\"amount\":{i},\"currency\":\"usd\"}}\n")).collect();
+    dir.write("many.jsonl", &many);
+    let out = import("many.jsonl");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("1000 created"), "{}", text(&out.stdout));
+    // Importing the same file again changes nothing.
+    let out = import("x.csv");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("0 created, 3 already registered"), "{}", text(&out.stdout));
+
+    // The same id with another amount is a conflict, named; the stored order is kept.
+    dir.write("conflict.csv", "id,amount,currency\nc-9,10,usd\nc-2,999,eur\n");
+    let out = import("conflict.csv");
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "a conflicting import succeeded: {}", text(&out.stdout));
+    assert!(stderr.contains("c-2"), "the conflicting order is not named: {stderr}");
+    assert!(!stderr.contains("c-9"), "a non-conflicting order is named: {stderr}");
+
+    // A malformed line is named, and nothing of that file is imported.
+    dir.write(
+        "bad.jsonl",
+        "{\"id\":\"b-1\",\"amount\":1,\"currency\":\"usd\"}\n{\"id\":\"b-2\",\"amount\":2,\"currency\":\"usd\"}\n{\"id\":\"b-3\",\"amount\":\"three\"\n",
+    );
+    let out = import("bad.jsonl");
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "a malformed file was imported: {}", text(&out.stdout));
+    assert!(stderr.contains("bad.jsonl") && stderr.contains("line 3"), "the bad line is not named: {stderr}");
+    // A CSV record with an invalid value is named by record number.
+    dir.write("bad.csv", "id,amount,currency\nd-1,1,usd\nd-2,-5,usd\n");
+    let out = import("bad.csv");
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "an invalid CSV record was imported: {}", text(&out.stdout));
+    assert!(stderr.contains("bad.csv") && stderr.contains("record 2"), "the bad record is not named: {stderr}");
+
+    let server = Server::start(&dir).await;
+    for (id, amount, currency) in [("c-1", 100, "usd"), ("c-2", 250, "eur"), ("c-3", 1999, "usd"), ("j-2", 7, "gbp")] {
+        let (status, order) = server.order(id).await;
+        assert_eq!(status, StatusCode::OK, "{id}: {order}");
+        assert_eq!(
+            (order["status"].as_str(), order["amount"].as_i64(), order["currency"].as_str()),
+            (Some("pending"), Some(amount), Some(currency)),
+            "{id}: {order}"
+        );
+    }
+    // c-9 came from the conflicting file but was itself fine: it was registered.
+    assert_eq!(server.order("c-9").await.0, StatusCode::OK);
+    let (_, order) = server.order("m-999").await;
+    assert_eq!(order["amount"], 999, "{order}");
+    for id in ["b-1", "b-2", "d-1"] {
+        let (status, order) = server.order(id).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{id} from a malformed file was imported: {order}");
+    }
+    // Imported orders are real orders: a payment applies.
+    let (status, answer) = post(&server.client, &server.webhook_url(), &payment("evt-c3", "c-3")).await.unwrap();
+    assert_eq!((status, outcome(&answer)), (StatusCode::OK, "processed"), "{answer}");
+    server.stop();
+    let db = dir.open_db();
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM orders WHERE id LIKE 'm-%'"), 1000);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM orders"), 1000 + 6);
+}
+
+#[test]
+fn config_check_names_the_file_line_and_key_of_a_problem() {
+    let dir = TestDir::new();
+    let check = |file: &str| dir.run(&["--config", file, "config", "check"]);
+
+    // A TOML syntax error: the file and the line.
+    let good = config_toml(8099);
+    let broken = good.replace("api_token = ", "api_token ");
+    let broken_line = broken.lines().position(|l| l.starts_with("api_token ")).unwrap() + 1;
+    let path = dir.write("broken.toml", &broken);
+    let out = check("broken.toml");
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "a syntax error passed the check: {}", text(&out.stdout));
+    assert!(stderr.contains("broken.toml"), "the file is not named: {stderr}");
+    assert!(stderr.contains(&format!("line {broken_line}")), "line {broken_line} is not named: {stderr}");
+    drop(path);
+
+    // An unknown key: the key.
+    dir.write("unknown.toml", &good.replace("[storage]\n", "[storage]\nbatch_maxx = 3\n"));
+    let out = check("unknown.toml");
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "an unknown key passed the check: {}", text(&out.stdout));
+    assert!(stderr.contains("unknown.toml") && stderr.contains("batch_maxx"), "the key is not named: {stderr}");
+
+    // A bad value: the dotted key.
+    dir.write("value.toml", &good.replace("[storage]\n", "[storage]\nfsync = \"sometimes\"\n"));
+    let out = check("value.toml");
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "a bad value passed the check: {}", text(&out.stdout));
+    assert!(stderr.contains("storage.fsync") && stderr.contains("sometimes"), "the key is not named: {stderr}");
+
+    // A good file: exit 0, the sources listed.
+    dir.write("good.toml", &good);
+    let out = check("good.toml");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "a good config failed the check: {}", text(&out.stderr));
+    assert!(stdout.contains("good.toml: ok"), "{stdout}");
+    assert!(stdout.contains("127.0.0.1:8099") && stdout.contains("token set"), "{stdout}");
+    let source_line = stdout.lines().find(|l| l.trim_start().starts_with("source")).unwrap_or("");
+    assert!(source_line.contains(SOURCE) && source_line.contains("/webhooks/payments"), "{stdout}");
+
+    // The documented defaults, byte for byte, and valid TOML that passes the check itself.
+    let out = dir.run(&["config", "print-default"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    let file = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/payhook.default.toml")).unwrap();
+    assert_eq!(printed, file);
+    let parsed: toml::Table = toml::from_str(&printed).expect("print-default is TOML");
+    assert_eq!(parsed, toml::from_str::<toml::Table>(&file).unwrap());
+    assert!(parsed.contains_key("server") && parsed.contains_key("storage"), "{parsed:?}");
+    dir.write("defaults.toml", &printed);
+    let out = check("defaults.toml");
+    assert!(out.status.success(), "the printed defaults fail the check: {}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("no token"), "{}", text(&out.stdout));
+}
+
+#[tokio::test]
+async fn bench_reports_throughput_and_verifies_the_final_state() {
+    let dir = TestDir::new();
+    let server = Server::start(&dir).await;
+    let config = server.config.to_str().unwrap();
+    #[rustfmt::skip]
+    let args = [
+        "--config", config, "bench", "--source", SOURCE, "--orders", "300", "--dup", "0.2", "--refund", "0.1",
+        "--shuffle", "--concurrency", "16", "--verify", "--json",
+    ];
+    let out = dir.run(&args);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "bench failed: {}\n{stdout}\n{}\n{}", out.status, text(&out.stderr), server.log());
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let n = |path: &str| report.pointer(path).and_then(Value::as_f64).unwrap_or_else(|| panic!("{path}: {report}"));
+
+    assert_eq!(n("/orders"), 300.0, "{report}");
+    // 300 payments, ~30 refunds, then a fifth more as duplicates.
+    assert!(n("/deliveries") >= 375.0, "{report}");
+    assert_eq!(n("/acked"), n("/deliveries"), "{report}");
+    assert_eq!((n("/rejected_4xx"), n("/gave_up")), (0.0, 0.0), "{report}");
+    assert!(n("/acked_per_s") > 0.0, "{report}");
+    assert_eq!(n("/verify/orders_checked"), 300.0, "{report}");
+    assert_eq!(n("/verify/violations"), 0.0, "{report}");
+    assert!(n("/outcomes/duplicate") > 0.0, "{report}");
+    assert!(n("/outcomes/processed") >= 300.0, "{report}");
+    let outcomes: f64 = ["processed", "duplicate", "deferred", "ignored", "dead_lettered"]
+        .iter()
+        .map(|o| n(&format!("/outcomes/{o}")))
+        .sum();
+    assert_eq!(outcomes, n("/acked"), "every acknowledged delivery has an outcome: {report}");
+    assert_eq!(n("/outcomes/dead_lettered"), 0.0, "{report}");
+    server.stop();
+
+    // The database agrees with the report.
+    let db = dir.open_db();
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM orders"), 300);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM orders WHERE status NOT IN ('paid', 'refunded')"), 0);
+    let refunded = count(&db, "SELECT COUNT(*) FROM orders WHERE status = 'refunded'");
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM inbox"), 300 + refunded, "one inbox row per unique event");
+}

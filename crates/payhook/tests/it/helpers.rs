@@ -1,0 +1,327 @@
+//! The real `payhook` binary as child processes, on SQLite files in temp dirs.
+//!
+//! - [`TestDir`]: a temp dir holding the configs, the database (`payhook.db`, a relative `sqlite://` url resolved
+//!   against the dir, which is every child's working directory) and the servers' logs.
+//! - [`Server`]: `payhook --config FILE serve` on a free port; killed on drop, [`Server::stop`] for SIGTERM.
+//! - Signing with `payhook_core` for the configured secret, exactly as `payhook send` does.
+
+use payhook_core::event::OrderAction;
+use payhook_core::format::{Format, Outgoing};
+use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+pub const API_TOKEN: &str = "it-api-token-0123456789";
+pub const SECRET: &str = "whsec_test";
+pub const SOURCE: &str = "payments";
+pub const AMOUNT: i64 = 1999;
+pub const CURRENCY: &str = "usd";
+/// The database file, relative to the test dir (the children's working directory).
+pub const DB_FILE: &str = "payhook.db";
+
+const BIN: &str = env!("CARGO_BIN_EXE_payhook");
+
+/// A temp dir for one test: configs, the database and logs.
+#[derive(Debug)]
+pub struct TestDir {
+    dir: TempDir,
+}
+
+impl TestDir {
+    pub fn new() -> Self {
+        Self { dir: tempfile::Builder::new().prefix("payhook-it-").tempdir().expect("temp dir") }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The database every config in this dir points to.
+    pub fn db_path(&self) -> PathBuf {
+        self.path().join(DB_FILE)
+    }
+
+    /// Writes `name` with the standard test config listening on `port`, and returns its path.
+    pub fn write_config(&self, name: &str, port: u16) -> PathBuf {
+        self.write(name, &config_toml(port))
+    }
+
+    /// Writes `text` to `name` in the dir.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path().join(name);
+        std::fs::write(&path, text).expect("write test file");
+        path
+    }
+
+    /// A `payhook` command with the dir as its working directory.
+    pub fn payhook(&self) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.current_dir(self.path()).env_remove("PAYHOOK_CONFIG").env_remove("PAYHOOK_API_TOKEN");
+        cmd
+    }
+
+    /// Runs `payhook ARGS` to completion.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.payhook().args(args).stdin(Stdio::null()).output().expect("run payhook")
+    }
+
+    /// Opens the database file directly (for checks after the servers stopped).
+    pub fn open_db(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(self.db_path()).expect("open the database file")
+    }
+}
+
+/// The standard test configuration: one hmac source "payments", the API token, `sqlite://payhook.db`.
+pub fn config_toml(port: u16) -> String {
+    format!(
+        r#"[server]
+listen = "127.0.0.1:{port}"
+api_token = "{API_TOKEN}"
+
+[storage]
+url = "sqlite://{DB_FILE}"
+
+[[sources]]
+name = "{SOURCE}"
+scheme = "hmac"
+header = "X-Webhook-Signature"
+algorithm = "sha256"
+encoding = "hex"
+format = "generic"
+secrets = ["{SECRET}"]
+"#
+    )
+}
+
+/// A port nobody listens on right now: bind port 0, read it, let it go.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// Output as text, for assertions and messages.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `payhook serve` running as a child process. Killed on drop.
+#[derive(Debug)]
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    pub config: PathBuf,
+    log: PathBuf,
+    pub client: reqwest::Client,
+}
+
+impl Server {
+    /// Starts a server in `dir` on a free port and waits until `GET /healthz` answers.
+    pub async fn start(dir: &TestDir) -> Self {
+        // Another process may grab the port between our probe and the server's bind: try a few ports.
+        for _ in 0..3 {
+            let port = free_port();
+            let config = dir.write_config(&format!("payhook-{port}.toml"), port);
+            let log = dir.path().join(format!("serve-{port}.log"));
+            let log_file = std::fs::File::create(&log).expect("create log");
+            let child = dir
+                .payhook()
+                .arg("--config")
+                .arg(&config)
+                .arg("serve")
+                .env("PAYHOOK_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(log_file.try_clone().expect("clone log handle"))
+                .stderr(log_file)
+                .spawn()
+                .expect("spawn payhook serve");
+            let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+            let mut server = Server { child: Some(child), port, config, log, client };
+            match server.wait_healthy(Duration::from_secs(10)).await {
+                Ok(()) => return server,
+                Err(log) if log.contains("cannot listen") => continue,
+                Err(log) => panic!("payhook serve on port {port} did not become healthy:\n{log}"),
+            }
+        }
+        panic!("payhook serve could not find a free port in 3 attempts");
+    }
+
+    /// Waits until the child says it listens and `/healthz` answers. Its own log line matters: whoever took the
+    /// port when the child could not bind it would answer `/healthz` just as well.
+    async fn wait_healthy(&mut self, within: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        let url = self.url("/healthz");
+        loop {
+            if self.log().contains("payhook is listening")
+                && let Ok(r) = self.client.get(&url).timeout(Duration::from_millis(500)).send().await
+                && r.status() == StatusCode::OK
+            {
+                return Ok(());
+            }
+            let child = self.child.as_mut().expect("child");
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return Err(format!("exited with {status}:\n{}", self.log()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("no answer within {within:?}:\n{}", self.log()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base())
+    }
+
+    pub fn webhook_url(&self) -> String {
+        self.url(&format!("/webhooks/{SOURCE}"))
+    }
+
+    /// What the server wrote to stdout and stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("child").id()
+    }
+
+    /// Sends SIGTERM (graceful shutdown) and returns at once.
+    pub fn terminate(&self) {
+        let status = Command::new("kill").arg("-TERM").arg(self.pid().to_string()).status().expect("run kill");
+        assert!(status.success(), "kill -TERM {} failed: {status}", self.pid());
+    }
+
+    /// Waits for the process to exit (at most `within`; then it is killed and the test fails).
+    pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        let child = self.child.as_mut().expect("child");
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                self.child = None;
+                panic!("payhook serve did not exit within {within:?} after SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGTERM, wait, and insist on a clean exit (status 0).
+    pub fn stop(mut self) {
+        self.terminate();
+        let status = self.wait_exit(Duration::from_secs(15));
+        assert!(status.success(), "payhook serve exited with {status} after SIGTERM:\n{}", self.log());
+    }
+
+    /// `POST /v1/orders` with the test amount and currency; returns the status and the answer.
+    pub async fn register_order(&self, id: &str, amount: i64) -> (StatusCode, Value) {
+        let resp = self
+            .client
+            .post(self.url("/v1/orders"))
+            .bearer_auth(API_TOKEN)
+            .json(&json!({ "id": id, "amount": amount, "currency": CURRENCY }))
+            .send()
+            .await
+            .expect("POST /v1/orders");
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// `GET /v1/orders/{id}`.
+    pub async fn order(&self, id: &str) -> (StatusCode, Value) {
+        let resp = self
+            .client
+            .get(self.url(&format!("/v1/orders/{id}")))
+            .bearer_auth(API_TOKEN)
+            .send()
+            .await
+            .expect("GET /v1/orders/{id}");
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The verifier of the configured source, used here to sign.
+pub fn signer() -> Verifier {
+    let scheme = Scheme::Hmac {
+        header: "x-webhook-signature".into(),
+        algorithm: HmacAlgorithm::Sha256,
+        encoding: Encoding::Hex,
+        prefix: None,
+    };
+    Verifier::new(scheme, &[Secret::new(SECRET)], 300).expect("test secret")
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64
+}
+
+/// A signed delivery: the body and its signature headers.
+#[derive(Debug, Clone)]
+pub struct Signed {
+    pub event_id: String,
+    pub body: Vec<u8>,
+    pub headers: Vec<(String, String)>,
+}
+
+/// A `payment.succeeded` event for `order_id`, in the generic format, signed like the provider would.
+pub fn payment(event_id: &str, order_id: &str) -> Signed {
+    let body = Format::Generic.encode(&Outgoing {
+        event_id,
+        action: OrderAction::Pay,
+        order_id,
+        amount_minor: AMOUNT,
+        currency: CURRENCY,
+        created: now_secs(),
+    });
+    let headers = signer().sign(&body, now_secs(), event_id);
+    Signed { event_id: event_id.to_owned(), body, headers }
+}
+
+/// POSTs a signed delivery once.
+pub async fn post(client: &reqwest::Client, url: &str, d: &Signed) -> reqwest::Result<(StatusCode, Value)> {
+    let mut req = client.post(url).header("content-type", "application/json").body(d.body.clone());
+    for (name, value) in &d.headers {
+        req = req.header(name, value);
+    }
+    let resp = req.send().await?;
+    let status = resp.status();
+    let body = resp.json().await.unwrap_or(Value::Null);
+    Ok((status, body))
+}
+
+/// The `status` field of a webhook answer.
+pub fn outcome(answer: &Value) -> &str {
+    answer["status"].as_str().unwrap_or("")
+}
+
+/// `order.paid` rows in an order's JSON view.
+pub fn paid_receipts(order: &Value) -> usize {
+    order["outbox"].as_array().map_or(0, |rows| rows.iter().filter(|r| r["kind"] == "order.paid").count())
+}
+
+/// `SELECT COUNT(*) …` on the database file.
+pub fn count(db: &rusqlite::Connection, sql: &str) -> i64 {
+    db.query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}

@@ -1,0 +1,6 @@
+//! Integration tests of the `payhook` binary: the real executable as child processes, on real SQLite files in
+//! temp dirs, driven over HTTP and its command line.
+
+mod cli;
+mod helpers;
+mod serve;

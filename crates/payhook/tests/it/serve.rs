@@ -1,0 +1,238 @@
+//! `payhook serve`: several processes on one file, graceful shutdown, the background worker.
+
+use crate::helpers::*;
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+/// Delivers `d` to `url` like a provider: 503 (and nothing else) is retried until the answer is 200.
+async fn deliver_until_acked(client: reqwest::Client, url: String, d: Arc<Signed>) -> (String, usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut unavailable = 0;
+    loop {
+        let (status, answer) = post(&client, &url, &d).await.unwrap_or_else(|e| panic!("{} to {url}: {e}", d.event_id));
+        match status {
+            StatusCode::OK => return (outcome(&answer).to_owned(), unavailable),
+            StatusCode::SERVICE_UNAVAILABLE if Instant::now() < deadline => {
+                unavailable += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("{} to {url}: {other} {answer}", d.event_id),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_on_one_sqlite_file_apply_each_of_200_events_once() {
+    const N: usize = 200;
+    let dir = TestDir::new();
+    let mut servers = Vec::new();
+    for _ in 0..4 {
+        servers.push(Server::start(&dir).await);
+    }
+    let ports: Vec<u16> = servers.iter().map(|s| s.port).collect();
+    assert_eq!(ports.iter().collect::<std::collections::HashSet<_>>().len(), 4, "distinct ports: {ports:?}");
+
+    for i in 0..N {
+        let (status, answer) = servers[0].register_order(&format!("mp-{i}"), AMOUNT).await;
+        assert_eq!(status, StatusCode::CREATED, "registering mp-{i}: {answer}");
+    }
+    // The other processes see the orders through the shared file.
+    for s in &servers[1..] {
+        let (status, answer) = s.order(&format!("mp-{}", N - 1)).await;
+        assert_eq!((status, answer["status"].as_str()), (StatusCode::OK, Some("pending")), "{answer}");
+    }
+
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let urls: Vec<String> = servers.iter().map(Server::webhook_url).collect();
+    // Bounded so that 2 cores are not drowned in connections, yet every event is raced by all four at once.
+    let in_flight = Arc::new(Semaphore::new(48));
+    let mut events = JoinSet::new();
+    for i in 0..N {
+        let d = Arc::new(payment(&format!("evt-mp-{i}"), &format!("mp-{i}")));
+        let (client, urls, in_flight) = (client.clone(), urls.clone(), Arc::clone(&in_flight));
+        events.spawn(async move {
+            let _permit = in_flight.acquire_owned().await.unwrap();
+            let mut four = JoinSet::new();
+            for url in urls {
+                four.spawn(deliver_until_acked(client.clone(), url, Arc::clone(&d)));
+            }
+            let mut answers = Vec::new();
+            while let Some(r) = four.join_next().await {
+                answers.push(r.unwrap());
+            }
+            (d.event_id.clone(), answers)
+        });
+    }
+    let (mut processed, mut duplicate, mut unavailable) = (0, 0, 0);
+    while let Some(r) = events.join_next().await {
+        let (event_id, answers) = r.unwrap();
+        let outcomes: Vec<&str> = answers.iter().map(|(o, _)| o.as_str()).collect();
+        assert_eq!(
+            (
+                outcomes.iter().filter(|o| **o == "processed").count(),
+                outcomes.iter().filter(|o| **o == "duplicate").count()
+            ),
+            (1, 3),
+            "{event_id}: the four processes answered {outcomes:?}"
+        );
+        processed += 1;
+        duplicate += 3;
+        unavailable += answers.iter().map(|(_, u)| u).sum::<usize>();
+    }
+    assert_eq!((processed, duplicate), (N, 3 * N));
+    eprintln!("four processes: {unavailable} answers were 503 and retried");
+
+    for s in servers {
+        s.stop();
+    }
+    let db = dir.open_db();
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM inbox"), N as i64);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM inbox WHERE status = 'processed'"), N as i64);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM outbox"), N as i64);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM outbox WHERE kind = 'order.paid'"), N as i64);
+    assert_eq!(count(&db, "SELECT COUNT(DISTINCT order_id) FROM outbox WHERE kind = 'order.paid'"), N as i64);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM orders WHERE status = 'paid'"), N as i64);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM order_audit"), N as i64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_flight_requests_and_exits_cleanly() {
+    const N: usize = 200;
+    /// The first BURST deliveries go at once (many are in flight when SIGTERM lands); the rest trickle in after
+    /// the signal, one every 2 ms, and the later ones must find the door closed (refused, never half-served).
+    const BURST: usize = 100;
+    /// SIGTERM once this many deliveries were answered 200.
+    const SIGNAL_AFTER: usize = 10;
+    let dir = TestDir::new();
+    let mut server = Server::start(&dir).await;
+    for i in 0..N {
+        let (status, answer) = server.register_order(&format!("st-{i}"), AMOUNT).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+    }
+
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+    let url = server.webhook_url();
+    let acked = Arc::new(AtomicUsize::new(0));
+    let signal = Arc::new(tokio::sync::Notify::new());
+    let (signalled, signal_sent) = tokio::sync::watch::channel(false);
+    let mut deliveries = JoinSet::new();
+    for i in 0..N {
+        let d = payment(&format!("evt-st-{i}"), &format!("st-{i}"));
+        let (client, url, acked, signal) = (client.clone(), url.clone(), Arc::clone(&acked), Arc::clone(&signal));
+        let mut signal_sent = signal_sent.clone();
+        deliveries.spawn(async move {
+            if i >= BURST {
+                let _ = signal_sent.wait_for(|sent| *sent).await;
+                tokio::time::sleep(Duration::from_millis(2 * (i - BURST) as u64)).await;
+            }
+            let answer = post(&client, &url, &d).await;
+            if matches!(answer, Ok((StatusCode::OK, _))) && acked.fetch_add(1, Ordering::SeqCst) + 1 == SIGNAL_AFTER {
+                signal.notify_one();
+            }
+            (d.event_id, answer)
+        });
+    }
+    tokio::time::timeout(Duration::from_secs(20), signal.notified())
+        .await
+        .unwrap_or_else(|_| panic!("fewer than {SIGNAL_AFTER} deliveries were answered 200:\n{}", server.log()));
+    server.terminate();
+    signalled.send_replace(true);
+
+    let mut answered_ok: Vec<String> = Vec::new();
+    let (mut unavailable, mut connection_errors) = (0, 0);
+    while let Some(r) = deliveries.join_next().await {
+        let (event_id, answer) = r.unwrap();
+        match answer {
+            Ok((StatusCode::OK, v)) => {
+                assert_eq!(outcome(&v), "processed", "{event_id}: {v}");
+                answered_ok.push(event_id);
+            }
+            Ok((StatusCode::SERVICE_UNAVAILABLE, _)) => unavailable += 1,
+            Ok((status, v)) => panic!("{event_id}: answered {status} {v} during shutdown"),
+            Err(e) if e.is_timeout() => panic!("{event_id}: no answer during shutdown: {e}"),
+            // Refused once the listener is closed, or reset while still in the accept backlog.
+            Err(_) => connection_errors += 1,
+        }
+    }
+    let status = server.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "payhook serve exited with {status} after SIGTERM:\n{}", server.log());
+    eprintln!("sigterm: {} answered 200, {unavailable} 503, {connection_errors} connection errors", answered_ok.len());
+    assert!(answered_ok.len() >= SIGNAL_AFTER);
+    assert!(
+        answered_ok.len() < N,
+        "every delivery was answered 200, even those sent up to 200 ms after SIGTERM: it still accepts connections"
+    );
+
+    let db = dir.open_db();
+    let mut stmt = db.prepare("SELECT COUNT(*) FROM inbox WHERE source = ?1 AND event_id = ?2").unwrap();
+    for event_id in &answered_ok {
+        let n: i64 = stmt.query_row((SOURCE, event_id), |r| r.get(0)).unwrap();
+        assert_eq!(n, 1, "{event_id} was answered 200 but is not in the inbox");
+    }
+    // Drained, not cut off: nothing was recorded without its answer reaching the provider (a delivery refused
+    // or reset before the server read it is not recorded either).
+    let mut recorded: Vec<String> = db
+        .prepare("SELECT event_id FROM inbox ORDER BY event_id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    recorded.retain(|id| !answered_ok.contains(id));
+    assert!(recorded.is_empty(), "recorded but never answered: {recorded:?}");
+    // Every acknowledged payment was applied, with its receipt, in the same commit.
+    let paid = count(&db, "SELECT COUNT(*) FROM orders WHERE status = 'paid'");
+    assert_eq!(paid, answered_ok.len() as i64);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM outbox WHERE kind = 'order.paid'"), paid);
+}
+
+#[tokio::test]
+async fn payment_before_its_order_is_applied_by_the_background_worker() {
+    let dir = TestDir::new();
+    let server = Server::start(&dir).await;
+    let early = payment("evt-early-1", "early-1");
+    let (status, answer) = post(&server.client, &server.webhook_url(), &early).await.unwrap();
+    assert_eq!((status, outcome(&answer)), (StatusCode::OK, "deferred"), "{answer}");
+    let (status, _) = server.order("early-1").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let (status, answer) = server.register_order("early-1", AMOUNT).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+
+    // The real worker, woken by the registration (its own backoff would be 5 s): poll, don't drive it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let order: Value = loop {
+        let (status, order) = server.order("early-1").await;
+        assert_eq!(status, StatusCode::OK, "{order}");
+        if order["status"] == "paid" {
+            break order;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the deferred payment was not applied within 10 s: {order}\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(paid_receipts(&order), 1, "{order}");
+    assert_eq!(order["outbox"].as_array().map(Vec::len), Some(1), "{order}");
+    let history = order["history"].as_array().cloned().unwrap_or_default();
+    assert_eq!(history.len(), 1, "{order}");
+    assert_eq!(history[0]["event_id"], "evt-early-1", "{order}");
+
+    // A redelivery now is a duplicate, not a second payment.
+    let (status, answer) = post(&server.client, &server.webhook_url(), &early).await.unwrap();
+    assert_eq!((status, outcome(&answer)), (StatusCode::OK, "duplicate"), "{answer}");
+    server.stop();
+    let db = dir.open_db();
+    let inbox_status: String = db
+        .query_row("SELECT status FROM inbox WHERE source = ?1 AND event_id = 'evt-early-1'", [SOURCE], |r| r.get(0))
+        .unwrap();
+    assert_eq!(inbox_status, "processed");
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM outbox WHERE order_id = 'early-1' AND kind = 'order.paid'"), 1);
+}
