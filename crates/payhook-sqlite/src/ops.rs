@@ -43,22 +43,20 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, policy: &RetryPolicy) -> R
              ON CONFLICT (source, event_id) DO NOTHING",
         )
         .db()?
-        .execute(
-            params![
-                d.source.as_str(),
-                d.parsed.event_id().as_str(),
-                event.map(|e| e.event_type.as_str()),
-                event.map(|e| e.occurred_at),
-                event.map(|e| e.business_key.as_str()),
-                effect_json,
-                initial.as_str(),
-                reason,
-                d.received_at_ms,
-                d.verification,
-                d.headers_json,
-                d.raw_body,
-            ],
-        )
+        .execute(params![
+            d.source.as_str(),
+            d.parsed.event_id().as_str(),
+            event.map(|e| e.event_type.as_str()),
+            event.map(|e| e.occurred_at),
+            event.map(|e| e.business_key.as_str()),
+            effect_json,
+            initial.as_str(),
+            reason,
+            d.received_at_ms,
+            d.verification,
+            d.headers_json,
+            d.raw_body,
+        ])
         .db()?;
     if inserted == 0 {
         return Ok(Recorded { outcome: Outcome::Duplicate, detail: None });
