@@ -2,5 +2,6 @@
 //! temp dirs, driven over HTTP and its command line.
 
 mod cli;
+mod crash;
 mod helpers;
 mod serve;
