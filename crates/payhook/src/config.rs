@@ -7,6 +7,7 @@ use payhook_core::event::SourceName;
 use payhook_core::format::Format;
 use payhook_core::retry::RetryPolicy;
 use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
+use payhook_postgres::PgOptions;
 use payhook_server::{Settings, SourceSettings, WorkerSettings};
 use payhook_sqlite::{CommitSync, SqliteOptions};
 use serde::Deserialize;
@@ -46,6 +47,10 @@ struct RawStorage {
     queue_depth: usize,
     busy_timeout_ms: u64,
     fsync: String,
+    pool_size: usize,
+    writers: Option<usize>,
+    statement_timeout_ms: u64,
+    connect_timeout_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,8 +87,36 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The HTTP runtime's settings.
     pub settings: Settings,
-    /// The SQLite store's options.
-    pub storage: SqliteOptions,
+    /// Which store, and its options.
+    pub storage: StorageConfig,
+}
+
+/// The store `storage.url` selects, with its resolved options.
+#[derive(Debug, Clone)]
+pub enum StorageConfig {
+    /// `sqlite://PATH`: the embedded default.
+    Sqlite(SqliteOptions),
+    /// `postgres://…` (or `postgresql://…`): several instances on one database.
+    Postgres(PgOptions),
+}
+
+impl StorageConfig {
+    /// Where the data lives, for logs and `config check`: never the password.
+    pub fn describe(&self) -> String {
+        match self {
+            StorageConfig::Sqlite(o) => {
+                format!("sqlite://{} (batch_max {}, fsync {:?})", o.path.display(), o.batch_max, o.sync)
+            }
+            StorageConfig::Postgres(o) => format!(
+                "{} (pool_size {}, writers {}, batch_max {}, statement_timeout_ms {})",
+                o.target(),
+                o.pool_size,
+                o.writers,
+                o.batch_max,
+                o.statement_timeout_ms
+            ),
+        }
+    }
 }
 
 impl Config {
@@ -151,25 +184,7 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
         bail!("server.body_limit_bytes must be positive");
     }
     raw.retry.validate().context("retry")?;
-    let path = sqlite_path(&raw.storage.url)?;
-    if raw.storage.batch_max == 0 || raw.storage.queue_depth == 0 {
-        bail!("storage.batch_max and storage.queue_depth must be positive");
-    }
-    let sync = match raw.storage.fsync.as_str() {
-        // One commit per event means one fsync per event: the naive mode group commit is measured against.
-        _ if !raw.storage.group_commit => CommitSync::InCommit,
-        "pipelined" => CommitSync::Pipelined,
-        "in-commit" => CommitSync::InCommit,
-        other => bail!("storage.fsync: {other:?} is not one of \"pipelined\", \"in-commit\""),
-    };
-    let storage = SqliteOptions {
-        sync,
-        path,
-        batch_max: if raw.storage.group_commit { raw.storage.batch_max } else { 1 },
-        queue_depth: raw.storage.queue_depth,
-        busy_timeout_ms: raw.storage.busy_timeout_ms,
-        retry: raw.retry,
-    };
+    let storage = resolve_storage(raw.storage, raw.retry)?;
     let mut sources = Vec::new();
     for (i, s) in raw.sources.into_iter().enumerate() {
         let label = format!("sources[{i}] ({})", s.name);
@@ -192,11 +207,56 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
     Ok(Config { file, listen, settings, storage })
 }
 
-fn sqlite_path(url: &str) -> Result<PathBuf> {
-    match url.strip_prefix("sqlite://") {
-        Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
-        _ => bail!("storage.url: {url:?} is not supported; use sqlite://PATH"),
+fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig> {
+    if raw.batch_max == 0 || raw.queue_depth == 0 {
+        bail!("storage.batch_max and storage.queue_depth must be positive");
     }
+    let sync = match raw.fsync.as_str() {
+        // One commit per event means one fsync per event: the naive mode group commit is measured against.
+        _ if !raw.group_commit => CommitSync::InCommit,
+        "pipelined" => CommitSync::Pipelined,
+        "in-commit" => CommitSync::InCommit,
+        other => bail!("storage.fsync: {other:?} is not one of \"pipelined\", \"in-commit\""),
+    };
+    let batch_max = if raw.group_commit { raw.batch_max } else { 1 };
+    if let Some(path) = raw.url.strip_prefix("sqlite://") {
+        if path.is_empty() {
+            bail!("storage.url: sqlite:// needs a path");
+        }
+        return Ok(StorageConfig::Sqlite(SqliteOptions {
+            sync,
+            path: PathBuf::from(path),
+            batch_max,
+            queue_depth: raw.queue_depth,
+            busy_timeout_ms: raw.busy_timeout_ms,
+            retry,
+        }));
+    }
+    if !(raw.url.starts_with("postgres://") || raw.url.starts_with("postgresql://")) {
+        // Never echo the URL: it may hold a password.
+        bail!("storage.url: unsupported scheme; use sqlite://PATH or postgres://USER@HOST:PORT/DATABASE");
+    }
+    // The parser's message names the problem without repeating the URL.
+    let mut options = PgOptions::new(&raw.url).context("storage.url")?;
+    if raw.pool_size == 0 {
+        bail!("storage.pool_size must be positive");
+    }
+    let writers = raw.writers.unwrap_or_else(|| PgOptions::default_writers(raw.pool_size));
+    if writers == 0 || writers > raw.pool_size {
+        bail!("storage.writers must be between 1 and storage.pool_size ({})", raw.pool_size);
+    }
+    if raw.connect_timeout_ms == 0 {
+        bail!("storage.connect_timeout_ms must be positive");
+    }
+    options.pool_size = raw.pool_size;
+    options.writers = writers;
+    options.statement_timeout_ms = raw.statement_timeout_ms;
+    options.connect_timeout_ms = raw.connect_timeout_ms;
+    options.pool_wait_ms = raw.connect_timeout_ms;
+    options.batch_max = batch_max;
+    options.queue_depth = raw.queue_depth;
+    options.retry = retry;
+    Ok(StorageConfig::Postgres(options))
 }
 
 fn resolve_source(s: RawSource) -> Result<SourceSettings> {
@@ -241,7 +301,8 @@ mod tests {
     fn the_defaults_alone_resolve() {
         let c = Config::from_toml("", "t", None).unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
-        assert_eq!(c.storage.path, PathBuf::from("payhook.db"));
+        let StorageConfig::Sqlite(o) = &c.storage else { panic!("sqlite by default: {:?}", c.storage) };
+        assert_eq!(o.path, PathBuf::from("payhook.db"));
         assert!(c.settings.sources.is_empty());
     }
 
@@ -271,13 +332,58 @@ mod tests {
         assert!(err.contains("sources[0] (p)") && err.contains("secret"), "{err}");
     }
 
+    fn sqlite(c: &Config) -> &SqliteOptions {
+        match &c.storage {
+            StorageConfig::Sqlite(o) => o,
+            other => panic!("expected sqlite: {other:?}"),
+        }
+    }
+
+    fn postgres(c: &Config) -> &PgOptions {
+        match &c.storage {
+            StorageConfig::Postgres(o) => o,
+            other => panic!("expected postgres: {other:?}"),
+        }
+    }
+
     #[test]
     fn group_commit_off_means_batches_of_one_each_with_its_own_fsync() {
         let c = Config::from_toml("[storage]\ngroup_commit = false\n", "t", None).unwrap();
-        assert_eq!(c.storage.batch_max, 1);
-        assert_eq!(c.storage.sync, CommitSync::InCommit);
+        assert_eq!(sqlite(&c).batch_max, 1);
+        assert_eq!(sqlite(&c).sync, CommitSync::InCommit);
         let c = Config::from_toml("", "t", None).unwrap();
-        assert_eq!(c.storage.sync, CommitSync::Pipelined);
+        assert_eq!(sqlite(&c).sync, CommitSync::Pipelined);
+    }
+
+    #[test]
+    fn a_postgres_url_selects_postgres_with_the_pool_keys() {
+        let text = "[storage]\nurl = \"postgres://payhook:s3cret@db.internal:6543/hooks?options=-csearch_path%3Dph\"\n\
+                    pool_size = 24\nstatement_timeout_ms = 750\nbatch_max = 100\n";
+        let c = Config::from_toml(text, "t", None).unwrap();
+        let o = postgres(&c);
+        assert_eq!((o.pool_size, o.writers, o.statement_timeout_ms, o.batch_max), (24, 4, 750, 100));
+        assert_eq!(o.config.get_dbname(), Some("hooks"));
+        assert_eq!(o.config.get_options(), Some("-csearch_path=ph"));
+        let shown = format!("{} {c:?}", c.storage.describe());
+        assert!(shown.contains("db.internal:6543/hooks") && !shown.contains("s3cret"), "{shown}");
+
+        let c =
+            Config::from_toml("[storage]\nurl = \"postgresql://u@h/d\"\ngroup_commit = false\n", "t", None).unwrap();
+        assert_eq!((postgres(&c).batch_max, postgres(&c).pool_size), (1, 16), "the defaults file's pool_size");
+    }
+
+    #[test]
+    fn bad_postgres_settings_are_named_without_echoing_the_url() {
+        for (text, key) in [
+            ("url = \"mysql://u:pw@h/d\"", "storage.url"),
+            ("url = \"postgres://u:pw@h:notaport/d\"", "storage.url"),
+            ("url = \"postgres://u:pw@h/d?sslmode=require\"", "sslmode=require"),
+            ("url = \"postgres://u:pw@h/d\"\npool_size = 0", "storage.pool_size"),
+            ("url = \"postgres://u:pw@h/d\"\npool_size = 4\nwriters = 5", "storage.writers"),
+        ] {
+            let err = format!("{:#}", Config::from_toml(&format!("[storage]\n{text}\n"), "t", None).unwrap_err());
+            assert!(err.contains(key) && !err.contains("pw"), "{text}: {err}");
+        }
     }
 
     #[test]

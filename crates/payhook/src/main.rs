@@ -10,8 +10,12 @@ mod send;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use config::Config;
+use config::{Config, StorageConfig};
+use payhook_postgres::PgStore;
+use payhook_server::Settings;
 use payhook_sqlite::SqliteStore;
+use payhook_store::Store;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -89,7 +93,7 @@ async fn run(cli: Cli) -> Result<()> {
             let file = cfg.file.as_ref().map_or_else(|| "<defaults>".into(), |p| p.display().to_string());
             println!("{file}: ok");
             println!("  listen   {}", cfg.listen);
-            println!("  storage  sqlite://{} (batch_max {})", cfg.storage.path.display(), cfg.storage.batch_max);
+            println!("  storage  {}", cfg.storage.describe());
             println!(
                 "  api      {}",
                 if cfg.settings.api_token.is_some() { "token set" } else { "no token: /v1 is closed" }
@@ -119,18 +123,41 @@ async fn serve(cfg: Config) -> Result<()> {
     if cfg.settings.api_token.is_none() {
         tracing::warn!("no API token is configured: /v1 answers 401 (set PAYHOOK_API_TOKEN)");
     }
-    let store = Arc::new(
-        SqliteStore::open(cfg.storage.clone())
-            .with_context(|| format!("cannot open {}", cfg.storage.path.display()))?,
-    );
-    let listener =
-        tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    let running = payhook_server::start(listener, cfg.settings, Arc::clone(&store))?;
-    tracing::info!(addr = %running.addr, db = %cfg.storage.path.display(), "payhook is listening");
-    running.serve_until(shutdown_signal()).await?;
-    // Every answered request has committed; let the writer finish and close the file.
-    store.shutdown();
+    let db = cfg.storage.describe();
+    match cfg.storage {
+        StorageConfig::Sqlite(options) => {
+            let path = options.path.display().to_string();
+            let store = Arc::new(SqliteStore::open(options).with_context(|| format!("cannot open {path}"))?);
+            serve_with(cfg.listen, cfg.settings, Arc::clone(&store), &db).await?;
+            // Every answered request has committed; let the writer finish and close the file.
+            store.shutdown();
+        }
+        StorageConfig::Postgres(options) => {
+            let target = options.target();
+            let store = Arc::new(PgStore::open(options).await.with_context(|| format!("cannot open {target}"))?);
+            serve_with(cfg.listen, cfg.settings, Arc::clone(&store), &db).await?;
+            // Every answered request has committed; commit and answer what is still queued, close the pool.
+            store.shutdown().await;
+            let b = store.batch_stats();
+            tracing::info!(
+                batches = b.committed_batches,
+                jobs = b.committed_jobs,
+                reruns = b.reruns,
+                failed_batches = b.failed_batches,
+                "postgres group commit"
+            );
+        }
+    }
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// Serves on `listen` with `store` until SIGTERM or Ctrl-C, then drains: whichever backend, the same runtime.
+async fn serve_with<S: Store>(listen: SocketAddr, settings: Settings, store: Arc<S>, db: &str) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    let running = payhook_server::start(listener, settings, store)?;
+    tracing::info!(addr = %running.addr, db, "payhook is listening");
+    running.serve_until(shutdown_signal()).await?;
     Ok(())
 }
 

@@ -1,8 +1,9 @@
 //! `payhook orders import FILE`: register many orders at once, straight into the configured database.
 
-use crate::config::Config;
+use crate::config::{Config, StorageConfig};
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
+use payhook_postgres::PgStore;
 use payhook_server::{now_ms, parse_order};
 use payhook_sqlite::SqliteStore;
 use payhook_store::{NewOrder, Registered, Store};
@@ -31,31 +32,22 @@ pub async fn run(cfg: Config, command: OrdersCommand) -> Result<()> {
     match command {
         OrdersCommand::Import { file } => {
             let orders = read(&file)?;
-            let store = Arc::new(SqliteStore::open(cfg.storage.clone())?);
-            let (mut created, mut existing) = (0usize, 0usize);
-            let mut conflicts = Vec::new();
-            // Submitted together so they share the writer's commits, but never more at once than the writer's
-            // queue holds: a full queue refuses a job (load shedding) instead of waiting for room.
-            let room = Arc::new(tokio::sync::Semaphore::new(cfg.storage.queue_depth));
-            let mut tasks = tokio::task::JoinSet::new();
-            for order in orders {
-                let store = Arc::clone(&store);
-                let permit = Arc::clone(&room).acquire_owned().await?;
-                tasks.spawn(async move {
-                    let result = (order.id.clone(), store.register_order(order).await);
-                    drop(permit);
-                    result
-                });
-            }
-            while let Some(joined) = tasks.join_next().await {
-                let (id, result) = joined?;
-                match result.with_context(|| format!("order {id}"))? {
-                    Registered::Created => created += 1,
-                    Registered::AlreadyExists => existing += 1,
-                    Registered::Conflict { existing } => conflicts.push(format!("{id} (stored: {existing})")),
+            let (created, existing, conflicts) = match cfg.storage {
+                StorageConfig::Sqlite(options) => {
+                    let queue_depth = options.queue_depth;
+                    let store = Arc::new(SqliteStore::open(options)?);
+                    let counts = import(&store, orders, queue_depth).await;
+                    store.shutdown();
+                    counts?
                 }
-            }
-            store.shutdown();
+                StorageConfig::Postgres(options) => {
+                    let queue_depth = options.queue_depth;
+                    let store = Arc::new(PgStore::open(options).await?);
+                    let counts = import(&store, orders, queue_depth).await;
+                    store.shutdown().await;
+                    counts?
+                }
+            };
             println!("{created} created, {existing} already registered, {} conflicts", conflicts.len());
             if !conflicts.is_empty() {
                 bail!("orders registered with another amount or currency: {}", conflicts.join(", "));
@@ -63,6 +55,38 @@ pub async fn run(cfg: Config, command: OrdersCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Registers `orders` in `store`: (created, already registered, conflicts).
+async fn import<S: Store>(
+    store: &Arc<S>,
+    orders: Vec<NewOrder>,
+    queue_depth: usize,
+) -> Result<(usize, usize, Vec<String>)> {
+    let (mut created, mut existing) = (0usize, 0usize);
+    let mut conflicts = Vec::new();
+    // Submitted together so they share the writer's commits, but never more at once than the writer's
+    // queue holds: a full queue refuses a job (load shedding) instead of waiting for room.
+    let room = Arc::new(tokio::sync::Semaphore::new(queue_depth));
+    let mut tasks = tokio::task::JoinSet::new();
+    for order in orders {
+        let store = Arc::clone(store);
+        let permit = Arc::clone(&room).acquire_owned().await?;
+        tasks.spawn(async move {
+            let result = (order.id.clone(), store.register_order(order).await);
+            drop(permit);
+            result
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        let (id, result) = joined?;
+        match result.with_context(|| format!("order {id}"))? {
+            Registered::Created => created += 1,
+            Registered::AlreadyExists => existing += 1,
+            Registered::Conflict { existing } => conflicts.push(format!("{id} (stored: {existing})")),
+        }
+    }
+    Ok((created, existing, conflicts))
 }
 
 fn read(path: &Path) -> Result<Vec<NewOrder>> {

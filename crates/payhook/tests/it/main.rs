@@ -4,4 +4,5 @@
 mod cli;
 mod crash;
 mod helpers;
+mod postgres;
 mod serve;

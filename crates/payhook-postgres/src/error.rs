@@ -1,0 +1,109 @@
+//! The backend's own errors, and how they become [`StoreError`]s.
+
+use payhook_store::StoreError;
+use std::time::Duration;
+use tokio_postgres::error::SqlState;
+
+/// What went wrong talking to PostgreSQL. Kept as the `source()` of the [`StoreError`] the caller sees.
+#[derive(Debug, thiserror::Error)]
+pub enum PgError {
+    /// `storage.url` is not a PostgreSQL connection string.
+    #[error("invalid PostgreSQL connection string")]
+    Url(#[source] tokio_postgres::Error),
+    /// The connection string asks for TLS (`sslmode=require`), which this build does not speak yet.
+    #[error("sslmode=require is not supported: payhook connects without TLS (use a local socket or a private network)")]
+    TlsUnsupported,
+    /// The connection pool could not be built.
+    #[error("cannot build the connection pool")]
+    Build(#[source] deadpool_postgres::BuildError),
+    /// No connection could be had: the server is unreachable, refuses connections, or every connection stayed
+    /// busy for longer than the pool's wait timeout.
+    #[error("no database connection available")]
+    Pool(#[source] deadpool_postgres::PoolError),
+    /// A statement failed, or the connection broke while it ran.
+    #[error("database error")]
+    Db(#[from] tokio_postgres::Error),
+    /// A batch or a query took longer than its deadline; its connection is discarded.
+    #[error("no answer from the database within {0:?}")]
+    Timeout(Duration),
+    /// One delivery of a batch failed inside its own savepoint (and left nothing behind); its batch-mates went on.
+    #[error("the delivery could not be recorded: {0}")]
+    Savepoint(String),
+    /// Applying a migration failed.
+    #[error("migration {version} failed")]
+    Migration {
+        /// The schema version the migration leads to.
+        version: usize,
+        /// Why.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// No schema of the connection's `search_path` exists, so there is nowhere to create the tables.
+    #[error("no schema of the search_path exists: create it, or fix the search_path in storage.url")]
+    NoSchema,
+    /// The store is shutting down.
+    #[error("the store is shutting down")]
+    ShuttingDown,
+}
+
+impl PgError {
+    /// The SQLSTATE of a database error, if this is one.
+    pub fn code(&self) -> Option<&SqlState> {
+        match self {
+            PgError::Db(e) | PgError::Migration { source: e, .. } => e.code(),
+            PgError::Pool(deadpool_postgres::PoolError::Backend(e)) => e.code(),
+            _ => None,
+        }
+    }
+
+    /// A deadlock or serialization failure: the server rolled the whole transaction back, so it is safe (and
+    /// expected) to run it again.
+    pub fn is_conflict(&self) -> bool {
+        let conflicts = [SqlState::T_R_DEADLOCK_DETECTED, SqlState::T_R_SERIALIZATION_FAILURE];
+        self.code().is_some_and(|c| conflicts.contains(c))
+    }
+
+    /// The connection it happened on cannot be trusted any more (closed, terminated, timed out mid-protocol), so
+    /// it must not go back to the pool.
+    pub fn breaks_connection(&self) -> bool {
+        match self {
+            PgError::Db(e) => {
+                e.is_closed()
+                    || e.code().is_none_or(|c| {
+                        // Class 08 (connection exception) and 57P0x (operator intervention: terminated, shut down).
+                        c.code().starts_with("08") || c.code().starts_with("57P")
+                    })
+            }
+            PgError::Timeout(_) => true,
+            _ => false,
+        }
+    }
+}
+
+impl From<PgError> for StoreError {
+    fn from(e: PgError) -> Self {
+        match e {
+            PgError::ShuttingDown => StoreError::ShuttingDown,
+            e => StoreError::Unavailable(Box::new(e)),
+        }
+    }
+}
+
+/// A stored value that does not decode: a bug or tampering, never retried blindly.
+pub(crate) fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shutting_down_is_its_own_store_error_and_everything_else_is_unavailable() {
+        assert!(matches!(StoreError::from(PgError::ShuttingDown), StoreError::ShuttingDown));
+        let e = StoreError::from(PgError::Savepoint("23505: duplicate key".into()));
+        assert!(matches!(&e, StoreError::Unavailable(cause) if cause.to_string().contains("23505")), "{e:?}");
+        assert!(PgError::Timeout(Duration::from_secs(1)).breaks_connection());
+        assert!(!PgError::Savepoint(String::new()).is_conflict());
+    }
+}

@@ -1,0 +1,252 @@
+//! payhook-postgres: the PostgreSQL backend, for running several payhook instances on one database.
+//!
+//! N stateless instances share one database; unique keys, per-order advisory locks and `SKIP LOCKED` leases
+//! coordinate them, and nothing is coordinated in memory. The ledger rules stay in `payhook_core::ledger`: SQL
+//! applies a plan and reports when its guard matched nothing, Rust explains why and settles the row in the same
+//! transaction.
+//!
+//! # Layout
+//!
+//! - [`PgStore`]: implements [`payhook_store::Store`]; [`PgOptions`] says how it runs.
+//! - `writer`: group commit. A batcher task drains a bounded queue into batch transactions (at most `writers` in
+//!   flight, at most [`MAX_BATCH`] deliveries each, sorted by lock), each delivery in its own savepoint, and
+//!   answers only after `COMMIT`; batches rolled back by a deadlock or a serialization failure, or whose
+//!   connection was lost before `COMMIT`, are run again whole.
+//! - `ops`: what each operation sends to the schema's SQL functions, the ledger decisions taken in Rust, and the
+//!   worker's operations (`claim_due` with `FOR UPDATE SKIP LOCKED`, `retry` under its lease).
+//! - `read`: queries; an order and its history come from one snapshot.
+//! - `pipeline`: sending several statements before reading any answer, in a guaranteed order.
+//! - `pool`: deadpool-postgres, per-session settings, and discarding connections left in doubt.
+//! - `migrate`: embedded migrations (`migrations/*.sql`, with the plpgsql functions and the locking protocol)
+//!   under an advisory lock.
+//! - `error`: [`PgError`] and its mapping to [`StoreError`].
+//!
+//! # Durability
+//!
+//! A 2xx is sent only after `COMMIT` returned, so it is as durable as the server's `synchronous_commit` makes a
+//! commit (`on`, PostgreSQL's default: flushed to the WAL on disk; with synchronous replicas, on them too).
+//! payhook does not change that setting.
+
+mod error;
+mod migrate;
+mod ops;
+mod pipeline;
+mod pool;
+mod read;
+mod writer;
+
+pub use error::PgError;
+pub use writer::{BatchFailed, BatchStats};
+
+use deadpool_postgres::Pool;
+use payhook_core::event::{EventId, OrderId, SourceName};
+use payhook_core::retry::RetryPolicy;
+use payhook_store::{
+    Claim, Claimed, Delivery, EventView, NewOrder, OrderView, Recorded, Registered, Retried, Stats, Store, StoreError,
+};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// The most deliveries one batch transaction holds, whatever `batch_max` says. Each delivery is a subtransaction
+/// with its own transaction id, and PostgreSQL keeps at most 64 of those per session in shared memory
+/// (`PGPROC_MAX_CACHED_SUBXIDS`): beyond that every concurrent snapshot "overflows" and visibility checks go
+/// through `pg_subtrans`. Each delivery also holds two lock-table entries (its transaction id and its order's
+/// advisory lock) until commit, and the lock table is sized for 64 per session by default.
+pub const MAX_BATCH: usize = 64;
+
+/// How the PostgreSQL store is run.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// Where to connect: parsed from a `postgres://` URL or a `key=value` string. Its `Debug` hides the password.
+    pub config: tokio_postgres::Config,
+    /// Connections in the pool, shared by the batch transactions, queries, the retry worker and `/readyz`.
+    pub pool_size: usize,
+    /// Batch transactions in flight at once (each holds one pooled connection); the rest of the pool serves
+    /// queries and the worker.
+    pub writers: usize,
+    /// The server cancels any statement running longer than this (`statement_timeout`); 0 leaves the server's.
+    pub statement_timeout_ms: u64,
+    /// How long to wait for a new connection (the server is down or unreachable: answer 503 after this).
+    pub connect_timeout_ms: u64,
+    /// How long a request waits for a free pooled connection before answering 503.
+    pub pool_wait_ms: u64,
+    /// At most this many jobs share one transaction (capped at [`MAX_BATCH`]); 1 turns group commit off (one
+    /// commit per event).
+    pub batch_max: usize,
+    /// Jobs waiting for a batch beyond this are refused with [`StoreError::Overloaded`].
+    pub queue_depth: usize,
+    /// Backoff for deferred events.
+    pub retry: RetryPolicy,
+}
+
+impl PgOptions {
+    /// Defaults for `url`: a pool of 16 with 4 writers, group commit of up to [`MAX_BATCH`] jobs, a queue of
+    /// 4096, 5 s statement and connect timeouts.
+    pub fn new(url: &str) -> Result<Self, PgError> {
+        let config: tokio_postgres::Config = url.parse().map_err(PgError::Url)?;
+        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(PgError::TlsUnsupported);
+        }
+        Ok(Self {
+            config,
+            pool_size: 16,
+            writers: Self::default_writers(16),
+            statement_timeout_ms: 5_000,
+            connect_timeout_ms: 5_000,
+            pool_wait_ms: 5_000,
+            batch_max: MAX_BATCH,
+            queue_depth: 4096,
+            retry: RetryPolicy::default(),
+        })
+    }
+
+    /// Batch transactions in flight for a pool of `pool_size`: 4, and never more than half the pool.
+    ///
+    /// Few writers make big batches: measured on 2 cores, 2 to 4 writers sustain the most deliveries per second
+    /// and 8 spend about 40 % more database CPU per delivery (BENCHMARKS.md). More only help when the server's
+    /// commits are slow (one `fsync` per commit on a slow disk) and the queue keeps more than 4 × 64 waiting.
+    pub fn default_writers(pool_size: usize) -> usize {
+        (pool_size / 2).clamp(1, 4)
+    }
+
+    /// Where it connects, for logs and messages: user, hosts and database, never the password.
+    pub fn target(&self) -> String {
+        use tokio_postgres::config::Host;
+        let c = &self.config;
+        let ports = c.get_ports();
+        let hosts: Vec<String> = c
+            .get_hosts()
+            .iter()
+            .enumerate()
+            .map(|(i, host)| {
+                let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+                match host {
+                    Host::Tcp(name) => format!("{name}:{port}"),
+                    Host::Unix(dir) => format!("{}:{port}", dir.display()),
+                }
+            })
+            .collect();
+        format!("postgres://{}@{}/{}", c.get_user().unwrap_or(""), hosts.join(","), c.get_dbname().unwrap_or(""))
+    }
+
+    /// A batch that has not committed by then is abandoned and its requests answered 503: a little more than
+    /// its two round trips can take with every statement at the server's timeout.
+    fn batch_deadline(&self) -> Duration {
+        let statement = if self.statement_timeout_ms == 0 { 30_000 } else { self.statement_timeout_ms };
+        Duration::from_millis(3 * statement + self.connect_timeout_ms)
+    }
+}
+
+/// The PostgreSQL store. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct PgStore {
+    pool: Pool,
+    writer: writer::Writer,
+    /// Connections left to everything but the batches: queries and the retry worker wait here, not in the
+    /// pool's queue, so that a burst of them (a worker claiming 128 events, an API client reading orders) never
+    /// holds up a batch. Invariant: batches hold at most `writers` connections, the rest at most
+    /// `pool_size - writers`.
+    others: Arc<Semaphore>,
+    retry: Arc<RetryPolicy>,
+    ping_timeout: Duration,
+}
+
+impl PgStore {
+    /// Connects, migrates the schema (the first schema of the `search_path`) and starts the batcher. Must be called
+    /// inside a tokio runtime.
+    pub async fn open(options: PgOptions) -> Result<Self, StoreError> {
+        options.retry.validate().map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        let pool = pool::build(&options)?;
+        let pool_size = options.pool_size.max(1);
+        let writers = options.writers.clamp(1, pool_size);
+        let mut client = pool::get(&pool).await?;
+        migrate::run(&mut client).await?;
+        drop(client);
+        let writer = writer::Writer::spawn(
+            pool.clone(),
+            writer::WriterConfig {
+                batch_max: options.batch_max.clamp(1, MAX_BATCH),
+                queue_depth: options.queue_depth,
+                writers,
+                deadline: options.batch_deadline(),
+                retry: options.retry.clone(),
+            },
+        );
+        Ok(Self {
+            pool,
+            writer,
+            others: Arc::new(Semaphore::new((pool_size - writers).max(1))),
+            retry: Arc::new(options.retry),
+            ping_timeout: Duration::from_millis(options.connect_timeout_ms.max(1)),
+        })
+    }
+
+    /// The schema version this build migrates to.
+    pub fn schema_version() -> usize {
+        migrate::latest()
+    }
+
+    /// What the batcher has done so far.
+    pub fn batch_stats(&self) -> BatchStats {
+        self.writer.counters.snapshot()
+    }
+
+    /// Stops accepting writes, commits and answers everything already queued, then closes the pool.
+    pub async fn shutdown(&self) {
+        self.writer.shutdown().await;
+        self.others.close();
+        self.pool.close();
+    }
+
+    /// A turn for an operation other than a batch (see `PgStore::others`).
+    async fn turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, StoreError> {
+        self.others.acquire().await.map_err(|_| StoreError::ShuttingDown)
+    }
+}
+
+impl Store for PgStore {
+    fn ingest(&self, delivery: Delivery) -> impl Future<Output = Result<Recorded, StoreError>> + Send {
+        let queued = ops::IngestCall::new(delivery).map(|call| self.writer.ingest(call));
+        async move { queued?.await }
+    }
+
+    fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send {
+        self.writer.register(order)
+    }
+
+    async fn order(&self, id: &OrderId) -> Result<Option<OrderView>, StoreError> {
+        let _turn = self.turn().await?;
+        read::order(&self.pool, id).await
+    }
+
+    async fn event(&self, source: &SourceName, event_id: &EventId) -> Result<Option<EventView>, StoreError> {
+        let _turn = self.turn().await?;
+        read::event(&self.pool, source, event_id).await
+    }
+
+    async fn claim_due(&self, claim: Claim) -> Result<Vec<Claimed>, StoreError> {
+        let _turn = self.turn().await?;
+        ops::claim_due(&self.pool, &claim).await
+    }
+
+    async fn retry(&self, claimed: Claimed, now_ms: i64) -> Result<Retried, StoreError> {
+        let _turn = self.turn().await?;
+        ops::retry(&self.pool, &claimed, now_ms, &self.retry).await
+    }
+
+    async fn stats(&self) -> Result<Stats, StoreError> {
+        let _turn = self.turn().await?;
+        read::stats(&self.pool).await
+    }
+
+    async fn next_due_ms(&self) -> Result<Option<i64>, StoreError> {
+        let _turn = self.turn().await?;
+        read::next_due(&self.pool).await
+    }
+
+    /// Not behind the limit on non-batch connections: readiness must not look like an outage while queries wait.
+    async fn ping(&self) -> Result<(), StoreError> {
+        read::ping(&self.pool, self.ping_timeout).await
+    }
+}

@@ -1,0 +1,439 @@
+//! Group commit: the batcher task, its bounded queue, and the batch transaction.
+//!
+//! Requests wait on a bounded queue (a full queue answers [`StoreError::Overloaded`] at once). The batcher takes
+//! the first waiting job and whatever else is queued (up to `batch_max`) and runs them as one transaction on a
+//! pooled connection, while the next batch forms; at most `writers` batches are in flight, and `batch_max` is at
+//! most [`crate::MAX_BATCH`]. Under light load a batch is one job, so latency never gets worse; under load one
+//! commit (one WAL flush) serves dozens.
+//!
+//! A batch is two pipelined round trips and two or three statements, whatever its size:
+//!
+//! ```text
+//! BEGIN; SELECT … FROM payhook_ingest_batch(arrays)     one savepoint per delivery (a plpgsql EXCEPTION block)
+//! [SELECT payhook_settle_batch(arrays);] COMMIT          settlements of the guard misses, explained in Rust
+//! ```
+//!
+//! Registrations drained with the ingests go first, in a transaction of their own (`payhook_register_batch`).
+//!
+//! Invariant: a job is answered only after the COMMIT of the transaction that holds its work has returned (or
+//! with an error, and then none of its work is stored). A deadlock or serialization failure rolls the whole
+//! transaction back; the batch is then run again from scratch, so nobody is answered twice or early. A lost
+//! connection before `COMMIT` was sent is retried the same way; after `COMMIT` was sent the outcome is unknown, and
+//! every job is answered 503 (the provider's retry then finds a duplicate or records the event).
+//!
+//! Invariant (no lock cycles between batches): a batch runs its jobs sorted by [`IngestCall::lock_key`], and
+//! each job takes its order's advisory lock before any other key of that order (the schema's locking protocol),
+//! so concurrent batches, in this process or another, take their locks in one global order. PostgreSQL's deadlock
+//! detector and the rerun above remain the safety net.
+
+use crate::error::PgError;
+use crate::ops::{self, IngestCall, Landed};
+use crate::pipeline::{none, pipeline};
+use crate::pool;
+use deadpool_postgres::{Object, Pool};
+use payhook_core::retry::RetryPolicy;
+use payhook_store::{NewOrder, Recorded, Registered, StoreError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_postgres::types::ToSql;
+
+/// How often a batch is run again after a deadlock, a serialization failure or a connection lost before COMMIT.
+const MAX_BATCH_ATTEMPTS: u32 = 5;
+
+/// How the batcher runs.
+#[derive(Debug, Clone)]
+pub(crate) struct WriterConfig {
+    pub(crate) batch_max: usize,
+    pub(crate) queue_depth: usize,
+    pub(crate) writers: usize,
+    /// A batch that has not committed by then is abandoned (its connection dropped) and answered 503.
+    pub(crate) deadline: Duration,
+    pub(crate) retry: RetryPolicy,
+}
+
+/// Counters of the batcher, for tests and operators.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    batches: AtomicU64,
+    jobs: AtomicU64,
+    reruns: AtomicU64,
+    failed_batches: AtomicU64,
+}
+
+/// What the batcher has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Batch transactions committed.
+    pub committed_batches: u64,
+    /// Jobs (ingests and registrations) in those batches.
+    pub committed_jobs: u64,
+    /// Batches run again after a deadlock, a serialization failure or a connection lost before COMMIT.
+    pub reruns: u64,
+    /// Batches given up, whose jobs were all answered with an error.
+    pub failed_batches: u64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> BatchStats {
+        BatchStats {
+            committed_batches: self.batches.load(Ordering::Relaxed),
+            committed_jobs: self.jobs.load(Ordering::Relaxed),
+            reruns: self.reruns.load(Ordering::Relaxed),
+            failed_batches: self.failed_batches.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The work of a job.
+#[derive(Debug)]
+enum Work {
+    Ingest(IngestCall),
+    Register(NewOrder),
+}
+
+impl Work {
+    fn lock_key(&self) -> (bool, i64, &str, &str, &str) {
+        match self {
+            Work::Ingest(call) => call.lock_key(),
+            Work::Register(order) => ops::register_lock_key(order),
+        }
+    }
+}
+
+/// Where a job's answer goes.
+#[derive(Debug)]
+enum Reply {
+    Ingest(oneshot::Sender<Result<Recorded, StoreError>>),
+    Register(oneshot::Sender<Result<Registered, StoreError>>),
+}
+
+#[derive(Debug)]
+struct Job {
+    work: Work,
+    reply: Reply,
+}
+
+/// A job's result inside a transaction that has not committed yet.
+#[derive(Debug)]
+enum Pending {
+    Ingest(Landed),
+    Register(Result<Registered, String>),
+}
+
+/// The sending side of the batcher, and the means to stop it.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    tx: mpsc::Sender<Job>,
+    stop: Arc<Notify>,
+    task: std::sync::Mutex<Option<JoinHandle<()>>>,
+    pub(crate) counters: Arc<Counters>,
+}
+
+impl Writer {
+    /// Starts the batcher on the current tokio runtime.
+    pub(crate) fn spawn(pool: Pool, config: WriterConfig) -> Self {
+        let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
+        let stop = Arc::new(Notify::new());
+        let counters = Arc::new(Counters::default());
+        let task = tokio::spawn(run(pool, rx, Arc::clone(&stop), config, Arc::clone(&counters)));
+        Self { tx, stop, task: std::sync::Mutex::new(Some(task)), counters }
+    }
+
+    /// Queues an ingest now (before the returned future is polled); resolves after its batch has committed.
+    pub(crate) fn ingest(&self, call: IngestCall) -> impl Future<Output = Result<Recorded, StoreError>> + Send + use<> {
+        let (reply, answer) = oneshot::channel();
+        let queued = self.queue(Job { work: Work::Ingest(call), reply: Reply::Ingest(reply) });
+        async move {
+            queued?;
+            answer.await.map_err(|_| StoreError::ShuttingDown)?
+        }
+    }
+
+    /// Queues a registration now; resolves after its batch has committed.
+    pub(crate) fn register(
+        &self,
+        order: NewOrder,
+    ) -> impl Future<Output = Result<Registered, StoreError>> + Send + use<> {
+        let (reply, answer) = oneshot::channel();
+        let queued = self.queue(Job { work: Work::Register(order), reply: Reply::Register(reply) });
+        async move {
+            queued?;
+            answer.await.map_err(|_| StoreError::ShuttingDown)?
+        }
+    }
+
+    fn queue(&self, job: Job) -> Result<(), StoreError> {
+        self.tx.try_send(job).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => StoreError::Overloaded,
+            mpsc::error::TrySendError::Closed(_) => StoreError::ShuttingDown,
+        })
+    }
+
+    /// Stops taking jobs, runs and answers every job already queued, and returns once all of them are answered.
+    pub(crate) async fn shutdown(&self) {
+        self.stop.notify_one();
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}
+
+async fn run(
+    pool: Pool,
+    mut rx: mpsc::Receiver<Job>,
+    stop: Arc<Notify>,
+    config: WriterConfig,
+    counters: Arc<Counters>,
+) {
+    let writers = config.writers.max(1);
+    let batch_max = config.batch_max.max(1);
+    let permits = Arc::new(Semaphore::new(writers));
+    let config = Arc::new(config);
+    let mut in_flight = JoinSet::new();
+    loop {
+        // The permit first: while every writer is busy, jobs pile up in the queue and the next batch grows.
+        let permit = tokio::select! {
+            biased;
+            _ = stop.notified() => break,
+            permit = Arc::clone(&permits).acquire_owned() => permit.expect("the semaphore is never closed"),
+        };
+        let first = tokio::select! {
+            biased;
+            _ = stop.notified() => break,
+            job = rx.recv() => match job {
+                Some(job) => job,
+                None => break,
+            },
+        };
+        let mut batch = vec![first];
+        while batch.len() < batch_max {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let (pool, config, counters) = (pool.clone(), Arc::clone(&config), Arc::clone(&counters));
+        in_flight.spawn(async move {
+            run_batch(&pool, batch, &config, &counters).await;
+            drop(permit);
+        });
+        while let Some(done) = in_flight.try_join_next() {
+            if let Err(e) = done {
+                tracing::error!(error = %e, "a batch task panicked");
+            }
+        }
+    }
+    // Refuse new jobs, but run everything already accepted.
+    rx.close();
+    loop {
+        let mut batch = Vec::new();
+        while batch.len() < batch_max {
+            match rx.recv().await {
+                Some(job) => batch.push(job),
+                None => break,
+            }
+        }
+        if batch.is_empty() {
+            break;
+        }
+        let permit = Arc::clone(&permits).acquire_owned().await.expect("the semaphore is never closed");
+        let (pool, config, counters) = (pool.clone(), Arc::clone(&config), Arc::clone(&counters));
+        in_flight.spawn(async move {
+            run_batch(&pool, batch, &config, &counters).await;
+            drop(permit);
+        });
+    }
+    while in_flight.join_next().await.is_some() {}
+    tracing::debug!("postgres batcher stopped");
+}
+
+/// Why a batch attempt failed, and whether it may be run again.
+#[derive(Debug)]
+struct Failed {
+    error: BatchError,
+    commit_sent: bool,
+}
+
+#[derive(Debug)]
+enum BatchError {
+    Pg(PgError),
+    Corrupt(String),
+}
+
+impl Failed {
+    /// Running the batch again cannot answer anyone twice: the server said it rolled the transaction back
+    /// (deadlock, serialization failure), or the connection was lost before COMMIT was sent, so nothing committed.
+    fn can_rerun(&self) -> bool {
+        match &self.error {
+            BatchError::Pg(e) => {
+                e.is_conflict() || (!self.commit_sent && e.breaks_connection() && !matches!(e, PgError::Timeout(_)))
+            }
+            BatchError::Corrupt(_) => false,
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for BatchError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        BatchError::Pg(PgError::Db(e))
+    }
+}
+
+impl From<StoreError> for BatchError {
+    fn from(e: StoreError) -> Self {
+        BatchError::Corrupt(e.to_string())
+    }
+}
+
+/// The cause every job of a failed batch is answered with.
+#[derive(Debug, thiserror::Error)]
+#[error("the batch holding this request did not commit")]
+pub struct BatchFailed(#[source] Arc<PgError>);
+
+/// Runs a drained batch: its registrations in one transaction, then its ingests in another (each kind is one
+/// call of its batch function), and answers every job.
+async fn run_batch(pool: &Pool, jobs: Vec<Job>, config: &WriterConfig, counters: &Counters) {
+    let (registers, ingests): (Vec<Job>, Vec<Job>) =
+        jobs.into_iter().partition(|j| matches!(j.work, Work::Register(_)));
+    // Registrations first: an event drained together with its order's registration then finds the order.
+    for group in [registers, ingests] {
+        if !group.is_empty() {
+            run_group(pool, group, config, counters).await;
+        }
+    }
+}
+
+async fn run_group(pool: &Pool, mut jobs: Vec<Job>, config: &WriterConfig, counters: &Counters) {
+    jobs.sort_by(|a, b| a.work.lock_key().cmp(&b.work.lock_key()));
+    let mut attempt = 1;
+    let outcome = loop {
+        match execute(pool, &jobs, config).await {
+            Ok(pending) => break Ok(pending),
+            Err(failed) if failed.can_rerun() && attempt < MAX_BATCH_ATTEMPTS => {
+                counters.reruns.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(attempt, jobs = jobs.len(), error = ?failed.error, "running a rolled-back batch again");
+                // A little jitter, so that two batches that deadlocked do not meet again in the same way.
+                tokio::time::sleep(Duration::from_millis(fastrand::u64(1..=5 * u64::from(attempt)))).await;
+                attempt += 1;
+            }
+            Err(failed) => break Err(failed.error),
+        }
+    };
+    match outcome {
+        Ok(pending) => {
+            counters.batches.fetch_add(1, Ordering::Relaxed);
+            counters.jobs.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+            for (job, pending) in jobs.into_iter().zip(pending) {
+                answer(job.reply, pending);
+            }
+        }
+        Err(error) => {
+            counters.failed_batches.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(jobs = jobs.len(), error = ?error, "a batch did not commit; answering 503");
+            let shared = match error {
+                BatchError::Pg(e) => Ok(Arc::new(e)),
+                BatchError::Corrupt(what) => Err(what),
+            };
+            for job in jobs {
+                let error = || match &shared {
+                    Ok(e) => StoreError::Unavailable(Box::new(BatchFailed(Arc::clone(e)))),
+                    Err(what) => StoreError::Corrupt(what.clone()),
+                };
+                // The requester may have gone away (client disconnected): the outcome stands regardless.
+                let _ = match job.reply {
+                    Reply::Ingest(reply) => reply.send(Err(error())).is_ok(),
+                    Reply::Register(reply) => reply.send(Err(error())).is_ok(),
+                };
+            }
+        }
+    }
+}
+
+fn answer(reply: Reply, pending: Pending) {
+    let savepoint = |detail: String| StoreError::Unavailable(Box::new(PgError::Savepoint(detail)));
+    let _ = match (reply, pending) {
+        (Reply::Ingest(reply), Pending::Ingest(landed)) => reply
+            .send(match landed {
+                Landed::Done(recorded) | Landed::Settle(recorded, _) => Ok(recorded),
+                Landed::Failed(detail) => Err(savepoint(detail)),
+            })
+            .is_ok(),
+        (Reply::Register(reply), Pending::Register(registered)) => reply.send(registered.map_err(savepoint)).is_ok(),
+        (reply, pending) => unreachable!("job and result kinds match by construction: {reply:?} {pending:?}"),
+    };
+}
+
+/// One attempt at a batch, on one pooled connection.
+async fn execute(pool: &Pool, jobs: &[Job], config: &WriterConfig) -> Result<Vec<Pending>, Failed> {
+    let client = pool::get(pool).await.map_err(|e| Failed { error: BatchError::Pg(e), commit_sent: false })?;
+    let mut commit_sent = false;
+    let attempt = tokio::time::timeout(config.deadline, transact(&client, jobs, &config.retry, &mut commit_sent)).await;
+    let error = match attempt {
+        Ok(Ok(pending)) => return Ok(pending),
+        Ok(Err(error)) => error,
+        Err(_) => BatchError::Pg(PgError::Timeout(config.deadline)),
+    };
+    let broken = match &error {
+        BatchError::Pg(e) => e.breaks_connection(),
+        BatchError::Corrupt(_) => false,
+    };
+    pool::release_after(client, broken).await;
+    Err(Failed { error, commit_sent })
+}
+
+/// The batch transaction, for jobs of one kind: `BEGIN` and the kind's batch function in one pipelined round
+/// trip, then the settlements of the guard misses (if any) and `COMMIT` in another.
+async fn transact(
+    client: &Object,
+    jobs: &[Job],
+    policy: &RetryPolicy,
+    commit_sent: &mut bool,
+) -> Result<Vec<Pending>, BatchError> {
+    let registering = jobs.iter().any(|j| matches!(j.work, Work::Register(_)));
+    let statement = client.prepare_cached(if registering { ops::REGISTER_SQL } else { ops::INGEST_SQL }).await?;
+    let settle = client.prepare_cached(ops::SETTLE_SQL).await?;
+    let (mut ingests, mut registers) = (ops::IngestColumns::default(), ops::RegisterColumns::default());
+    for job in jobs {
+        match &job.work {
+            Work::Ingest(call) => ingests.push(call),
+            Work::Register(order) => registers.push(order),
+        }
+    }
+    let (ingest_params, register_params) = (ingests.params(), registers.params());
+    let params: &[&(dyn ToSql + Sync)] = if registering { &register_params } else { &ingest_params };
+    let (begun, answers, _) =
+        pipeline(Some(client.batch_execute("BEGIN")), vec![client.query(&statement, params)], none()).await;
+    begun.expect("first was given")?;
+    let rows = answers.into_iter().next().expect("one call was sent")?;
+    if rows.len() != jobs.len() {
+        return Err(BatchError::Corrupt(format!("{} answers to a batch of {}", rows.len(), jobs.len())));
+    }
+    let mut pending = Vec::with_capacity(jobs.len());
+    for (job, row) in jobs.iter().zip(&rows) {
+        pending.push(match &job.work {
+            Work::Ingest(call) => Pending::Ingest(call.landed(row, policy)?),
+            Work::Register(order) => Pending::Register(ops::registered(order, row)?),
+        });
+    }
+
+    let mut settlements = ops::SettleColumns::default();
+    for p in &pending {
+        if let Pending::Ingest(Landed::Settle(_, s)) = p {
+            settlements.push(s);
+        }
+    }
+    let settle_params = settlements.params();
+    let settling = if settlements.is_empty() { vec![] } else { vec![client.query_one(&settle, &settle_params)] };
+    *commit_sent = true;
+    let (_, settled, committed) = pipeline(none(), settling, Some(client.batch_execute("COMMIT"))).await;
+    // A failed settlement aborted the transaction, and the COMMIT after it rolled back: report the settlement.
+    for s in settled {
+        s?;
+    }
+    committed.expect("last was given")?;
+    Ok(pending)
+}

@@ -1,0 +1,293 @@
+//! Integration tests of the PostgreSQL backend, against the server named by `PAYHOOK_TEST_POSTGRES_URL`
+//! (e.g. `postgres://postgres@127.0.0.1:5432/test`). Each test works in a fresh schema of its own, dropped at the
+//! end. Without the variable, every test says it was skipped and passes.
+//!
+//! * `contract`: the store contract every backend must pass (`payhook_store::contract`), with group commit and
+//!   with one commit per event.
+//! * `faults`: a failing delivery rolls back only its own savepoint; a deadlocked batch is run again whole; a
+//!   statement timeout answers with an error and stores nothing.
+//! * `instances`: several stores (instances) on one schema: migrations once, dedup across them, leases split by
+//!   `SKIP LOCKED`.
+//! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
+
+#[cfg(payhook_test_postgres)]
+mod contract;
+mod faults;
+mod instances;
+mod resilience;
+
+use payhook_core::event::{EventId, OrderId, SourceName};
+use payhook_core::retry::RetryPolicy;
+use payhook_postgres::{PgOptions, PgStore};
+use payhook_store::{
+    Claim, Claimed, Delivery, EventView, NewOrder, OrderView, Recorded, Registered, Retried, Stats, Store, StoreError,
+};
+use std::time::Duration;
+
+/// The variable naming the test server.
+pub const URL_VAR: &str = "PAYHOOK_TEST_POSTGRES_URL";
+
+/// The test server's URL, or `None` after saying that the calling test is skipped.
+pub fn test_url() -> Option<String> {
+    match std::env::var(URL_VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!("skipped: {URL_VAR} not set");
+            None
+        }
+    }
+}
+
+/// Without a test server the contract cases are not compiled in (see build.rs); this says so.
+#[cfg(not(payhook_test_postgres))]
+#[test]
+fn the_store_contract_is_skipped_without_a_test_database() {
+    assert!(test_url().is_none());
+    eprintln!("skipped: the store contract against PostgreSQL ({URL_VAR} not set at build time)");
+}
+
+/// A schema of its own on the test server, dropped (with everything in it) when this is dropped.
+#[derive(Debug)]
+pub struct TempSchema {
+    url: String,
+    name: String,
+}
+
+impl TempSchema {
+    /// Creates `payhook_test_<random>`.
+    pub async fn create(url: &str) -> Self {
+        let name = format!("payhook_test_{:016x}", fastrand::u64(..));
+        let side = connect(url).await;
+        side.batch_execute(&format!("CREATE SCHEMA {name}")).await.expect("create the test schema");
+        Self { url: url.to_owned(), name }
+    }
+
+    /// The schema's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Store options whose connections work in this schema (`-c search_path=…` in the startup options).
+    pub fn options(&self, policy: RetryPolicy) -> PgOptions {
+        let mut options = PgOptions::new(&self.url).expect("the test URL parses");
+        options.config.options(format!("-c search_path={}", self.name));
+        // Names the store's own sessions in pg_stat_activity, apart from other tests' and from side connections.
+        options.config.application_name(&self.name);
+        options.retry = policy;
+        options
+    }
+
+    /// A connection of the test's own in the schema, as an operator (or a fault) would open one.
+    pub async fn side(&self) -> tokio_postgres::Client {
+        let client = connect(&self.url).await;
+        client.batch_execute(&format!("SET search_path = {}", self.name)).await.expect("set search_path");
+        client
+    }
+}
+
+impl Drop for TempSchema {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        // Drop runs inside the test's runtime, which cannot be blocked on; a thread with its own runtime can.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async {
+                let side = connect(&url).await;
+                side.batch_execute("SET lock_timeout = '10s'").await.expect("lock_timeout");
+                if let Err(e) = side.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE")).await {
+                    eprintln!("could not drop the test schema {name}: {e}");
+                }
+            });
+        });
+        let _ = dropped.join();
+    }
+}
+
+/// A plain connection to `url`, its connection task spawned on the current runtime.
+pub async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// A PostgreSQL store in a schema of its own; the schema is dropped after the store.
+#[derive(Debug)]
+pub struct TempStore {
+    // Declared first, so that the store (its batcher and pool) goes before its schema.
+    store: PgStore,
+    schema: TempSchema,
+}
+
+impl TempStore {
+    /// A fresh store on the test server with `policy`, default options otherwise.
+    pub async fn open(url: &str, policy: RetryPolicy) -> Self {
+        Self::open_with(url, policy, |_| {}).await
+    }
+
+    /// A fresh store with its options adjusted by `adjust`.
+    pub async fn open_with(url: &str, policy: RetryPolicy, adjust: impl FnOnce(&mut PgOptions)) -> Self {
+        let schema = TempSchema::create(url).await;
+        let mut options = schema.options(policy);
+        adjust(&mut options);
+        let store = PgStore::open(options).await.expect("open the postgres store");
+        Self { store, schema }
+    }
+
+    /// Its schema.
+    pub fn schema(&self) -> &TempSchema {
+        &self.schema
+    }
+
+    /// The store itself, for PostgreSQL-specific calls.
+    pub fn pg(&self) -> &PgStore {
+        &self.store
+    }
+}
+
+impl Store for TempStore {
+    fn ingest(&self, delivery: Delivery) -> impl Future<Output = Result<Recorded, StoreError>> + Send {
+        self.store.ingest(delivery)
+    }
+
+    fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send {
+        self.store.register_order(order)
+    }
+
+    fn order(&self, id: &OrderId) -> impl Future<Output = Result<Option<OrderView>, StoreError>> + Send {
+        self.store.order(id)
+    }
+
+    fn event(
+        &self,
+        source: &SourceName,
+        event_id: &EventId,
+    ) -> impl Future<Output = Result<Option<EventView>, StoreError>> + Send {
+        self.store.event(source, event_id)
+    }
+
+    fn claim_due(&self, claim: Claim) -> impl Future<Output = Result<Vec<Claimed>, StoreError>> + Send {
+        self.store.claim_due(claim)
+    }
+
+    fn retry(&self, claimed: Claimed, now_ms: i64) -> impl Future<Output = Result<Retried, StoreError>> + Send {
+        self.store.retry(claimed, now_ms)
+    }
+
+    fn stats(&self) -> impl Future<Output = Result<Stats, StoreError>> + Send {
+        self.store.stats()
+    }
+
+    fn next_due_ms(&self) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send {
+        self.store.next_due_ms()
+    }
+
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.store.ping()
+    }
+}
+
+/// Waits until `condition` holds (checked every 10 ms), failing the test after `within`.
+pub async fn eventually<F: AsyncFnMut() -> bool>(what: &str, within: Duration, mut condition: F) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !condition().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sessions named `application_name` (a store's, see [`TempSchema::options`]) that wait for a lock.
+pub async fn waiting_for_locks(side: &tokio_postgres::Client, application_name: &str) -> i64 {
+    side.query_one(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        &[&application_name],
+    )
+    .await
+    .expect("pg_stat_activity")
+    .get(0)
+}
+
+/// A TCP proxy in front of the test server, standing in for the network or the server going away and coming back
+/// (the server itself is shared with other tests and must not be restarted).
+#[derive(Debug)]
+pub struct Proxy {
+    port: u16,
+    upstream: std::net::SocketAddr,
+    tasks: Option<tokio::task::JoinSet<()>>,
+}
+
+impl Proxy {
+    /// Listens on a free local port and forwards every connection to `upstream`.
+    pub async fn start(upstream: std::net::SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let mut proxy = Self { port, upstream, tasks: None };
+        proxy.serve(listener);
+        proxy
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn serve(&mut self, listener: tokio::net::TcpListener) {
+        let upstream = self.upstream;
+        let mut tasks = tokio::task::JoinSet::new();
+        let (conns_tx, mut conns_rx) = tokio::sync::mpsc::unbounded_channel::<tokio::net::TcpStream>();
+        tasks.spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                if conns_tx.send(stream).is_err() {
+                    return;
+                }
+            }
+        });
+        tasks.spawn(async move {
+            let mut pipes = tokio::task::JoinSet::new();
+            while let Some(mut client) = conns_rx.recv().await {
+                pipes.spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+            // Dropping `pipes` here (when this task is aborted) closes every proxied connection.
+            pipes.shutdown().await;
+        });
+        self.tasks = Some(tasks);
+    }
+
+    /// Closes every proxied connection and refuses new ones: the database is gone.
+    pub async fn stop(&mut self) {
+        if let Some(mut tasks) = self.tasks.take() {
+            tasks.shutdown().await;
+        }
+    }
+
+    /// Accepts and forwards connections again, on the same port: the database is back.
+    pub async fn restart(&mut self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await.expect("rebind the proxy");
+        self.serve(listener);
+    }
+
+    /// `url` with its host and port replaced by the proxy's.
+    pub fn url(&self, url: &str) -> String {
+        let config: tokio_postgres::Config = url.parse().expect("the test URL parses");
+        let user = config.get_user().unwrap_or("postgres");
+        let db = config.get_dbname().unwrap_or("postgres");
+        format!("postgres://{user}@127.0.0.1:{}/{db}", self.port)
+    }
+}
+
+/// The test server's TCP address.
+pub fn server_addr(url: &str) -> std::net::SocketAddr {
+    use std::net::ToSocketAddrs;
+    let config: tokio_postgres::Config = url.parse().expect("the test URL parses");
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "127.0.0.1".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    (host.as_str(), port).to_socket_addrs().expect("resolve the test server").next().expect("an address")
+}
