@@ -230,7 +230,7 @@ fn resolve_source(s: RawSource) -> Result<SourceSettings> {
         secrets.extend(value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(|v| Secret::new(v.to_owned())));
     }
     let verifier = Verifier::new(scheme, &secrets, s.tolerance_secs.unwrap_or(300)).context("secrets")?;
-    Ok(SourceSettings { name, verifier, format: s.format })
+    Ok(SourceSettings { name, verifier, format: s.format, forward: Vec::new() })
 }
 
 #[cfg(test)]

@@ -58,7 +58,12 @@ pub fn secret(source: &str) -> &'static str {
 }
 
 fn source_settings(name: &str, format: Format) -> SourceSettings {
-    SourceSettings { name: SourceName::parse(name).unwrap(), verifier: verifier(name, secret(name)), format }
+    SourceSettings {
+        name: SourceName::parse(name).unwrap(),
+        verifier: verifier(name, secret(name)),
+        format,
+        forward: Vec::new(),
+    }
 }
 
 /// Now, unix seconds, on the server's clock.
