@@ -135,8 +135,10 @@ impl TestApp {
         ]);
         settings.api_token = Some(Secret::new(API_TOKEN));
         settings.worker.enabled = false;
+        settings.dispatcher.enabled = false;
         let mut options = SqliteOptions::new(&db_path);
         configure(&mut settings, &mut options);
+        options.routing = settings.routing();
         let store = Arc::new(SqliteStore::open(options).expect("open the store"));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let running = payhook_server::start(listener, settings.clone(), Arc::clone(&store)).expect("start");
