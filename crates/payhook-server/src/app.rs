@@ -1,9 +1,9 @@
 //! Building and running the HTTP application: shared state, routes, the worker, and graceful shutdown.
 
+use crate::dispatcher::Dispatcher;
 use crate::error::ApiError;
 use crate::metrics::{self, SourceMetrics};
 use crate::settings::{Settings, SourceSettings};
-use crate::dispatcher::Dispatcher;
 use crate::worker::RetryWorker;
 use crate::{admin_api, api, ingest};
 use axum::Router;
@@ -135,11 +135,16 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     let sources = settings
         .sources
         .iter()
-        .map(|s| (s.name.as_str().to_owned(), SourceRuntime {
+        .map(|s| {
+            (
+                s.name.as_str().to_owned(),
+                SourceRuntime {
                     settings: s.clone(),
                     metrics: SourceMetrics::default(),
                     failing: std::sync::Mutex::new((0, 0)),
-                }))
+                },
+            )
+        })
         .collect();
     let dispatcher_wake = Arc::new(Notify::new());
     let state = Arc::new(AppState {

@@ -34,11 +34,14 @@ impl Seen {
     }
 }
 
+/// Answers to give, in order, per path: (status, Retry-After).
+type Script = Vec<(String, VecDeque<(u16, Option<&'static str>)>)>;
+
 #[derive(Default)]
 struct SinkState {
     seen: Mutex<Vec<Seen>>,
-    /// Answers to give, in order, per path; when empty: 200.
-    script: Mutex<Vec<(String, VecDeque<(u16, Option<&'static str>)>)>>,
+    /// When a path's answers run out: 200.
+    script: Mutex<Script>,
     delay: Mutex<Vec<(String, Duration)>>,
 }
 
