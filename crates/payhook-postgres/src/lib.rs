@@ -78,6 +78,8 @@ pub struct PgOptions {
     pub queue_depth: usize,
     /// Backoff for deferred events.
     pub retry: RetryPolicy,
+    /// Which sinks receive which outbox kinds, forwards and alerts.
+    pub routing: payhook_store::Routing,
 }
 
 impl PgOptions {
@@ -98,6 +100,7 @@ impl PgOptions {
             batch_max: MAX_BATCH,
             queue_depth: 4096,
             retry: RetryPolicy::default(),
+            routing: payhook_store::Routing::default(),
         })
     }
 

@@ -1,10 +1,11 @@
 //! Building and running the HTTP application: shared state, routes, the worker, and graceful shutdown.
 
+use crate::dispatcher::Dispatcher;
 use crate::error::ApiError;
 use crate::metrics::{self, SourceMetrics};
 use crate::settings::{Settings, SourceSettings};
 use crate::worker::RetryWorker;
-use crate::{api, ingest};
+use crate::{admin_api, api, ingest};
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -33,6 +34,21 @@ pub struct SourceRuntime {
     pub settings: SourceSettings,
     /// Its counters.
     pub metrics: SourceMetrics,
+    /// Verification failures in the current alert window: (window start, count).
+    pub(crate) failing: std::sync::Mutex<(i64, u32)>,
+}
+
+impl SourceRuntime {
+    /// Counts a verification failure at `now_ms`; true exactly when the count within the window reaches
+    /// `threshold` (the moment to raise an alert: once per window, the store collapses the rest).
+    pub(crate) fn verification_failure_reaches(&self, now_ms: i64, window_ms: i64, threshold: u32) -> bool {
+        let Ok(mut w) = self.failing.lock() else { return false };
+        if now_ms - w.0 >= window_ms {
+            *w = (now_ms, 0);
+        }
+        w.1 += 1;
+        w.1 == threshold.max(1)
+    }
 }
 
 /// State shared by every request.
@@ -42,6 +58,10 @@ pub struct AppState<S> {
     pub(crate) settings: Settings,
     pub(crate) sources: HashMap<String, SourceRuntime>,
     pub(crate) worker_wake: Arc<Notify>,
+    /// Wakes the dispatcher's sink loops (an outbox row was re-queued).
+    pub(crate) dispatcher_wake: Arc<Notify>,
+    /// Held while a bulk replay runs, so that this process runs one at a time.
+    pub(crate) bulk_replay: tokio::sync::Mutex<()>,
 }
 
 impl<S> AppState<S> {
@@ -56,6 +76,14 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
     let v1 = Router::new()
         .route("/orders", post(api::register_order::<S>))
         .route("/orders/{id}", get(api::get_order::<S>))
+        .route("/events", get(admin_api::list_events::<S>))
+        .route("/events/{source}/{event_id}", get(admin_api::show_event::<S>))
+        .route("/events/{source}/{event_id}/replay", post(admin_api::replay_event::<S>))
+        .route("/dead-letters", get(admin_api::list_dead_letters::<S>))
+        .route("/dead-letters/replay", post(admin_api::bulk_replay::<S>))
+        .route("/outbox", get(admin_api::list_outbox::<S>))
+        .route("/outbox/{id}/retry", post(admin_api::retry_outbox::<S>))
+        .route("/stats", get(admin_api::stats::<S>))
         .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&state), api::require_token::<S>));
     Router::new()
         .route("/webhooks/{source}", post(ingest::handle::<S>))
@@ -91,9 +119,12 @@ pub struct Running<S> {
     pub state: Arc<AppState<S>>,
     /// The worker, to drive by hand when the background one is disabled.
     pub worker: RetryWorker<S>,
+    /// The outbox dispatcher, to drive by hand when the background one is disabled.
+    pub dispatcher: Dispatcher<S>,
     cancel: CancellationToken,
     server: JoinHandle<std::io::Result<()>>,
     worker_task: Option<JoinHandle<()>>,
+    dispatcher_task: Option<JoinHandle<()>>,
 }
 
 /// Starts serving on `listener`, with the retry worker unless the settings disable it.
@@ -104,9 +135,26 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     let sources = settings
         .sources
         .iter()
-        .map(|s| (s.name.as_str().to_owned(), SourceRuntime { settings: s.clone(), metrics: SourceMetrics::default() }))
+        .map(|s| {
+            (
+                s.name.as_str().to_owned(),
+                SourceRuntime {
+                    settings: s.clone(),
+                    metrics: SourceMetrics::default(),
+                    failing: std::sync::Mutex::new((0, 0)),
+                },
+            )
+        })
         .collect();
-    let state = Arc::new(AppState { store, settings, sources, worker_wake });
+    let dispatcher_wake = Arc::new(Notify::new());
+    let state = Arc::new(AppState {
+        store,
+        settings,
+        sources,
+        worker_wake,
+        dispatcher_wake,
+        bulk_replay: tokio::sync::Mutex::new(()),
+    });
     let cancel = CancellationToken::new();
     let app = router(Arc::clone(&state));
     let shutdown = cancel.clone();
@@ -114,7 +162,10 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
     });
     let worker_task = state.settings.worker.enabled.then(|| tokio::spawn(worker.clone().run(cancel.clone())));
-    Ok(Running { addr, state, worker, cancel, server, worker_task })
+    let dispatcher = Dispatcher::new(Arc::clone(&state.store), &state.settings, Arc::clone(&state.dispatcher_wake));
+    let dispatcher_task =
+        state.settings.dispatcher.enabled.then(|| tokio::spawn(dispatcher.clone().run(cancel.clone())));
+    Ok(Running { addr, state, worker, dispatcher, cancel, server, worker_task, dispatcher_task })
 }
 
 impl<S: Store> Running<S> {
@@ -124,6 +175,9 @@ impl<S: Store> Running<S> {
         let served = self.server.await.map_err(std::io::Error::other)?;
         if let Some(worker) = self.worker_task {
             let _ = worker.await;
+        }
+        if let Some(dispatcher) = self.dispatcher_task {
+            let _ = dispatcher.await;
         }
         served
     }

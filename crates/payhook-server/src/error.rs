@@ -3,6 +3,7 @@
 //! Internal causes are logged here and never sent to the caller; the caller gets a stable machine code and a
 //! sentence saying what was wrong.
 
+use crate::admin::AdminError;
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -49,9 +50,42 @@ pub enum ApiError {
         /// The stored state, for the caller to compare.
         existing: serde_json::Value,
     },
+    /// The object is not in a state the action applies to (replaying an event that is not a dead letter,
+    /// re-queueing an outbox row that is not dead, a bulk replay while another runs); nothing changed.
+    #[error("{message}")]
+    WrongState {
+        /// Stable code (`not_dead_letter`, `not_dead`, `replay_in_progress`).
+        code: &'static str,
+        /// What was refused and why.
+        message: String,
+        /// The object's current state, when it has one.
+        status: Option<String>,
+    },
+    /// The event's source is no longer configured, so it cannot be re-parsed.
+    #[error("{0}")]
+    SourceNotConfigured(String),
     /// The store failed; the caller may retry (503) unless the data is corrupt (500).
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl From<AdminError> for ApiError {
+    fn from(e: AdminError) -> Self {
+        match e {
+            AdminError::Invalid(message) => ApiError::Invalid(message),
+            AdminError::NotFound(message) => ApiError::NotFound(message),
+            e @ AdminError::SourceNotConfigured(_) => ApiError::SourceNotConfigured(e.to_string()),
+            AdminError::NotDeadLetter { status, .. } => ApiError::WrongState {
+                code: "not_dead_letter",
+                message: e.to_string(),
+                status: Some(status.as_str().to_owned()),
+            },
+            AdminError::OutboxNotDead { ref status, .. } => {
+                ApiError::WrongState { code: "not_dead", status: Some(status.clone()), message: e.to_string() }
+            }
+            AdminError::Store(e) => ApiError::Store(e),
+        }
+    }
 }
 
 impl ApiError {
@@ -65,6 +99,8 @@ impl ApiError {
             ApiError::BodyUnreadable => (StatusCode::BAD_REQUEST, "body_unreadable"),
             ApiError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
             ApiError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+            ApiError::WrongState { code, .. } => (StatusCode::CONFLICT, code),
+            ApiError::SourceNotConfigured(_) => (StatusCode::UNPROCESSABLE_ENTITY, "source_not_configured"),
             ApiError::Store(StoreError::Overloaded) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             ApiError::Store(StoreError::ShuttingDown) => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Store(StoreError::Unavailable(_)) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
@@ -89,6 +125,9 @@ impl IntoResponse for ApiError {
         let mut body = json!({ "error": code, "message": message });
         if let ApiError::Conflict { existing, .. } = &self {
             body["existing"] = existing.clone();
+        }
+        if let ApiError::WrongState { status: Some(current), .. } = &self {
+            body["status"] = current.clone().into();
         }
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use payhook_core::event::EventId;
 use payhook_core::signature::Headers;
-use payhook_store::{Delivery, Parsed, Store};
+use payhook_store::{Alert, Delivery, Parsed, Store};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -47,6 +47,21 @@ pub(crate) async fn handle<S: Store>(
         Err(e) => {
             src.metrics.verification_failed(e.code());
             tracing::warn!(source = %src.settings.name, reason = e.code(), "signature verification failed");
+            if let Some(alerts) = &state.settings.alerts
+                && src.verification_failure_reaches(received_at_ms, alerts.window_ms, alerts.verification_failures)
+            {
+                let text = format!(
+                    "payhook: source {} failed signature verification {} times within {} min (last: {e}); \
+                     is its secret right?",
+                    src.settings.name,
+                    alerts.verification_failures,
+                    alerts.window_ms / 60_000
+                );
+                let alert = Alert { key: format!("{}:verification", src.settings.name), text, now_ms: received_at_ms };
+                if let Err(err) = state.store.raise_alert(alert).await {
+                    tracing::warn!(error = %err, "could not raise a verification alert");
+                }
+            }
             return Err(ApiError::Unauthorized {
                 reason: e.code(),
                 message: format!("signature verification failed: {e}"),

@@ -2,15 +2,21 @@
 //!
 //! - `app`: state, routes, start and graceful shutdown.
 //! - `ingest`: `POST /webhooks/{source}`, the hot path.
-//! - `api`: the `/v1` API behind the bearer token.
+//! - `api`: the `/v1` orders API behind the bearer token.
+//! - [`admin`]: operator actions (list, show, replay, bulk replay, outbox retry, stats), shared with the CLI;
+//!   `admin_api` serves them under `/v1`.
 //! - [`worker`]: the retry worker for deferred events.
+//! - [`dispatcher`]: delivers outbox rows to sinks (and alerts), one loop per sink.
 //! - `error`: [`ApiError`], the one place where failures become status codes.
 //! - [`settings`]: the resolved settings the binary hands over.
 //!
 //! Boundary: this is the only crate that knows axum; it talks to storage only through [`payhook_store::Store`].
 
+pub mod admin;
+mod admin_api;
 mod api;
 mod app;
+pub mod dispatcher;
 mod error;
 mod ingest;
 mod metrics;

@@ -17,6 +17,94 @@ pub struct Settings {
     pub api_token: Option<Secret>,
     /// The retry worker.
     pub worker: WorkerSettings,
+    /// Where outbox rows are delivered.
+    pub sinks: Vec<SinkSettings>,
+    /// Where alerts are delivered, if anywhere.
+    pub alerts: Option<AlertSettings>,
+    /// How the outbox dispatcher runs.
+    pub dispatcher: DispatcherSettings,
+    /// Limits of bulk replay.
+    pub replay: ReplaySettings,
+}
+
+/// An HTTP endpoint of the merchant's that receives outbox rows.
+#[derive(Debug, Clone)]
+pub struct SinkSettings {
+    /// Its name, referenced by outbox rows and by sources' `forward`.
+    pub name: String,
+    /// Where rows are POSTed.
+    pub url: String,
+    /// The kinds it takes (`order.paid`, …; `*` for all).
+    pub kinds: Vec<String>,
+    /// Signs what is sent with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+    pub signer: Option<payhook_core::signature::Verifier>,
+    /// Per-request timeout, in milliseconds.
+    pub timeout_ms: u64,
+    /// Requests in flight to this sink at most.
+    pub max_in_flight: usize,
+}
+
+/// Where alerts go: a Slack-compatible incoming webhook (`{"text": …}`) or any HTTP endpoint.
+#[derive(Debug, Clone)]
+pub struct AlertSettings {
+    /// Where alerts are POSTed.
+    pub url: String,
+    /// Alerts with the same source and reason within this window collapse into one, with a count.
+    pub window_ms: i64,
+    /// How long an alert gathers its key's repeats before it is sent.
+    pub gather_ms: i64,
+    /// A source whose verification fails this many times within the window raises an alert.
+    pub verification_failures: u32,
+    /// Per-request timeout, in milliseconds.
+    pub timeout_ms: u64,
+}
+
+/// The name under which alerts travel through the outbox.
+pub const ALERTS_SINK: &str = "_alerts";
+
+/// How the outbox dispatcher runs.
+#[derive(Debug, Clone)]
+pub struct DispatcherSettings {
+    /// Run the dispatcher in this process. Tests turn it off and drive it step by step.
+    pub enabled: bool,
+    /// Longest sleep between two looks for due rows, in milliseconds.
+    pub poll_interval_ms: u64,
+    /// How long a claimed row stays leased to this dispatcher, in milliseconds.
+    pub lease_ms: i64,
+    /// Backoff between attempts, and the budget after which a row is dead.
+    pub retry: payhook_core::retry::RetryPolicy,
+}
+
+impl Default for DispatcherSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            poll_interval_ms: 500,
+            lease_ms: 60_000,
+            retry: payhook_core::retry::RetryPolicy {
+                base_ms: 1_000,
+                factor: 2,
+                cap_ms: 3_600_000,
+                jitter: 0.2,
+                max_attempts: 30,
+            },
+        }
+    }
+}
+
+/// Limits that keep bulk replay from starving live traffic.
+#[derive(Debug, Clone)]
+pub struct ReplaySettings {
+    /// Events one bulk replay call touches at most.
+    pub max_per_call: u32,
+    /// Events replayed per second at most.
+    pub per_second: u32,
+}
+
+impl Default for ReplaySettings {
+    fn default() -> Self {
+        Self { max_per_call: 1_000, per_second: 100 }
+    }
 }
 
 /// One source of webhooks.
@@ -28,6 +116,8 @@ pub struct SourceSettings {
     pub verifier: Verifier,
     /// Turns its payloads into events.
     pub format: Format,
+    /// Sinks that receive every verified, deduplicated event of this source (kind `event.received`).
+    pub forward: Vec<String>,
 }
 
 /// How the worker that retries deferred events runs.
@@ -58,6 +148,37 @@ impl Settings {
             body_timeout_ms: 10_000,
             api_token: None,
             worker: WorkerSettings::default(),
+            sinks: Vec::new(),
+            alerts: None,
+            dispatcher: DispatcherSettings::default(),
+            replay: ReplaySettings::default(),
         }
+    }
+}
+
+impl Settings {
+    /// The routing table the store needs: which sinks take which kinds, forwards, and alerts.
+    pub fn routing(&self) -> payhook_store::Routing {
+        let mut routing = payhook_store::Routing::default();
+        for sink in &self.sinks {
+            for kind in &sink.kinds {
+                if kind == "*" {
+                    routing.all_kinds.push(sink.name.clone());
+                } else {
+                    routing.by_kind.entry(kind.clone()).or_default().push(sink.name.clone());
+                }
+            }
+        }
+        for source in &self.sources {
+            if !source.forward.is_empty() {
+                routing.forwards.insert(source.name.as_str().to_owned(), source.forward.clone());
+            }
+        }
+        routing.alerts = self.alerts.as_ref().map(|a| payhook_store::AlertRouting {
+            sink: ALERTS_SINK.to_owned(),
+            window_ms: a.window_ms,
+            gather_ms: a.gather_ms,
+        });
+        routing
     }
 }

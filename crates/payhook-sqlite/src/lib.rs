@@ -19,7 +19,9 @@ mod writer;
 use payhook_core::event::{EventId, OrderId, SourceName};
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
-    Claim, Claimed, Delivery, EventView, NewOrder, OrderView, Recorded, Registered, Retried, Stats, Store, StoreError,
+    Alert, Claim, Claimed, Delivery, Dispatched, EventFilter, EventSummary, EventView, NewOrder, OrderView,
+    OutboxFilter, OutboxJob, OutboxView, Parsed, Recorded, Registered, Replayed, Retried, Routing, Stats, Store,
+    StoreError,
 };
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
@@ -44,6 +46,8 @@ pub struct SqliteOptions {
     pub retry: RetryPolicy,
     /// How commits are made durable before their requests are answered.
     pub sync: CommitSync,
+    /// Which sinks receive which outbox kinds, forwards and alerts.
+    pub routing: Routing,
 }
 
 impl SqliteOptions {
@@ -56,6 +60,7 @@ impl SqliteOptions {
             busy_timeout_ms: 5_000,
             retry: RetryPolicy::default(),
             sync: CommitSync::default(),
+            routing: Routing::default(),
         }
     }
 }
@@ -67,7 +72,7 @@ pub struct SqliteStore {
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     checkpointer: Mutex<Option<checkpoint::Checkpointer>>,
     reader: Arc<Mutex<Connection>>,
-    retry: Arc<RetryPolicy>,
+    ctx: Arc<ops::Ctx>,
     path: PathBuf,
 }
 
@@ -105,7 +110,7 @@ impl SqliteStore {
             writer_thread: Mutex::new(Some(join)),
             checkpointer: Mutex::new(Some(checkpointer)),
             reader: Arc::new(Mutex::new(reader)),
-            retry: Arc::new(options.retry),
+            ctx: Arc::new(ops::Ctx { retry: options.retry, routing: options.routing }),
             path: options.path,
         })
     }
@@ -155,8 +160,8 @@ impl Drop for SqliteStore {
 
 impl Store for SqliteStore {
     fn ingest(&self, delivery: Delivery) -> impl Future<Output = Result<Recorded, StoreError>> + Send {
-        let retry = Arc::clone(&self.retry);
-        self.writer.submit(move |conn| ops::ingest(conn, &delivery, &retry))
+        let ctx = Arc::clone(&self.ctx);
+        self.writer.submit(move |conn| ops::ingest(conn, &delivery, &ctx))
     }
 
     fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send {
@@ -178,8 +183,8 @@ impl Store for SqliteStore {
     }
 
     fn retry(&self, claimed: Claimed, now_ms: i64) -> impl Future<Output = Result<Retried, StoreError>> + Send {
-        let retry = Arc::clone(&self.retry);
-        self.writer.submit(move |conn| ops::retry(conn, &claimed, now_ms, &retry))
+        let ctx = Arc::clone(&self.ctx);
+        self.writer.submit(move |conn| ops::retry(conn, &claimed, now_ms, &ctx))
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
@@ -188,6 +193,58 @@ impl Store for SqliteStore {
 
     async fn next_due_ms(&self) -> Result<Option<i64>, StoreError> {
         self.read(read::next_due).await
+    }
+
+    fn claim_outbox(
+        &self,
+        sink: &str,
+        claim: Claim,
+    ) -> impl Future<Output = Result<Vec<OutboxJob>, StoreError>> + Send {
+        let sink = sink.to_owned();
+        self.writer.submit(move |conn| ops::claim_outbox(conn, &sink, &claim))
+    }
+
+    fn finish_outbox(
+        &self,
+        job: &OutboxJob,
+        outcome: Dispatched,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let (ctx, job) = (Arc::clone(&self.ctx), job.clone());
+        self.writer.submit(move |conn| ops::finish_outbox(conn, &ctx, &job, &outcome, now_ms))
+    }
+
+    fn retry_outbox(&self, id: i64, now_ms: i64) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.writer.submit(move |conn| ops::retry_outbox(conn, id, now_ms))
+    }
+
+    async fn next_outbox_due_ms(&self, sink: &str) -> Result<Option<i64>, StoreError> {
+        let sink = sink.to_owned();
+        self.read(move |conn| read::next_outbox_due(conn, &sink)).await
+    }
+
+    async fn list_outbox(&self, filter: OutboxFilter) -> Result<Vec<OutboxView>, StoreError> {
+        self.read(move |conn| read::list_outbox(conn, &filter)).await
+    }
+
+    async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, StoreError> {
+        self.read(move |conn| read::list_events(conn, &filter)).await
+    }
+
+    fn replay(
+        &self,
+        source: &SourceName,
+        event_id: &EventId,
+        parsed: Parsed,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Replayed, StoreError>> + Send {
+        let (ctx, source, event_id) = (Arc::clone(&self.ctx), source.clone(), event_id.clone());
+        self.writer.submit(move |conn| ops::replay(conn, &ctx, source.as_str(), event_id.as_str(), &parsed, now_ms))
+    }
+
+    fn raise_alert(&self, alert: Alert) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let ctx = Arc::clone(&self.ctx);
+        self.writer.submit(move |conn| ops::raise_alert(conn, &ctx, &alert))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -7,10 +7,20 @@ use crate::writer::{exec, rollback_to, unavailable};
 use payhook_core::event::{Effect, Event, OrderId};
 use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Plan, Unapplied};
 use payhook_core::retry::{Next, RetryPolicy};
-use payhook_store::{Claim, Claimed, Delivery, NewOrder, Outcome, Parsed, Recorded, Registered, Retried, StoreError};
+use payhook_store::{
+    ALERT_KIND, Alert, Claim, Claimed, Delivery, Dispatched, FORWARD_KIND, NewOrder, OutboxJob, Outcome, Parsed,
+    Recorded, Registered, Replayed, Retried, Routing, StoreError,
+};
 use rusqlite::{Connection, OptionalExtension, params};
 
 type Result<T> = std::result::Result<T, StoreError>;
+
+/// The configuration the write operations need: the retry policy of deferred events and the sink routing.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    pub(crate) retry: RetryPolicy,
+    pub(crate) routing: Routing,
+}
 
 trait SqlResult<T> {
     fn db(self) -> Result<T>;
@@ -23,7 +33,7 @@ impl<T> SqlResult<T> for rusqlite::Result<T> {
 }
 
 /// Records a verified delivery and applies its effect (see [`payhook_store::Store::ingest`]).
-pub(crate) fn ingest(conn: &Connection, d: &Delivery, policy: &RetryPolicy) -> Result<Recorded> {
+pub(crate) fn ingest(conn: &Connection, d: &Delivery, ctx: &Ctx) -> Result<Recorded> {
     let (event, initial, reason) = match &d.parsed {
         Parsed::Event(e) if e.effect == Effect::Ignored => (Some(e), Outcome::Ignored, None),
         Parsed::Event(e) => (Some(e), Outcome::Processed, None),
@@ -62,27 +72,132 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, policy: &RetryPolicy) -> R
         return Ok(Recorded { outcome: Outcome::Duplicate, detail: None });
     }
     let row_id = conn.last_insert_rowid();
-    let Some(event) = event.filter(|_| initial == Outcome::Processed) else {
-        return Ok(Recorded { outcome: initial, detail: reason.map(str::to_owned) });
-    };
     let now_ms = d.received_at_ms;
-    let recorded = apply(conn, d.source.as_str(), event, now_ms)?;
-    if recorded.outcome == Outcome::Processed && recorded.detail.is_none() {
-        // The row was inserted as processed: the common path costs no second write.
-        return Ok(recorded);
+    let source = d.source.as_str();
+    let event_id = d.parsed.event_id().as_str();
+    let recorded = match event.filter(|_| initial == Outcome::Processed) {
+        None => {
+            let recorded = Recorded { outcome: initial, detail: reason.map(str::to_owned) };
+            if initial == Outcome::DeadLettered {
+                log_attempt(conn, row_id, 1, now_ms, &recorded)?;
+                dead_letter_alert(conn, ctx, source, event_id, &recorded, now_ms)?;
+            }
+            recorded
+        }
+        Some(event) => {
+            let recorded = apply(conn, ctx, source, event, now_ms)?;
+            if recorded.outcome == Outcome::Processed && recorded.detail.is_none() {
+                // The row was inserted as processed: the common path costs no second write.
+                recorded
+            } else {
+                settle(conn, ctx, row_id, recorded, 1, now_ms, source, event)?
+            }
+        }
+    };
+    if let Some(sinks) = ctx.routing.forwards.get(source) {
+        forward(conn, d, event, &recorded, sinks)?;
     }
-    settle(conn, row_id, recorded, 1, now_ms, policy, event)
+    Ok(recorded)
+}
+
+/// Writes one `event.received` row per forwarding sink: the event in payhook's normalized JSON.
+fn forward(
+    conn: &Connection,
+    d: &Delivery,
+    event: Option<&Event>,
+    recorded: &Recorded,
+    sinks: &[String],
+) -> Result<()> {
+    let payload = serde_json::json!({
+        "kind": FORWARD_KIND,
+        "source": d.source.as_str(),
+        "event_id": d.parsed.event_id().as_str(),
+        "event_type": event.map(|e| e.event_type.as_str()),
+        "occurred_at": event.map(|e| e.occurred_at),
+        "business_key": event.map(|e| e.business_key.as_str()),
+        "effect": event.map(|e| &e.effect),
+        "outcome": recorded.outcome.as_str(),
+        "detail": recorded.detail,
+        "received_at_ms": d.received_at_ms,
+    })
+    .to_string();
+    for sink in sinks {
+        insert_outbox(
+            conn,
+            FORWARD_KIND,
+            sink,
+            None,
+            Some(d.source.as_str()),
+            Some(d.parsed.event_id().as_str()),
+            &payload,
+            d.received_at_ms,
+        )?;
+    }
+    Ok(())
+}
+
+/// Inserts an outbox row, pending for a sink or `unrouted` when `sink` is empty.
+#[allow(clippy::too_many_arguments)]
+fn insert_outbox(
+    conn: &Connection,
+    kind: &str,
+    sink: &str,
+    order_id: Option<&str>,
+    source: Option<&str>,
+    event_id: Option<&str>,
+    payload: &str,
+    now_ms: i64,
+) -> Result<i64> {
+    let (status, next) = if sink.is_empty() { ("unrouted", None) } else { ("pending", Some(now_ms)) };
+    conn.prepare_cached(
+        "INSERT INTO outbox (kind, sink, order_id, source, event_id, payload, status, next_attempt_at, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )
+    .db()?
+    .execute(params![kind, sink, order_id, source, event_id, payload, status, next, now_ms])
+    .db()?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// Keeps a record of an attempt that did not simply succeed on arrival.
+fn log_attempt(conn: &Connection, row_id: i64, attempt: u32, now_ms: i64, recorded: &Recorded) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO inbox_attempts (inbox_id, attempt, at, outcome, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .db()?
+    .execute(params![row_id, attempt, now_ms, recorded.outcome.as_str(), recorded.detail])
+    .db()?;
+    Ok(())
+}
+
+/// A dead-lettered event raises an alert (collapsed per source).
+fn dead_letter_alert(
+    conn: &Connection,
+    ctx: &Ctx,
+    source: &str,
+    event_id: &str,
+    recorded: &Recorded,
+    now_ms: i64,
+) -> Result<()> {
+    if recorded.outcome != Outcome::DeadLettered {
+        return Ok(());
+    }
+    let text = format!(
+        "payhook: event {event_id} from source {source} was dead-lettered: {}",
+        recorded.detail.as_deref().unwrap_or("no reason recorded")
+    );
+    raise_alert(conn, ctx, &Alert { key: format!("{source}:dead_letter"), text, now_ms })
 }
 
 /// Applies `event`'s effect: business-key claim, guarded update, audit, outbox. When the effect is not applied
 /// (duplicate business key, deferred, rejected) its own writes are rolled back, so the key stays free for an
 /// event that can use it.
-fn apply(conn: &Connection, source: &str, event: &Event, now_ms: i64) -> Result<Recorded> {
+fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64) -> Result<Recorded> {
     let Some(plan) = ledger::plan(&event.effect) else {
         return Ok(Recorded { outcome: Outcome::Ignored, detail: None });
     };
     exec(conn, "SAVEPOINT effect").db()?;
-    let result = try_apply(conn, source, event, &plan, now_ms);
+    let result = try_apply(conn, &ctx.routing, source, event, &plan, now_ms);
     if matches!(&result, Ok(r) if r.outcome == Outcome::Processed) {
         exec(conn, "RELEASE effect").db()?;
     } else {
@@ -91,7 +206,14 @@ fn apply(conn: &Connection, source: &str, event: &Event, now_ms: i64) -> Result<
     result
 }
 
-fn try_apply(conn: &Connection, source: &str, event: &Event, plan: &Plan, now_ms: i64) -> Result<Recorded> {
+fn try_apply(
+    conn: &Connection,
+    routing: &Routing,
+    source: &str,
+    event: &Event,
+    plan: &Plan,
+    now_ms: i64,
+) -> Result<Recorded> {
     let claimed = conn
         .prepare_cached(
             "INSERT INTO business_keys (source, key, event_id, created_at) VALUES (?1, ?2, ?3, ?4)
@@ -149,20 +271,21 @@ fn try_apply(conn: &Connection, source: &str, event: &Event, plan: &Plan, now_ms
         "event_type": event.event_type,
         "occurred_at": event.occurred_at,
     });
-    conn.prepare_cached(
-        "INSERT INTO outbox (kind, order_id, source, event_id, payload, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )
-    .db()?
-    .execute(params![
-        plan.outbox_kind,
-        plan.order_id.as_str(),
-        source,
-        event.event_id.as_str(),
-        payload.to_string(),
-        now_ms
-    ])
-    .db()?;
+    let payload = payload.to_string();
+    let sinks = routing.sinks_for(plan.outbox_kind);
+    // With no sink for this kind the effect is still recorded, once, as `unrouted`.
+    for sink in if sinks.is_empty() { vec![""] } else { sinks } {
+        insert_outbox(
+            conn,
+            plan.outbox_kind,
+            sink,
+            Some(plan.order_id.as_str()),
+            Some(source),
+            Some(event.event_id.as_str()),
+            &payload,
+            now_ms,
+        )?;
+    }
     Ok(Recorded { outcome: Outcome::Processed, detail: None })
 }
 
@@ -209,19 +332,21 @@ fn order_snapshot(conn: &Connection, id: &OrderId) -> Result<Option<OrderSnapsho
 }
 
 /// Writes the final state of an attempt to the inbox row. A deferral past the retry budget becomes a dead letter.
+#[allow(clippy::too_many_arguments)]
 fn settle(
     conn: &Connection,
+    ctx: &Ctx,
     row_id: i64,
     mut recorded: Recorded,
     attempts: u32,
     now_ms: i64,
-    policy: &RetryPolicy,
+    source: &str,
     event: &Event,
 ) -> Result<Recorded> {
     let mut next_attempt_at = None;
     let mut waiting_order = None;
     if recorded.outcome == Outcome::Deferred {
-        match policy.next(attempts, now_ms, fastrand::f64()) {
+        match ctx.retry.next(attempts, now_ms, fastrand::f64()) {
             Next::RetryAt(at) => {
                 next_attempt_at = Some(at);
                 if let Effect::Order { order_id, .. } = &event.effect {
@@ -255,6 +380,8 @@ fn settle(
         now_ms
     ])
     .db()?;
+    log_attempt(conn, row_id, attempts, now_ms, &recorded)?;
+    dead_letter_alert(conn, ctx, source, event.event_id.as_str(), &recorded, now_ms)?;
     Ok(recorded)
 }
 
@@ -290,7 +417,7 @@ pub(crate) fn claim_due(conn: &Connection, claim: &Claim) -> Result<Vec<Claimed>
 }
 
 /// Re-applies a leased deferred row (see [`payhook_store::Store::retry`]).
-pub(crate) fn retry(conn: &Connection, c: &Claimed, now_ms: i64, policy: &RetryPolicy) -> Result<Retried> {
+pub(crate) fn retry(conn: &Connection, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Result<Retried> {
     let row: Option<(String, i64, String, String)> = conn
         .prepare_cached(
             "SELECT event_type, occurred_at, business_key, effect FROM inbox
@@ -306,8 +433,8 @@ pub(crate) fn retry(conn: &Connection, c: &Claimed, now_ms: i64, policy: &RetryP
     let effect: Effect =
         serde_json::from_str(&effect).map_err(|e| StoreError::Corrupt(format!("stored effect: {e}")))?;
     let event = Event { event_id: c.event_id.clone(), event_type, occurred_at, business_key, effect };
-    let recorded = apply(conn, c.source.as_str(), &event, now_ms)?;
-    let recorded = settle(conn, c.row_id, recorded, c.attempts + 1, now_ms, policy, &event)?;
+    let recorded = apply(conn, ctx, c.source.as_str(), &event, now_ms)?;
+    let recorded = settle(conn, ctx, c.row_id, recorded, c.attempts + 1, now_ms, c.source.as_str(), &event)?;
     Ok(Retried::Done(recorded))
 }
 
@@ -339,4 +466,250 @@ pub(crate) fn register_order(conn: &Connection, o: &NewOrder) -> Result<Register
     } else {
         Ok(Registered::Conflict { existing: existing.money })
     }
+}
+
+/// Raises an alert (see [`payhook_store::Store::raise_alert`]).
+///
+/// The first alert of a key opens a window and writes an outbox row that waits `gather_ms` before it is sent;
+/// repeats within the window are counted into that row while it waits, and counted as `suppressed` once it has
+/// gone, to be reported by the first alert of the next window.
+pub(crate) fn raise_alert(conn: &Connection, ctx: &Ctx, alert: &Alert) -> Result<()> {
+    let Some(routing) = &ctx.routing.alerts else {
+        return Ok(());
+    };
+    let window: Option<(i64, i64, i64)> = conn
+        .prepare_cached("SELECT window_start, outbox_id, suppressed FROM alert_windows WHERE key = ?1")
+        .db()?
+        .query_row([&alert.key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()
+        .db()?;
+    if let Some((start, outbox_id, _)) = window
+        && alert.now_ms < start + routing.window_ms
+    {
+        let gathered = conn
+            .prepare_cached(
+                "UPDATE outbox SET payload = json_set(payload, '$.count', json_extract(payload, '$.count') + 1,
+                                                     '$.last_text', ?2, '$.last_at_ms', ?3)
+                 WHERE id = ?1 AND status = 'pending' AND lease_owner IS NULL",
+            )
+            .db()?
+            .execute(params![outbox_id, alert.text, alert.now_ms])
+            .db()?;
+        let suppressed = i64::from(gathered == 0);
+        conn.prepare_cached("UPDATE alert_windows SET count = count + 1, suppressed = suppressed + ?2 WHERE key = ?1")
+            .db()?
+            .execute(params![alert.key, suppressed])
+            .db()?;
+        return Ok(());
+    }
+    let carried = window.map_or(0, |(_, _, suppressed)| suppressed);
+    let payload = serde_json::json!({
+        "kind": ALERT_KIND,
+        "key": alert.key,
+        "text": alert.text,
+        "count": 1,
+        "first_at_ms": alert.now_ms,
+        "window_ms": routing.window_ms,
+        "suppressed_before": carried,
+    })
+    .to_string();
+    conn.prepare_cached(
+        "INSERT INTO outbox (kind, sink, payload, status, next_attempt_at, created_at)
+         VALUES (?1, ?2, ?3, 'pending', ?4, ?5)",
+    )
+    .db()?
+    .execute(params![ALERT_KIND, routing.sink, payload, alert.now_ms + routing.gather_ms, alert.now_ms])
+    .db()?;
+    let outbox_id = conn.last_insert_rowid();
+    conn.prepare_cached(
+        "INSERT INTO alert_windows (key, window_start, outbox_id, count, suppressed) VALUES (?1, ?2, ?3, 1, 0)
+         ON CONFLICT (key) DO UPDATE SET window_start = ?2, outbox_id = ?3, count = 1, suppressed = 0",
+    )
+    .db()?
+    .execute(params![alert.key, alert.now_ms, outbox_id])
+    .db()?;
+    Ok(())
+}
+
+/// Leases due outbox rows of one sink (see [`payhook_store::Store::claim_outbox`]).
+pub(crate) fn claim_outbox(conn: &Connection, sink: &str, claim: &Claim) -> Result<Vec<OutboxJob>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "UPDATE outbox SET lease_owner = ?1, lease_until = ?2 + ?3
+             WHERE id IN (SELECT id FROM outbox
+                          WHERE sink = ?5 AND status = 'pending' AND next_attempt_at <= ?2
+                            AND (lease_until IS NULL OR lease_until <= ?2)
+                          ORDER BY next_attempt_at, id LIMIT ?4)
+             RETURNING id, sink, kind, payload, attempts, created_at",
+        )
+        .db()?;
+    let rows = stmt
+        .query_map(params![claim.owner, claim.now_ms, claim.lease_ms, claim.limit, sink], |r| {
+            Ok(OutboxJob {
+                id: r.get(0)?,
+                sink: r.get(1)?,
+                kind: r.get(2)?,
+                payload: r.get(3)?,
+                attempts: r.get(4)?,
+                created_at_ms: r.get(5)?,
+                owner: claim.owner.clone(),
+            })
+        })
+        .db()?;
+    let mut jobs = rows.collect::<rusqlite::Result<Vec<_>>>().db()?;
+    jobs.sort_by_key(|j| j.id);
+    Ok(jobs)
+}
+
+/// Records a delivery attempt (see [`payhook_store::Store::finish_outbox`]).
+pub(crate) fn finish_outbox(
+    conn: &Connection,
+    ctx: &Ctx,
+    job: &OutboxJob,
+    outcome: &Dispatched,
+    now_ms: i64,
+) -> Result<bool> {
+    let (status, next, last_status, error, delivered_at) = match outcome {
+        Dispatched::Delivered { status } => ("delivered", None, Some(*status), None, Some(now_ms)),
+        Dispatched::Retry { at_ms, status, error } => ("pending", Some(*at_ms), *status, Some(error.as_str()), None),
+        Dispatched::Dead { status, error } => ("dead", None, *status, Some(error.as_str()), None),
+    };
+    let changed = conn
+        .prepare_cached(
+            "UPDATE outbox SET status = ?3, attempts = attempts + 1, next_attempt_at = ?4, last_status = ?5,
+                               last_error = coalesce(?6, last_error), delivered_at = ?7,
+                               lease_owner = NULL, lease_until = NULL
+             WHERE id = ?1 AND lease_owner = ?2 AND status = 'pending'",
+        )
+        .db()?
+        .execute(params![job.id, job.owner, status, next, last_status, error, delivered_at])
+        .db()?;
+    if changed == 1
+        && let Dispatched::Dead { error, .. } = outcome
+        && ctx.routing.alerts.as_ref().is_none_or(|a| a.sink != job.sink)
+    {
+        let text = format!(
+            "payhook: {} row {} for sink {} is dead after {} attempts: {error}",
+            job.kind,
+            job.id,
+            job.sink,
+            job.attempts + 1
+        );
+        raise_alert(conn, ctx, &Alert { key: format!("sink:{}:dead", job.sink), text, now_ms })?;
+    }
+    Ok(changed == 1)
+}
+
+/// Re-queues a dead outbox row (see [`payhook_store::Store::retry_outbox`]).
+pub(crate) fn retry_outbox(conn: &Connection, id: i64, now_ms: i64) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?2,
+                               lease_owner = NULL, lease_until = NULL
+             WHERE id = ?1 AND status = 'dead'",
+        )
+        .db()?
+        .execute(params![id, now_ms])
+        .db()?;
+    Ok(changed == 1)
+}
+
+/// Replays a dead-lettered event (see [`payhook_store::Store::replay`]).
+pub(crate) fn replay(
+    conn: &Connection,
+    ctx: &Ctx,
+    source: &str,
+    event_id: &str,
+    parsed: &Parsed,
+    now_ms: i64,
+) -> Result<Replayed> {
+    let row: Option<(i64, String, u32)> = conn
+        .prepare_cached("SELECT id, status, attempts FROM inbox WHERE source = ?1 AND event_id = ?2")
+        .db()?
+        .query_row(params![source, event_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()
+        .db()?;
+    let Some((row_id, status, attempts)) = row else {
+        return Ok(Replayed::NotFound);
+    };
+    let status = Outcome::parse(&status).ok_or_else(|| StoreError::Corrupt(format!("inbox status {status:?}")))?;
+    if status != Outcome::DeadLettered {
+        return Ok(Replayed::NotDeadLetter(status));
+    }
+    let attempt = attempts + 1;
+    let event = match parsed {
+        Parsed::Unparseable { reason, .. } => {
+            let recorded = Recorded { outcome: Outcome::DeadLettered, detail: Some(reason.clone()) };
+            conn.prepare_cached("UPDATE inbox SET reason = ?2, attempts = ?3, updated_at = ?4 WHERE id = ?1")
+                .db()?
+                .execute(params![row_id, reason, attempt, now_ms])
+                .db()?;
+            log_attempt(conn, row_id, attempt, now_ms, &recorded)?;
+            return Ok(Replayed::Done(recorded));
+        }
+        Parsed::Event(e) => e,
+    };
+    let effect_json = match &event.effect {
+        effect @ Effect::Order { .. } => {
+            Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+        }
+        Effect::Ignored => None,
+    };
+    let target_row = if event.event_id.as_str() == event_id {
+        conn.prepare_cached(
+            "UPDATE inbox SET event_type = ?2, occurred_at = ?3, business_key = ?4, effect = ?5 WHERE id = ?1",
+        )
+        .db()?
+        .execute(params![row_id, event.event_type, event.occurred_at, event.business_key, effect_json])
+        .db()?;
+        row_id
+    } else {
+        // The bytes now parse to an event with its own id (they were stored under a derived one): record it under
+        // that id, through the event-id dedup, and retire the derived row.
+        let inserted = conn
+            .prepare_cached(
+                "INSERT INTO inbox (source, event_id, event_type, occurred_at, business_key, effect, status,
+                                    attempts, received_at, updated_at, verification, headers, body)
+                 SELECT source, ?2, ?3, ?4, ?5, ?6, 'processed', ?7, received_at, ?8, verification, headers, body
+                 FROM inbox WHERE id = ?1
+                 ON CONFLICT (source, event_id) DO NOTHING",
+            )
+            .db()?
+            .execute(params![
+                row_id,
+                event.event_id.as_str(),
+                event.event_type,
+                event.occurred_at,
+                event.business_key,
+                effect_json,
+                attempt,
+                now_ms
+            ])
+            .db()?;
+        let retired =
+            Recorded { outcome: Outcome::Duplicate, detail: Some(format!("replayed as event {}", event.event_id)) };
+        conn.prepare_cached(
+            "UPDATE inbox SET status = 'duplicate', reason = ?2, attempts = ?3, updated_at = ?4 WHERE id = ?1",
+        )
+        .db()?
+        .execute(params![row_id, retired.detail, attempt, now_ms])
+        .db()?;
+        log_attempt(conn, row_id, attempt, now_ms, &retired)?;
+        if inserted == 0 {
+            return Ok(Replayed::Done(Recorded {
+                outcome: Outcome::Duplicate,
+                detail: Some(format!("event {} was already recorded", event.event_id)),
+            }));
+        }
+        conn.last_insert_rowid()
+    };
+    let recorded = if event.effect == Effect::Ignored {
+        Recorded { outcome: Outcome::Ignored, detail: None }
+    } else {
+        apply(conn, ctx, source, event, now_ms)?
+    };
+    // The attempt count goes on: an event whose order still does not exist is dead-lettered again rather than
+    // retried for another three days.
+    let recorded = settle(conn, ctx, target_row, recorded, attempt, now_ms, source, event)?;
+    Ok(Replayed::Done(recorded))
 }

@@ -4,8 +4,11 @@
 use crate::writer::unavailable;
 use payhook_core::event::{Currency, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
-use payhook_store::{AuditEntry, EventView, OrderView, OutboxView, Outcome, Stats, StoreError};
-use rusqlite::{Connection, OptionalExtension, params};
+use payhook_store::{
+    AttemptEntry, AuditEntry, EventFilter, EventSummary, EventView, OrderView, OutboxFilter, OutboxView, Outcome,
+    Stats, StoreError,
+};
+use rusqlite::{Connection, OptionalExtension, ToSql, params};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -49,35 +52,17 @@ fn order_in(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>> {
         return Ok(None);
     };
 
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT source, event_id, event_type, from_status, to_status, at FROM order_audit
-             WHERE order_id = ?1 ORDER BY at, event_id",
-        )
-        .map_err(unavailable)?;
-    let raw = stmt
-        .query_map([id.as_str()], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?, r.get::<_, String>(4)?, r.get(5)?))
-        })
-        .map_err(unavailable)?;
-    let mut history = Vec::new();
-    for row in raw {
-        let (source, event_id, event_type, from, to, at_ms) = row.map_err(unavailable)?;
-        history.push(AuditEntry { source, event_id, event_type, from: status(&from)?, to: status(&to)?, at_ms });
-    }
-
-    let mut stmt = conn
-        .prepare_cached("SELECT id, kind, status, payload, created_at FROM outbox WHERE order_id = ?1 ORDER BY id")
-        .map_err(unavailable)?;
-    let raw = stmt
-        .query_map([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?, r.get(4)?)))
-        .map_err(unavailable)?;
-    let mut outbox = Vec::new();
-    for row in raw {
-        let (oid, kind, st, payload, created_at_ms) = row.map_err(unavailable)?;
-        let payload = serde_json::from_str(&payload).map_err(|e| corrupt("outbox payload", e))?;
-        outbox.push(OutboxView { id: oid, kind, status: st, payload, created_at_ms });
-    }
+    let history = audit_rows(
+        conn,
+        "SELECT source, event_id, event_type, from_status, to_status, at FROM order_audit
+         WHERE order_id = ?1 ORDER BY at, event_id",
+        &[&id.as_str()],
+    )?;
+    let outbox = outbox_rows(
+        conn,
+        &format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE order_id = ?1 ORDER BY id"),
+        &[&id.as_str()],
+    )?;
 
     Ok(Some(OrderView {
         id: id.clone(),
@@ -90,8 +75,74 @@ fn order_in(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>> {
     }))
 }
 
+/// The columns [`outbox_rows`] reads, in its order.
+const OUTBOX_COLUMNS: &str = "id, kind, sink, status, payload, order_id, source, event_id, attempts, next_attempt_at, \
+                              last_error, last_status, delivered_at, created_at";
+
+fn outbox_rows(conn: &Connection, sql: &str, args: &[&dyn ToSql]) -> Result<Vec<OutboxView>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(unavailable)?;
+    let raw = stmt
+        .query_map(args, |r| {
+            Ok((
+                OutboxView {
+                    id: r.get(0)?,
+                    kind: r.get(1)?,
+                    sink: r.get(2)?,
+                    status: r.get(3)?,
+                    payload: serde_json::Value::Null,
+                    order_id: r.get(5)?,
+                    source: r.get(6)?,
+                    event_id: r.get(7)?,
+                    attempts: r.get(8)?,
+                    next_attempt_at_ms: r.get(9)?,
+                    last_error: r.get(10)?,
+                    last_status: r.get(11)?,
+                    delivered_at_ms: r.get(12)?,
+                    created_at_ms: r.get(13)?,
+                },
+                r.get::<_, String>(4)?,
+            ))
+        })
+        .map_err(unavailable)?;
+    let mut rows = Vec::new();
+    for row in raw {
+        let (mut view, payload) = row.map_err(unavailable)?;
+        view.payload = serde_json::from_str(&payload).map_err(|e| corrupt("outbox payload", e))?;
+        rows.push(view);
+    }
+    Ok(rows)
+}
+
+fn audit_rows(conn: &Connection, sql: &str, args: &[&dyn ToSql]) -> Result<Vec<AuditEntry>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(unavailable)?;
+    let raw = stmt
+        .query_map(args, |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?, r.get::<_, String>(4)?, r.get(5)?))
+        })
+        .map_err(unavailable)?;
+    let mut history = Vec::new();
+    for row in raw {
+        let (source, event_id, event_type, from, to, at_ms) = row.map_err(unavailable)?;
+        history.push(AuditEntry { source, event_id, event_type, from: status(&from)?, to: status(&to)?, at_ms });
+    }
+    Ok(history)
+}
+
+fn outcome(s: &str) -> Result<Outcome> {
+    Outcome::parse(s).ok_or_else(|| corrupt("stored event status", s))
+}
+
+/// An event with its attempts, its changes and the outbox rows it caused, read in one snapshot.
 pub(crate) fn event(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<EventView>> {
+    let tx = conn.unchecked_transaction().map_err(unavailable)?;
+    let view = event_in(&tx, src, id);
+    tx.finish().map_err(unavailable)?;
+    view
+}
+
+fn event_in(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<EventView>> {
     type Row = (
+        i64,
         Option<String>,
         Option<String>,
         Option<String>,
@@ -106,7 +157,7 @@ pub(crate) fn event(conn: &Connection, src: &SourceName, id: &EventId) -> Result
     );
     let row: Option<Row> = conn
         .prepare_cached(
-            "SELECT event_type, business_key, effect, status, reason, attempts, next_attempt_at, received_at,
+            "SELECT id, event_type, business_key, effect, status, reason, attempts, next_attempt_at, received_at,
                     verification, headers, body
              FROM inbox WHERE source = ?1 AND event_id = ?2",
         )
@@ -124,16 +175,68 @@ pub(crate) fn event(conn: &Connection, src: &SourceName, id: &EventId) -> Result
                 r.get(8)?,
                 r.get(9)?,
                 r.get(10)?,
+                r.get(11)?,
             ))
         })
         .optional()
         .map_err(unavailable)?;
-    let Some((event_type, business_key, effect, st, reason, attempts, next, received, verification, headers, body)) =
-        row
+    let Some((
+        row_id,
+        event_type,
+        business_key,
+        effect,
+        st,
+        reason,
+        attempts,
+        next,
+        received,
+        verification,
+        headers,
+        body,
+    )) = row
     else {
         return Ok(None);
     };
-    let effect = effect.map(|e| serde_json::from_str(&e)).transpose().map_err(|e| corrupt("stored effect", e))?;
+    let effect: Option<payhook_core::event::Effect> =
+        effect.map(|e| serde_json::from_str(&e)).transpose().map_err(|e| corrupt("stored effect", e))?;
+
+    let mut stmt = conn
+        .prepare_cached("SELECT attempt, at, outcome, detail FROM inbox_attempts WHERE inbox_id = ?1 ORDER BY attempt")
+        .map_err(unavailable)?;
+    let raw = stmt
+        .query_map([row_id], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, String>(2)?, r.get(3)?)))
+        .map_err(unavailable)?;
+    let mut attempt_log = Vec::new();
+    for row in raw {
+        let (attempt, at_ms, o, detail) = row.map_err(unavailable)?;
+        attempt_log.push(AttemptEntry { attempt, at_ms, outcome: outcome(&o)?, detail });
+    }
+
+    // Its changes and outbox rows: those of its order (found through the clustered keys), and its orderless rows.
+    let (mut changes, mut outbox) = (Vec::new(), Vec::new());
+    if let Some(payhook_core::event::Effect::Order { order_id, .. }) = &effect {
+        let args: [&dyn ToSql; 3] = [&order_id.as_str(), &src.as_str(), &id.as_str()];
+        changes = audit_rows(
+            conn,
+            "SELECT source, event_id, event_type, from_status, to_status, at FROM order_audit
+             WHERE order_id = ?1 AND source = ?2 AND event_id = ?3",
+            &args,
+        )?;
+        outbox = outbox_rows(
+            conn,
+            &format!(
+                "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE order_id = ?1 AND source = ?2 AND event_id = ?3 ORDER BY id"
+            ),
+            &args,
+        )?;
+    }
+    outbox.extend(outbox_rows(
+        conn,
+        &format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE order_id IS NULL AND source = ?1 AND event_id = ?2 ORDER BY id"
+        ),
+        &[&src.as_str(), &id.as_str()],
+    )?);
     Ok(Some(EventView {
         source: src.clone(),
         event_id: id.clone(),
@@ -148,7 +251,89 @@ pub(crate) fn event(conn: &Connection, src: &SourceName, id: &EventId) -> Result
         verification,
         headers_json: headers,
         raw_body: body,
+        attempt_log,
+        changes,
+        outbox,
     }))
+}
+
+/// Events, newest first, narrowed by `f`.
+pub(crate) fn list_events(conn: &Connection, f: &EventFilter) -> Result<Vec<EventSummary>> {
+    // Dead letters have their own index; the other filters scan from the newest row and stop at the limit.
+    let sql = "SELECT id, source, event_id, event_type, status, reason, attempts, next_attempt_at, received_at
+               FROM inbox
+               WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR event_type = ?3)
+                 AND (?4 IS NULL OR instr(reason, ?4) > 0) AND (?5 IS NULL OR received_at >= ?5)
+                 AND (?6 IS NULL OR received_at < ?6) AND (?7 IS NULL OR id < ?7)
+               ORDER BY id DESC LIMIT ?8";
+    // A literal status lets the planner use the partial index of dead letters.
+    let dead_sql = sql.replace("(?2 IS NULL OR status = ?2)", "status = 'dead_lettered' AND ?2 IS NOT NULL");
+    let dead = f.status == Some(Outcome::DeadLettered);
+    let mut stmt = conn.prepare_cached(if dead { &dead_sql } else { sql }).map_err(unavailable)?;
+    let rows = stmt
+        .query_map(
+            params![
+                f.source.as_ref().map(|s| s.as_str()),
+                f.status.map(Outcome::as_str),
+                f.event_type,
+                f.reason_contains,
+                f.since_ms,
+                f.until_ms,
+                f.before,
+                f.limit
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, u32>(6)?,
+                    r.get::<_, Option<i64>>(7)?,
+                    r.get::<_, i64>(8)?,
+                ))
+            },
+        )
+        .map_err(unavailable)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (row_id, source, event_id, event_type, st, reason, attempts, next, received) = row.map_err(unavailable)?;
+        out.push(EventSummary {
+            row_id,
+            source,
+            event_id,
+            event_type,
+            status: outcome(&st)?,
+            reason,
+            attempts,
+            next_attempt_at_ms: next,
+            received_at_ms: received,
+        });
+    }
+    Ok(out)
+}
+
+/// Outbox rows, newest first, narrowed by `f`.
+pub(crate) fn list_outbox(conn: &Connection, f: &OutboxFilter) -> Result<Vec<OutboxView>> {
+    let sql = format!(
+        "SELECT {OUTBOX_COLUMNS} FROM outbox
+         WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR kind = ?2) AND (?3 IS NULL OR sink = ?3)
+           AND (?4 IS NULL OR order_id = ?4) AND (?5 IS NULL OR id < ?5)
+         ORDER BY id DESC LIMIT ?6"
+    );
+    outbox_rows(conn, &sql, params![f.status, f.kind, f.sink, f.order_id, f.before, f.limit])
+}
+
+/// When the earliest pending row of `sink` can next be claimed.
+pub(crate) fn next_outbox_due(conn: &Connection, sink: &str) -> Result<Option<i64>> {
+    conn.prepare_cached(
+        "SELECT min(max(next_attempt_at, coalesce(lease_until, 0))) FROM outbox WHERE sink = ?1 AND status = 'pending'",
+    )
+    .map_err(unavailable)?
+    .query_row([sink], |r| r.get(0))
+    .map_err(unavailable)
 }
 
 fn counts(conn: &Connection, sql: &str) -> Result<Vec<(String, u64)>> {
@@ -162,6 +347,13 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
         events: counts(conn, "SELECT status, count(*) FROM inbox GROUP BY status ORDER BY status")?,
         orders: counts(conn, "SELECT status, count(*) FROM orders GROUP BY status ORDER BY status")?,
         outbox: counts(conn, "SELECT kind, count(*) FROM outbox GROUP BY kind ORDER BY kind")?,
+        outbox_by_status: counts(conn, "SELECT status, count(*) FROM outbox GROUP BY status ORDER BY status")?,
+        oldest_pending_outbox_ms: conn
+            .query_row("SELECT min(created_at) FROM outbox WHERE status = 'pending'", [], |r| r.get(0))
+            .map_err(unavailable)?,
+        oldest_deferred_event_ms: conn
+            .query_row("SELECT min(received_at) FROM inbox WHERE status = 'deferred'", [], |r| r.get(0))
+            .map_err(unavailable)?,
     })
 }
 

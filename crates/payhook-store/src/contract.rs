@@ -4,19 +4,20 @@
 //! when the backend misbehaves. A backend runs the whole suite with one macro call in its integration tests:
 //!
 //! ```text
-//! payhook_store::store_contract_tests!(|policy| open_fresh_store(policy));
+//! payhook_store::store_contract_tests!(|setup| open_fresh_store(setup.retry, setup.routing));
 //! ```
 //!
-//! The expression after `|policy|` is evaluated inside an `async fn(policy: RetryPolicy) -> impl Store`, so it
-//! may `.await`; it must return a new, empty store that applies `policy` to deferred events. The calling crate
-//! needs `tokio` with the `macros` and `rt-multi-thread` features.
+//! The expression after `|setup|` is evaluated inside an `async fn(setup: Setup) -> impl Store`, so it may
+//! `.await`; it must return a new, empty store that applies `setup.retry` to deferred events and routes outbox
+//! rows by `setup.routing`. The calling crate needs `tokio` with the `macros` and `rt-multi-thread` features.
 //!
 //! Time is always passed explicitly (`received_at_ms`, `now_ms`), so the cases control the clock and never sleep.
 //! The policies they use have no jitter, so retry times are exact.
 
 use crate::{
-    Claim, Claimed, Delivery, EventView, NewOrder, OrderView, Outcome, Parsed, Recorded, Registered, Retried, Stats,
-    Store,
+    ALERT_KIND, Alert, AlertRouting, Claim, Claimed, Delivery, Dispatched, EventFilter, EventView, FORWARD_KIND,
+    NewOrder, OrderView, OutboxFilter, OutboxJob, OutboxView, Outcome, Parsed, Recorded, Registered, Replayed, Retried,
+    Routing, Stats, Store,
 };
 use payhook_core::event::{Currency, EventId, Money, OrderAction, OrderId, SourceName};
 use payhook_core::format::Format;
@@ -25,21 +26,43 @@ use std::sync::Arc;
 
 pub use payhook_core::retry::RetryPolicy;
 
+/// What a contract case needs its fresh store to be configured with.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The retry policy of deferred events.
+    pub retry: RetryPolicy,
+    /// The sink routing.
+    pub routing: Routing,
+}
+
 /// Expands to one `#[tokio::test]` per contract case, each on a fresh store made by the factory.
 ///
-/// `store_contract_tests!(|policy| make(policy))`: the factory expression is the body of an
-/// `async fn(policy: RetryPolicy) -> impl Store`, so it may `.await`.
+/// `store_contract_tests!(|setup| make(setup))`: the factory expression is the body of an
+/// `async fn(setup: Setup) -> impl Store`, so it may `.await`.
 #[macro_export]
 macro_rules! store_contract_tests {
-    (|$policy:ident| $make:expr $(,)?) => {
-        /// A fresh, empty store applying `policy`: the factory given to `store_contract_tests!`.
-        async fn __contract_store($policy: $crate::contract::RetryPolicy) -> impl $crate::Store {
+    (|$setup:ident| $make:expr $(,)?) => {
+        /// A fresh, empty store configured by `setup`: the factory given to `store_contract_tests!`.
+        async fn __contract_store($setup: $crate::contract::Setup) -> impl $crate::Store {
             $make
         }
 
         $crate::__store_contract_cases! {
             __contract_store;
-            $crate::contract::test_policy() => [
+            $crate::contract::setup(
+                $crate::contract::test_policy(), $crate::contract::test_routing()
+            ) => [
+                outbox_rows_are_written_per_matching_sink_and_delivered_once,
+                a_failing_sink_is_retried_then_dead_and_a_dead_row_can_be_requeued,
+                an_outbox_lease_keeps_other_dispatchers_away_and_a_lost_lease_changes_nothing,
+                a_hundred_dead_letters_in_a_minute_raise_one_alert_with_the_count,
+                a_dead_outbox_row_raises_an_alert_and_an_alert_row_never_alerts,
+                forwarded_sources_write_one_event_row_per_sink_for_new_events_only,
+                a_dead_letter_is_replayed_once_its_order_exists_and_a_second_replay_changes_nothing,
+                an_unparseable_dead_letter_that_now_parses_is_recorded_under_its_own_id,
+                events_and_outbox_rows_are_listed_newest_first_with_filters_and_cursors,
+            ],
+            $crate::contract::setup($crate::contract::test_policy(), $crate::Routing::default()) => [
                 an_empty_store_answers_and_holds_nothing,
                 a_delivery_seen_twice_is_recorded_once,
                 concurrent_copies_of_one_delivery_are_processed_exactly_once,
@@ -60,8 +83,9 @@ macro_rules! store_contract_tests {
                 a_failed_payment_followed_by_a_successful_one_pays_the_order,
                 stats_count_events_orders_and_outbox_rows,
             ],
-            $crate::contract::two_attempt_policy() => [
+            $crate::contract::setup($crate::contract::two_attempt_policy(), $crate::contract::test_routing()) => [
                 a_deferred_event_is_dead_lettered_when_its_retry_budget_is_spent,
+                a_replayed_event_still_without_its_order_is_dead_lettered_again,
             ],
         }
     };
@@ -103,6 +127,30 @@ pub fn test_policy() -> RetryPolicy {
 /// Like [`test_policy`] but with a budget of two attempts: the first retry is the last.
 pub fn two_attempt_policy() -> RetryPolicy {
     RetryPolicy { max_attempts: 2, ..test_policy() }
+}
+
+/// A [`Setup`].
+pub fn setup(retry: RetryPolicy, routing: Routing) -> Setup {
+    Setup { retry, routing }
+}
+
+/// The alert suppression window of [`test_routing`].
+pub const ALERT_WINDOW_MS: i64 = 300_000;
+/// How long an alert of [`test_routing`] gathers repeats before it is due.
+pub const ALERT_GATHER_MS: i64 = 10_000;
+/// The alerts sink of [`test_routing`].
+pub const ALERTS_SINK: &str = "_alerts";
+
+/// Receipts go to sinks `crm` and `mail`, everything to `audit`; source `fwd` is forwarded to `lake`; alerts are
+/// on.
+pub fn test_routing() -> Routing {
+    let mut routing = Routing::default();
+    routing.by_kind.insert("order.paid".into(), vec!["crm".into(), "mail".into()]);
+    routing.all_kinds.push("audit".into());
+    routing.forwards.insert("fwd".into(), vec!["lake".into()]);
+    routing.alerts =
+        Some(AlertRouting { sink: ALERTS_SINK.into(), window_ms: ALERT_WINDOW_MS, gather_ms: ALERT_GATHER_MS });
+    routing
 }
 
 /// The contract's source name.
@@ -362,7 +410,7 @@ pub async fn a_delivery_seen_twice_is_recorded_once<S: Store>(store: S) {
     assert_eq!((audit.source.as_str(), audit.event_type.as_str(), audit.at_ms), (SOURCE, "payment.succeeded", T0 + 1));
     assert_eq!(outbox_kinds(&order), ["order.paid"]);
     let receipt = &order.outbox[0];
-    assert_eq!((receipt.status.as_str(), receipt.created_at_ms), ("pending", T0 + 1));
+    assert_eq!((receipt.status.as_str(), receipt.created_at_ms), ("unrouted", T0 + 1));
     for (field, value) in [
         ("kind", "order.paid"),
         ("order_id", "ord_1"),
@@ -770,4 +818,291 @@ pub async fn stats_count_events_orders_and_outbox_rows<S: Store>(store: S) {
     assert_eq!((Stats::count(&s.orders, "paid"), Stats::count(&s.orders, "pending")), (1, 1), "{s:?}");
     assert_eq!(s.orders.iter().map(|(_, n)| n).sum::<u64>(), 2, "{s:?}");
     assert_eq!(s.outbox, [("order.paid".to_owned(), 1)], "{s:?}");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Outbox dispatch, alerts, forwarding, replay and listings (run with [`test_routing`])
+// ---------------------------------------------------------------------------------------------------------------
+
+async fn claim_outbox<S: Store>(store: &S, sink: &str, owner: &str, now_ms: i64) -> Vec<OutboxJob> {
+    store.claim_outbox(sink, claim(owner, now_ms, 60_000)).await.expect("claim_outbox")
+}
+
+async fn finish<S: Store>(store: &S, job: &OutboxJob, outcome: Dispatched, now_ms: i64) -> bool {
+    store.finish_outbox(job, outcome, now_ms).await.expect("finish_outbox")
+}
+
+async fn outbox_of<S: Store>(store: &S, filter: OutboxFilter) -> Vec<OutboxView> {
+    store.list_outbox(OutboxFilter { limit: 1000, ..filter }).await.expect("list_outbox")
+}
+
+async fn alerts<S: Store>(store: &S) -> Vec<OutboxView> {
+    outbox_of(store, OutboxFilter { kind: Some(ALERT_KIND.into()), ..OutboxFilter::default() }).await
+}
+
+/// A receipt goes to every sink that takes its kind, once each, and each is delivered exactly once.
+pub async fn outbox_rows_are_written_per_matching_sink_and_delivered_once<S: Store>(store: S) {
+    register_new(&store, new_order("ord_o1", 100, T0)).await;
+    assert_eq!(ingest(&store, pay("evt_o1", "ord_o1", 100, T0 + 1)).await, processed());
+    let order = order_view(&store, "ord_o1").await;
+    let mut sinks: Vec<(&str, &str)> = order.outbox.iter().map(|r| (r.sink.as_str(), r.status.as_str())).collect();
+    sinks.sort();
+    assert_eq!(sinks, [("audit", "pending"), ("crm", "pending"), ("mail", "pending")]);
+
+    let jobs = claim_outbox(&store, "crm", "d1", T0 + 2).await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let job = &jobs[0];
+    assert_eq!((job.kind.as_str(), job.attempts), ("order.paid", 0));
+    let payload: serde_json::Value = serde_json::from_str(&job.payload).expect("payload is JSON");
+    assert_eq!(payload["order_id"], "ord_o1");
+    assert!(claim_outbox(&store, "crm", "d2", T0 + 3).await.is_empty(), "a leased row is not claimed twice");
+    assert!(finish(&store, job, Dispatched::Delivered { status: 204 }, T0 + 4).await);
+    assert!(claim_outbox(&store, "crm", "d1", T0 + 10_000_000).await.is_empty(), "a delivered row is done");
+    let crm = outbox_of(&store, OutboxFilter { sink: Some("crm".into()), ..OutboxFilter::default() }).await;
+    assert_eq!(
+        (crm[0].status.as_str(), crm[0].last_status, crm[0].delivered_at_ms, crm[0].attempts),
+        ("delivered", Some(204), Some(T0 + 4), 1)
+    );
+    // The other sinks' rows are untouched by crm's dispatcher.
+    assert_eq!(claim_outbox(&store, "mail", "d1", T0 + 5).await.len(), 1);
+}
+
+/// Transient failures reschedule the row; a permanent one kills it; a dead row re-queued gets a fresh budget.
+pub async fn a_failing_sink_is_retried_then_dead_and_a_dead_row_can_be_requeued<S: Store>(store: S) {
+    register_new(&store, new_order("ord_o2", 100, T0)).await;
+    ingest(&store, pay("evt_o2", "ord_o2", 100, T0 + 1)).await;
+    let job = claim_outbox(&store, "mail", "d", T0 + 2).await.pop().expect("due");
+    let retry = Dispatched::Retry { at_ms: T0 + 5_000, status: Some(503), error: "503 Service Unavailable".into() };
+    assert!(finish(&store, &job, retry, T0 + 3).await);
+    assert!(claim_outbox(&store, "mail", "d", T0 + 4_999).await.is_empty(), "not due before its time");
+    assert_eq!(store.next_outbox_due_ms("mail").await.expect("next due"), Some(T0 + 5_000));
+    let job = claim_outbox(&store, "mail", "d", T0 + 5_000).await.pop().expect("due again");
+    assert_eq!((job.id, job.attempts), (job.id, 1));
+    assert!(
+        finish(&store, &job, Dispatched::Dead { status: Some(400), error: "400 Bad Request".into() }, T0 + 6).await
+    );
+    let row = outbox_of(&store, OutboxFilter { sink: Some("mail".into()), ..OutboxFilter::default() }).await.remove(0);
+    assert_eq!((row.status.as_str(), row.attempts, row.last_status), ("dead", 2, Some(400)));
+    assert_eq!(row.last_error.as_deref(), Some("400 Bad Request"));
+    assert!(claim_outbox(&store, "mail", "d", T0 + 10_000_000).await.is_empty(), "a dead row is not sent");
+
+    assert!(!store.retry_outbox(row.id + 1_000, T0 + 7).await.expect("retry_outbox"), "no such row");
+    assert!(store.retry_outbox(row.id, T0 + 7).await.expect("retry_outbox"));
+    assert!(!store.retry_outbox(row.id, T0 + 7).await.expect("retry_outbox"), "only a dead row is re-queued");
+    let job = claim_outbox(&store, "mail", "d", T0 + 7).await.pop().expect("re-queued");
+    assert_eq!((job.id, job.attempts), (row.id, 0), "a fresh budget");
+}
+
+/// A dispatcher whose lease expired cannot record an outcome for a row another dispatcher has claimed.
+pub async fn an_outbox_lease_keeps_other_dispatchers_away_and_a_lost_lease_changes_nothing<S: Store>(store: S) {
+    register_new(&store, new_order("ord_o3", 100, T0)).await;
+    ingest(&store, pay("evt_o3", "ord_o3", 100, T0 + 1)).await;
+    let stale = claim_outbox(&store, "crm", "a", T0 + 2).await.pop().expect("due");
+    assert!(claim_outbox(&store, "crm", "b", T0 + 2 + 59_999).await.is_empty());
+    let fresh = claim_outbox(&store, "crm", "b", T0 + 2 + 60_000).await.pop().expect("lease expired");
+    assert_eq!(fresh.id, stale.id);
+    assert!(!finish(&store, &stale, Dispatched::Delivered { status: 200 }, T0 + 70_000).await, "lost lease");
+    let row = outbox_of(&store, OutboxFilter { sink: Some("crm".into()), ..OutboxFilter::default() }).await.remove(0);
+    assert_eq!((row.status.as_str(), row.attempts), ("pending", 0));
+    assert!(finish(&store, &fresh, Dispatched::Delivered { status: 200 }, T0 + 70_001).await);
+}
+
+/// A storm of dead letters from one source is one alert, gathered while it waits, with the count.
+pub async fn a_hundred_dead_letters_in_a_minute_raise_one_alert_with_the_count<S: Store>(store: S) {
+    for i in 0..100 {
+        let at = T0 + i * 90; // 100 dead letters within 9 s, inside the gathering delay
+        let bad = unparseable(&format!("evt_a{i}"), b"<xml/>", "not json", at);
+        assert_eq!(ingest(&store, bad).await.outcome, Outcome::DeadLettered);
+    }
+    let rows = alerts(&store).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let alert = &rows[0];
+    assert_eq!((alert.sink.as_str(), alert.status.as_str()), (ALERTS_SINK, "pending"));
+    assert_eq!(alert.payload["count"], 100, "{}", alert.payload);
+    assert!(alert.payload["text"].as_str().is_some_and(|t| t.contains("dead-lettered")), "{}", alert.payload);
+    assert!(claim_outbox(&store, ALERTS_SINK, "d", T0 + ALERT_GATHER_MS - 1).await.is_empty(), "still gathering");
+    let job = claim_outbox(&store, ALERTS_SINK, "d", T0 + ALERT_GATHER_MS).await.pop().expect("due");
+    assert!(finish(&store, &job, Dispatched::Delivered { status: 200 }, T0 + ALERT_GATHER_MS).await);
+
+    // More in the same window are counted, not sent; the next window's alert reports them.
+    for i in 0..3 {
+        let bad = unparseable(&format!("evt_b{i}"), b"<xml/>", "not json", T0 + 60_000 + i);
+        ingest(&store, bad).await;
+    }
+    assert_eq!(alerts(&store).await.len(), 1, "suppressed within the window");
+    ingest(&store, unparseable("evt_c", b"<xml/>", "not json", T0 + ALERT_WINDOW_MS)).await;
+    let rows = alerts(&store).await;
+    assert_eq!(rows.len(), 2, "a new window, a new alert");
+    assert_eq!(rows[0].payload["suppressed_before"], 3, "{}", rows[0].payload);
+}
+
+/// A row that dies raises an alert for its sink; alerts themselves never alert (no loops).
+pub async fn a_dead_outbox_row_raises_an_alert_and_an_alert_row_never_alerts<S: Store>(store: S) {
+    register_new(&store, new_order("ord_o5", 100, T0)).await;
+    ingest(&store, pay("evt_o5", "ord_o5", 100, T0 + 1)).await;
+    let job = claim_outbox(&store, "crm", "d", T0 + 2).await.pop().expect("due");
+    finish(&store, &job, Dispatched::Dead { status: Some(410), error: "410 Gone".into() }, T0 + 3).await;
+    let rows = alerts(&store).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].payload["text"].as_str().is_some_and(|t| t.contains("crm")), "{}", rows[0].payload);
+    let alert = claim_outbox(&store, ALERTS_SINK, "d", T0 + 3 + ALERT_GATHER_MS).await.pop().expect("due");
+    finish(&store, &alert, Dispatched::Dead { status: Some(500), error: "500".into() }, T0 + 4 + ALERT_GATHER_MS).await;
+    assert_eq!(alerts(&store).await.len(), 1, "a dead alert raises no alert");
+
+    // Alerts raised directly (a source failing verification) collapse the same way.
+    for i in 0..2 {
+        let text = "payhook: source shop keeps failing signature verification".to_owned();
+        store.raise_alert(Alert { key: "shop:verification".into(), text, now_ms: T0 + 10 + i }).await.expect("alert");
+    }
+    let rows = alerts(&store).await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0].payload["count"], 2, "{}", rows[0].payload);
+}
+
+/// A forwarded source sends each new event once per forwarding sink; a redelivery forwards nothing.
+pub async fn forwarded_sources_write_one_event_row_per_sink_for_new_events_only<S: Store>(store: S) {
+    let mut d = ignored("evt_f1", "customer.created", T0);
+    d.source = SourceName::parse("fwd").expect("source");
+    assert_eq!(ingest(&store, d.clone()).await.outcome, Outcome::Ignored);
+    assert_eq!(ingest(&store, d).await.outcome, Outcome::Duplicate);
+    let rows = outbox_of(&store, OutboxFilter { kind: Some(FORWARD_KIND.into()), ..OutboxFilter::default() }).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].sink.as_str(), rows[0].status.as_str()), ("lake", "pending"));
+    assert_eq!(rows[0].payload["event_id"], "evt_f1");
+    assert_eq!(rows[0].payload["outcome"], "ignored");
+    // The event's own view lists what it caused.
+    let mut view = store
+        .event(&SourceName::parse("fwd").expect("source"), &event_id("evt_f1"))
+        .await
+        .expect("event")
+        .expect("stored");
+    assert_eq!(view.outbox.pop().map(|r| r.kind), Some(FORWARD_KIND.to_owned()));
+    // Another source is not forwarded.
+    ingest(&store, ignored("evt_f2", "customer.created", T0 + 1)).await;
+    assert_eq!(outbox_of(&store, OutboxFilter { sink: Some("lake".into()), ..OutboxFilter::default() }).await.len(), 1);
+}
+
+/// An event dead-lettered for an amount mismatch, replayed after the order is fixed, applies once; replaying it
+/// again, or replaying a processed event, changes nothing.
+pub async fn a_dead_letter_is_replayed_once_its_order_exists_and_a_second_replay_changes_nothing<S: Store>(store: S) {
+    let d = pay("evt_r1", "ord_r1", 100, T0);
+    let parsed = d.parsed.clone();
+    register_new(&store, new_order("ord_r1", 999, T0)).await; // the merchant registered the wrong amount
+    assert_eq!(ingest(&store, d).await.outcome, Outcome::DeadLettered);
+    let view = event_view(&store, "evt_r1").await;
+    assert_eq!(view.attempt_log.len(), 1, "{view:?}");
+    assert_eq!(view.attempt_log[0].outcome, Outcome::DeadLettered);
+
+    // Nothing was fixed: the replay goes through the ledger again and dead-letters again, one attempt later.
+    let again = store.replay(&source(), &event_id("evt_r1"), parsed.clone(), T0 + 1).await.expect("replay");
+    let Replayed::Done(r) = again else { panic!("{again:?}") };
+    assert_eq!(r.outcome, Outcome::DeadLettered);
+    assert_eq!(event_view(&store, "evt_r1").await.attempts, 2);
+
+    // An early arrival dead-lettered after its budget, replayed after its order exists: processed, one receipt.
+    let d = pay("evt_r2", "ord_r2", 100, T0);
+    let parsed = d.parsed.clone();
+    ingest(&store, d).await;
+    let mut now = T0;
+    loop {
+        now += 10 * BASE_MS * 60;
+        let Some(c) = claim_due(&store, claim("w", now, 30_000)).await.pop() else { break };
+        retry(&store, c, now).await;
+    }
+    assert_eq!(event_view(&store, "evt_r2").await.status, Outcome::DeadLettered);
+    register_new(&store, new_order("ord_r2", 100, now)).await;
+    let first = store.replay(&source(), &event_id("evt_r2"), parsed.clone(), now + 1).await.expect("replay");
+    assert_eq!(first, Replayed::Done(processed()));
+    let order = order_view(&store, "ord_r2").await;
+    assert_eq!(order.status, OrderStatus::Paid);
+    assert_eq!(order.outbox.iter().filter(|r| r.kind == "order.paid").count(), 3, "one per sink: crm, mail, audit");
+    let second = store.replay(&source(), &event_id("evt_r2"), parsed, now + 2).await.expect("replay");
+    assert_eq!(second, Replayed::NotDeadLetter(Outcome::Processed));
+    assert_eq!(order_view(&store, "ord_r2").await, order, "nothing changed");
+    let missing = store.replay(&source(), &event_id("evt_none"), pay("evt_none", "o", 1, T0).parsed, now).await;
+    assert_eq!(missing.expect("replay"), Replayed::NotFound);
+}
+
+/// A body stored under a derived id that parses now (the format was fixed) is recorded under its real id, through
+/// the event-id dedup.
+pub async fn an_unparseable_dead_letter_that_now_parses_is_recorded_under_its_own_id<S: Store>(store: S) {
+    register_new(&store, new_order("ord_u1", 100, T0)).await;
+    let good = pay("evt_u1", "ord_u1", 100, T0);
+    let bad = unparseable("sha256:abc", &good.raw_body, "format was broken", T0);
+    assert_eq!(ingest(&store, bad).await.outcome, Outcome::DeadLettered);
+    let replayed = store.replay(&source(), &event_id("sha256:abc"), good.parsed.clone(), T0 + 1).await.expect("replay");
+    assert_eq!(replayed, Replayed::Done(processed()));
+    let retired = event_view(&store, "sha256:abc").await;
+    assert_eq!(retired.status, Outcome::Duplicate);
+    assert!(retired.reason.as_deref().is_some_and(|r| r.contains("evt_u1")), "{retired:?}");
+    assert_eq!(event_view(&store, "evt_u1").await.raw_body, good.raw_body);
+    assert_eq!(order_view(&store, "ord_u1").await.status, OrderStatus::Paid);
+    // The provider's own redelivery is now a duplicate.
+    assert_eq!(ingest(&store, good).await.outcome, Outcome::Duplicate);
+}
+
+/// With a budget of two attempts, a replay of an event whose order still does not exist dead-letters it again.
+pub async fn a_replayed_event_still_without_its_order_is_dead_lettered_again<S: Store>(store: S) {
+    let d = pay("evt_r3", "ord_r3", 100, T0);
+    let parsed = d.parsed.clone();
+    ingest(&store, d).await;
+    let c = claim_due(&store, claim("w", T0 + BASE_MS, 30_000)).await.pop().expect("due");
+    retry(&store, c, T0 + BASE_MS).await;
+    let replayed = store.replay(&source(), &event_id("evt_r3"), parsed, T0 + 2 * BASE_MS).await.expect("replay");
+    let Replayed::Done(r) = replayed else { panic!("{replayed:?}") };
+    assert_eq!(r.outcome, Outcome::DeadLettered, "{r:?}");
+    let view = event_view(&store, "evt_r3").await;
+    assert_eq!((view.status, view.attempts), (Outcome::DeadLettered, 3));
+    assert_eq!(view.attempt_log.iter().map(|a| a.attempt).collect::<Vec<_>>(), [1, 2, 3]);
+}
+
+/// Listings come newest first, narrowed by their filters, and page with a cursor.
+pub async fn events_and_outbox_rows_are_listed_newest_first_with_filters_and_cursors<S: Store>(store: S) {
+    register_new(&store, new_order("ord_l", 100, T0)).await;
+    ingest(&store, pay("evt_l1", "ord_l", 100, T0 + 1)).await;
+    ingest(&store, ignored("evt_l2", "customer.created", T0 + 2)).await;
+    ingest(&store, unparseable("evt_l3", b"x", "not json", T0 + 3)).await;
+    ingest(&store, pay("evt_l4", "ord_missing", 100, T0 + 4)).await;
+    let all = store.list_events(EventFilter { limit: 10, ..EventFilter::default() }).await.expect("list");
+    let ids: Vec<&str> = all.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, ["evt_l4", "evt_l3", "evt_l2", "evt_l1"]);
+    let page = store
+        .list_events(EventFilter { limit: 2, before: Some(all[1].row_id), ..EventFilter::default() })
+        .await
+        .expect("list");
+    assert_eq!(page.iter().map(|e| e.event_id.as_str()).collect::<Vec<_>>(), ["evt_l2", "evt_l1"]);
+    let dead = store
+        .list_events(EventFilter { status: Some(Outcome::DeadLettered), limit: 10, ..EventFilter::default() })
+        .await
+        .expect("list");
+    assert_eq!(dead.iter().map(|e| e.event_id.as_str()).collect::<Vec<_>>(), ["evt_l3"]);
+    let typed = store
+        .list_events(EventFilter {
+            event_type: Some("payment.succeeded".into()),
+            since_ms: Some(T0 + 2),
+            limit: 10,
+            ..EventFilter::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(typed.iter().map(|e| e.event_id.as_str()).collect::<Vec<_>>(), ["evt_l4"]);
+    let reason = store
+        .list_events(EventFilter {
+            reason_contains: Some("not registered".into()),
+            limit: 10,
+            ..EventFilter::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(reason.iter().map(|e| e.event_id.as_str()).collect::<Vec<_>>(), ["evt_l4"]);
+
+    let rows = outbox_of(&store, OutboxFilter { order_id: Some("ord_l".into()), ..OutboxFilter::default() }).await;
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows.windows(2).all(|w| w[0].id > w[1].id), "newest first");
+    let older = outbox_of(&store, OutboxFilter { before: Some(rows[0].id), ..OutboxFilter::default() }).await;
+    assert!(older.iter().all(|r| r.id < rows[0].id));
+    let s = stats(&store).await;
+    assert_eq!(Stats::count(&s.outbox_by_status, "pending"), 4, "three receipts and one alert: {s:?}");
+    assert_eq!(s.oldest_pending_outbox_ms, Some(T0 + 1));
+    assert_eq!(s.oldest_deferred_event_ms, Some(T0 + 4));
 }

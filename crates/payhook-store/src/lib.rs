@@ -74,6 +74,46 @@ pub trait Store: Send + Sync + 'static {
     /// leased), so the worker knows how long it may sleep.
     fn next_due_ms(&self) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
 
+    /// Leases up to `claim.limit` due pending outbox rows of `sink` (or rows whose lease expired).
+    fn claim_outbox(&self, sink: &str, claim: Claim)
+    -> impl Future<Output = Result<Vec<OutboxJob>, StoreError>> + Send;
+
+    /// Records the outcome of a delivery attempt of a leased row. A dead row raises an alert in the same
+    /// transaction. Returns `false`, changing nothing, when the lease was lost to another dispatcher.
+    fn finish_outbox(
+        &self,
+        job: &OutboxJob,
+        outcome: Dispatched,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Re-queues a dead outbox row with a fresh budget. Returns `false` when the row is not dead.
+    fn retry_outbox(&self, id: i64, now_ms: i64) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// When the earliest pending outbox row of `sink` can next be claimed.
+    fn next_outbox_due_ms(&self, sink: &str) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
+
+    /// Outbox rows, newest first.
+    fn list_outbox(&self, filter: OutboxFilter) -> impl Future<Output = Result<Vec<OutboxView>, StoreError>> + Send;
+
+    /// Recorded deliveries, newest first.
+    fn list_events(&self, filter: EventFilter) -> impl Future<Output = Result<Vec<EventSummary>, StoreError>> + Send;
+
+    /// Replays a dead-lettered event: `parsed` is the current format's reading of its stored bytes, and it goes
+    /// through the same dedup and ledger path as a new delivery, so replaying twice, or replaying an event whose
+    /// effect was applied meanwhile, changes nothing.
+    fn replay(
+        &self,
+        source: &payhook_core::event::SourceName,
+        event_id: &payhook_core::event::EventId,
+        parsed: Parsed,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Replayed, StoreError>> + Send;
+
+    /// Raises an alert: a durable outbox row for the alerts sink, collapsed with the alerts of the same key within
+    /// the suppression window. Does nothing when no alerts sink is configured.
+    fn raise_alert(&self, alert: Alert) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Checks that the database answers.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

@@ -135,17 +135,35 @@ pub struct AuditEntry {
     pub at_ms: i64,
 }
 
-/// A side effect waiting in (or gone from) the outbox.
+/// A side effect in the outbox: one row per (effect, sink).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OutboxView {
-    /// Stable id, used as the idempotency key when it is delivered.
+    /// Stable id, sent as `webhook-id` and `Idempotency-Key` on every attempt.
     pub id: i64,
-    /// `order.paid`, `order.refunded`, …
+    /// `order.paid`, `order.refunded`, `event.received`, `alert`, …
     pub kind: String,
-    /// `pending` until a dispatcher delivers it.
+    /// The sink it goes to; empty when no configured sink takes this kind (the effect is recorded, not sent).
+    pub sink: String,
+    /// `pending`, `delivered`, `dead`, or `unrouted` (no sink).
     pub status: String,
-    /// The JSON document that will be sent.
+    /// The JSON document that is sent.
     pub payload: serde_json::Value,
+    /// The order it concerns, if any.
+    pub order_id: Option<String>,
+    /// The event that caused it, if any.
+    pub source: Option<String>,
+    /// The event that caused it, if any.
+    pub event_id: Option<String>,
+    /// Delivery attempts so far.
+    pub attempts: u32,
+    /// When a pending row is tried next, unix milliseconds.
+    pub next_attempt_at_ms: Option<i64>,
+    /// The last failure, for rows that were retried or died.
+    pub last_error: Option<String>,
+    /// The sink's last HTTP status, if it answered.
+    pub last_status: Option<u16>,
+    /// When the sink acknowledged it, unix milliseconds.
+    pub delivered_at_ms: Option<i64>,
     /// When it was written, unix milliseconds.
     pub created_at_ms: i64,
 }
@@ -198,6 +216,25 @@ pub struct EventView {
     pub headers_json: String,
     /// The exact bytes received.
     pub raw_body: Vec<u8>,
+    /// Attempts that did not end the event (deferrals, dead letters, replays), oldest first.
+    pub attempt_log: Vec<AttemptEntry>,
+    /// The order changes it made.
+    pub changes: Vec<AuditEntry>,
+    /// The outbox rows it caused.
+    pub outbox: Vec<OutboxView>,
+}
+
+/// One recorded attempt at applying an event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptEntry {
+    /// Which attempt (1 = on arrival).
+    pub attempt: u32,
+    /// When, unix milliseconds.
+    pub at_ms: i64,
+    /// What it came to.
+    pub outcome: Outcome,
+    /// Why.
+    pub detail: Option<String>,
 }
 
 /// A request to lease due deferred events.
@@ -246,6 +283,12 @@ pub struct Stats {
     pub orders: Vec<(String, u64)>,
     /// Outbox rows by kind.
     pub outbox: Vec<(String, u64)>,
+    /// Outbox rows by status (`pending`, `delivered`, `dead`, `unrouted`).
+    pub outbox_by_status: Vec<(String, u64)>,
+    /// Creation time of the oldest pending outbox row, unix milliseconds.
+    pub oldest_pending_outbox_ms: Option<i64>,
+    /// Reception time of the oldest deferred event, unix milliseconds.
+    pub oldest_deferred_event_ms: Option<i64>,
 }
 
 impl Stats {
@@ -253,4 +296,176 @@ impl Stats {
     pub fn count(list: &[(String, u64)], key: &str) -> u64 {
         list.iter().find(|(k, _)| k == key).map_or(0, |(_, n)| *n)
     }
+}
+
+/// Which sinks receive what. Part of the store's configuration, so that outbox rows are created per matching sink
+/// in the same transaction as the effect, on arrival and on replay alike.
+#[derive(Debug, Clone, Default)]
+pub struct Routing {
+    /// Sinks by outbox kind (`order.paid` → `["shop"]`).
+    pub by_kind: std::collections::HashMap<String, Vec<String>>,
+    /// Sinks that take every kind (`kinds = ["*"]`).
+    pub all_kinds: Vec<String>,
+    /// Sinks that receive every verified, deduplicated event of a source (kind `event.received`).
+    pub forwards: std::collections::HashMap<String, Vec<String>>,
+    /// Where alerts go, if anywhere.
+    pub alerts: Option<AlertRouting>,
+}
+
+/// Alert routing and storm suppression.
+#[derive(Debug, Clone)]
+pub struct AlertRouting {
+    /// The sink alerts are delivered to.
+    pub sink: String,
+    /// Alerts with the same key (source + reason) within this window are collapsed into one, with a count.
+    pub window_ms: i64,
+    /// An alert waits this long before it is sent, gathering the same key's alerts into its count.
+    pub gather_ms: i64,
+}
+
+/// The outbox kind of an alert.
+pub const ALERT_KIND: &str = "alert";
+/// The outbox kind of a forwarded event.
+pub const FORWARD_KIND: &str = "event.received";
+
+impl Routing {
+    /// The sinks that take `kind`, without duplicates, in configuration order.
+    pub fn sinks_for(&self, kind: &str) -> Vec<&str> {
+        let mut sinks: Vec<&str> = Vec::new();
+        let listed = self.by_kind.get(kind).into_iter().flatten();
+        for sink in listed.chain(self.all_kinds.iter()) {
+            if !sinks.contains(&sink.as_str()) {
+                sinks.push(sink);
+            }
+        }
+        sinks
+    }
+}
+
+/// An alert to raise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alert {
+    /// What is being alerted on; alerts with the same key collapse within the window (`source:reason`).
+    pub key: String,
+    /// A sentence for a person.
+    pub text: String,
+    /// Now, unix milliseconds.
+    pub now_ms: i64,
+}
+
+/// A leased outbox row, ready to be sent.
+#[derive(Debug, Clone)]
+pub struct OutboxJob {
+    /// Row id: the `webhook-id` and `Idempotency-Key`.
+    pub id: i64,
+    /// The sink.
+    pub sink: String,
+    /// The kind.
+    pub kind: String,
+    /// The JSON document to send, as stored.
+    pub payload: String,
+    /// Attempts before this one.
+    pub attempts: u32,
+    /// When the row was written, unix milliseconds.
+    pub created_at_ms: i64,
+    /// The lease owner.
+    pub owner: String,
+}
+
+/// What a delivery attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dispatched {
+    /// The sink acknowledged it (2xx).
+    Delivered {
+        /// Its status.
+        status: u16,
+    },
+    /// A transient failure: try again at `at_ms`.
+    Retry {
+        /// Next attempt, unix milliseconds.
+        at_ms: i64,
+        /// The sink's status, if it answered.
+        status: Option<u16>,
+        /// What went wrong.
+        error: String,
+    },
+    /// A permanent failure, or the budget is spent: the row is dead (and an alert is raised).
+    Dead {
+        /// The sink's status, if it answered.
+        status: Option<u16>,
+        /// What went wrong.
+        error: String,
+    },
+}
+
+/// Which events to list or replay. Every field narrows the selection.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Only this source.
+    pub source: Option<SourceName>,
+    /// Only this status.
+    pub status: Option<Outcome>,
+    /// Only this provider type.
+    pub event_type: Option<String>,
+    /// Only events whose reason contains this text.
+    pub reason_contains: Option<String>,
+    /// Received at or after, unix milliseconds.
+    pub since_ms: Option<i64>,
+    /// Received before, unix milliseconds.
+    pub until_ms: Option<i64>,
+    /// Cursor: only rows older than this row id (newest first).
+    pub before: Option<i64>,
+    /// At most this many rows.
+    pub limit: u32,
+}
+
+/// One line of an event listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventSummary {
+    /// Backend row id, the listing's cursor.
+    pub row_id: i64,
+    /// Its source.
+    pub source: String,
+    /// Its id.
+    pub event_id: String,
+    /// Its provider type, when it parsed.
+    pub event_type: Option<String>,
+    /// Current state.
+    pub status: Outcome,
+    /// Why.
+    pub reason: Option<String>,
+    /// Application attempts so far.
+    pub attempts: u32,
+    /// For deferred events, the next attempt, unix milliseconds.
+    pub next_attempt_at_ms: Option<i64>,
+    /// When it arrived, unix milliseconds.
+    pub received_at_ms: i64,
+}
+
+/// Which outbox rows to list.
+#[derive(Debug, Clone, Default)]
+pub struct OutboxFilter {
+    /// Only this status.
+    pub status: Option<String>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this sink.
+    pub sink: Option<String>,
+    /// Only this order's rows.
+    pub order_id: Option<String>,
+    /// Cursor: only rows older than this id (newest first).
+    pub before: Option<i64>,
+    /// At most this many rows.
+    pub limit: u32,
+}
+
+/// The result of replaying a dead-lettered event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replayed {
+    /// It went through dedup and the ledger again and ended like this.
+    Done(Recorded),
+    /// It is not a dead letter (processed, duplicate, …): nothing changed.
+    NotDeadLetter(Outcome),
+    /// No such event.
+    NotFound,
 }

@@ -8,6 +8,7 @@ use payhook_core::format::Format;
 use payhook_core::retry::RetryPolicy;
 use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
 use payhook_postgres::PgOptions;
+use payhook_server::settings::{AlertSettings, DispatcherSettings, ReplaySettings, SinkSettings};
 use payhook_server::{Settings, SourceSettings, WorkerSettings};
 use payhook_sqlite::{CommitSync, SqliteOptions};
 use serde::Deserialize;
@@ -24,8 +25,73 @@ struct RawConfig {
     storage: RawStorage,
     retry: RetryPolicy,
     worker: RawWorker,
+    dispatcher: RawDispatcher,
+    replay: RawReplay,
+    alerts: Option<RawAlerts>,
     #[serde(default)]
     sources: Vec<RawSource>,
+    #[serde(default)]
+    sinks: Vec<RawSink>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDispatcher {
+    enabled: bool,
+    poll_interval_ms: u64,
+    lease_ms: i64,
+    retry: RetryPolicy,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReplay {
+    max_per_call: u32,
+    per_second: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlerts {
+    url: String,
+    #[serde(default = "default_alert_window_secs")]
+    window_secs: u64,
+    #[serde(default = "default_alert_gather_secs")]
+    gather_secs: u64,
+    #[serde(default = "default_alert_verification_failures")]
+    verification_failures: u32,
+    #[serde(default = "default_timeout_ms")]
+    timeout_ms: u64,
+}
+
+fn default_alert_window_secs() -> u64 {
+    300
+}
+fn default_alert_gather_secs() -> u64 {
+    10
+}
+fn default_alert_verification_failures() -> u32 {
+    20
+}
+fn default_timeout_ms() -> u64 {
+    10_000
+}
+fn default_max_in_flight() -> usize {
+    4
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSink {
+    name: String,
+    url: String,
+    kinds: Vec<String>,
+    secret: Option<String>,
+    secret_env: Option<String>,
+    #[serde(default = "default_timeout_ms")]
+    timeout_ms: u64,
+    #[serde(default = "default_max_in_flight")]
+    max_in_flight: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,6 +142,8 @@ struct RawSource {
     algorithm: Option<HmacAlgorithm>,
     encoding: Option<Encoding>,
     prefix: Option<String>,
+    #[serde(default)]
+    forward: Vec<String>,
 }
 
 /// Everything the binary needs, resolved and checked.
@@ -101,6 +169,14 @@ pub enum StorageConfig {
 }
 
 impl StorageConfig {
+    /// Sets the sink routing the store applies in each effect's transaction.
+    pub fn set_routing(&mut self, routing: payhook_store::Routing) {
+        match self {
+            StorageConfig::Sqlite(o) => o.routing = routing,
+            StorageConfig::Postgres(o) => o.routing = routing,
+        }
+    }
+
     /// Where the data lives, for logs and `config check`: never the password.
     pub fn describe(&self) -> String {
         match self {
@@ -204,7 +280,79 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
         lease_ms: raw.worker.lease_ms.max(1),
         claim_batch: raw.worker.claim_batch.max(1),
     };
+    raw.dispatcher.retry.validate().context("dispatcher.retry")?;
+    settings.dispatcher = DispatcherSettings {
+        enabled: raw.dispatcher.enabled,
+        poll_interval_ms: raw.dispatcher.poll_interval_ms.max(1),
+        lease_ms: raw.dispatcher.lease_ms.max(1),
+        retry: raw.dispatcher.retry,
+    };
+    settings.replay =
+        ReplaySettings { max_per_call: raw.replay.max_per_call.max(1), per_second: raw.replay.per_second.max(1) };
+    for (i, sink) in raw.sinks.into_iter().enumerate() {
+        let label = format!("sinks[{i}] ({})", sink.name);
+        let sink = resolve_sink(sink).with_context(|| label.clone())?;
+        if settings.sinks.iter().any(|o| o.name == sink.name) {
+            bail!("{label}.name: another sink already has this name");
+        }
+        if sink.timeout_ms as i64 >= settings.dispatcher.lease_ms {
+            bail!("{label}.timeout_ms: must be shorter than dispatcher.lease_ms, or a slow sink would be sent twice");
+        }
+        settings.sinks.push(sink);
+    }
+    for (i, source) in settings.sources.iter().enumerate() {
+        for name in &source.forward {
+            if !settings.sinks.iter().any(|s| &s.name == name) {
+                bail!("sources[{i}] ({}).forward: no sink named {name:?}", source.name);
+            }
+        }
+    }
+    if let Some(a) = raw.alerts {
+        if !a.url.starts_with("http://") && !a.url.starts_with("https://") {
+            bail!("alerts.url: {:?} is not an http(s) URL", a.url);
+        }
+        settings.alerts = Some(AlertSettings {
+            url: a.url,
+            window_ms: (a.window_secs.max(1) * 1000) as i64,
+            gather_ms: (a.gather_secs * 1000) as i64,
+            verification_failures: a.verification_failures.max(1),
+            timeout_ms: a.timeout_ms,
+        });
+    }
+    let mut storage = storage;
+    storage.set_routing(settings.routing());
     Ok(Config { file, listen, settings, storage })
+}
+
+fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
+    if s.name.is_empty() || s.name.starts_with('_') {
+        bail!("name: must be non-empty and must not start with '_' (reserved)");
+    }
+    if !s.url.starts_with("http://") && !s.url.starts_with("https://") {
+        bail!("url: {:?} is not an http(s) URL", s.url);
+    }
+    if s.kinds.is_empty() {
+        bail!("kinds: list the outbox kinds this sink takes (order.paid, order.refunded, …) or \"*\"");
+    }
+    let secret = match (s.secret, &s.secret_env) {
+        (Some(secret), _) => Some(secret),
+        (None, Some(var)) => {
+            Some(std::env::var(var).with_context(|| format!("secret_env: environment variable {var} is not set"))?)
+        }
+        (None, None) => None,
+    };
+    let signer = secret
+        .map(|secret| Verifier::new(Scheme::StandardWebhooks, &[Secret::new(secret)], 300))
+        .transpose()
+        .context("secret: a Standard Webhooks secret (whsec_ followed by base64)")?;
+    Ok(SinkSettings {
+        name: s.name,
+        url: s.url,
+        kinds: s.kinds,
+        signer,
+        timeout_ms: s.timeout_ms.max(1),
+        max_in_flight: s.max_in_flight.max(1),
+    })
 }
 
 fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig> {
@@ -230,6 +378,7 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
             queue_depth: raw.queue_depth,
             busy_timeout_ms: raw.busy_timeout_ms,
             retry,
+            routing: Default::default(),
         }));
     }
     if !(raw.url.starts_with("postgres://") || raw.url.starts_with("postgresql://")) {
@@ -290,7 +439,7 @@ fn resolve_source(s: RawSource) -> Result<SourceSettings> {
         secrets.extend(value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(|v| Secret::new(v.to_owned())));
     }
     let verifier = Verifier::new(scheme, &secrets, s.tolerance_secs.unwrap_or(300)).context("secrets")?;
-    Ok(SourceSettings { name, verifier, format: s.format })
+    Ok(SourceSettings { name, verifier, format: s.format, forward: s.forward })
 }
 
 #[cfg(test)]

@@ -1,12 +1,15 @@
-//! The `payhook` binary: `serve`, `send`, `bench`, `orders import`, `config check|print-default`.
+//! The `payhook` binary: `serve`, `send`, `bench`, `orders import`, `config check|print-default`, and the admin
+//! commands `events`, `dlq`, `replay`, `outbox`, `stats`.
 //!
 //! Boundary: the only crate that knows clap, TOML and anyhow; it resolves configuration and hands typed settings
 //! to the server and the store.
 
+mod admin_cli;
 mod bench;
 mod config;
 mod orders;
 mod send;
+mod table;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -42,6 +45,8 @@ enum Command {
         #[command(subcommand)]
         command: orders::OrdersCommand,
     },
+    #[command(flatten)]
+    Admin(admin_cli::AdminCommand),
     /// Check or print the configuration.
     Config {
         #[command(subcommand)]
@@ -113,6 +118,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Send(args) => send::run(Config::load(cli.config.as_deref())?, args).await,
         Command::Bench(args) => bench::run(Config::load(cli.config.as_deref())?, args).await,
         Command::Orders { command } => orders::run(Config::load(cli.config.as_deref())?, command).await,
+        Command::Admin(command) => admin_cli::run(Config::load(cli.config.as_deref())?, command).await,
     }
 }
 

@@ -58,7 +58,12 @@ pub fn secret(source: &str) -> &'static str {
 }
 
 fn source_settings(name: &str, format: Format) -> SourceSettings {
-    SourceSettings { name: SourceName::parse(name).unwrap(), verifier: verifier(name, secret(name)), format }
+    SourceSettings {
+        name: SourceName::parse(name).unwrap(),
+        verifier: verifier(name, secret(name)),
+        format,
+        forward: Vec::new(),
+    }
 }
 
 /// Now, unix seconds, on the server's clock.
@@ -130,8 +135,10 @@ impl TestApp {
         ]);
         settings.api_token = Some(Secret::new(API_TOKEN));
         settings.worker.enabled = false;
+        settings.dispatcher.enabled = false;
         let mut options = SqliteOptions::new(&db_path);
         configure(&mut settings, &mut options);
+        options.routing = settings.routing();
         let store = Arc::new(SqliteStore::open(options).expect("open the store"));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let running = payhook_server::start(listener, settings.clone(), Arc::clone(&store)).expect("start");

@@ -1,5 +1,7 @@
 //! Integration tests of payhook-server: the real app on a real socket over a real SQLite file.
 
+mod admin;
+mod dispatch;
 mod faults;
 mod helpers;
 mod hostile;

@@ -2,15 +2,19 @@
 
 use crate::TempStore;
 
-payhook_store::store_contract_tests!(|policy| TempStore::open(policy));
+payhook_store::store_contract_tests!(|setup| TempStore::open_with(|options| {
+    options.retry = setup.retry;
+    options.routing = setup.routing;
+}));
 
 /// The same contract with `synchronous = FULL` inside `COMMIT` instead of the pipelined WAL syncer.
 mod sync_in_commit {
     use crate::TempStore;
     use payhook_sqlite::CommitSync;
 
-    payhook_store::store_contract_tests!(|policy| TempStore::open_with(|options| {
-        options.retry = policy;
+    payhook_store::store_contract_tests!(|setup| TempStore::open_with(|options| {
+        options.retry = setup.retry;
+        options.routing = setup.routing;
         options.sync = CommitSync::InCommit;
     }));
 }

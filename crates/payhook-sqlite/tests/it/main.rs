@@ -14,7 +14,8 @@ use payhook_core::event::{EventId, OrderId, SourceName};
 use payhook_core::retry::RetryPolicy;
 use payhook_sqlite::{SqliteOptions, SqliteStore};
 use payhook_store::{
-    Claim, Claimed, Delivery, EventView, NewOrder, OrderView, Recorded, Registered, Retried, Stats, Store, StoreError,
+    Alert, Claim, Claimed, Delivery, Dispatched, EventFilter, EventSummary, EventView, NewOrder, OrderView,
+    OutboxFilter, OutboxJob, OutboxView, Parsed, Recorded, Registered, Replayed, Retried, Stats, Store, StoreError,
 };
 use std::path::{Path, PathBuf};
 use tempfile::TempDir;
@@ -95,6 +96,53 @@ impl Store for TempStore {
 
     fn next_due_ms(&self) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send {
         self.store.next_due_ms()
+    }
+
+    fn claim_outbox(
+        &self,
+        sink: &str,
+        claim: Claim,
+    ) -> impl Future<Output = Result<Vec<OutboxJob>, StoreError>> + Send {
+        self.store.claim_outbox(sink, claim)
+    }
+
+    fn finish_outbox(
+        &self,
+        job: &OutboxJob,
+        outcome: Dispatched,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.store.finish_outbox(job, outcome, now_ms)
+    }
+
+    fn retry_outbox(&self, id: i64, now_ms: i64) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.store.retry_outbox(id, now_ms)
+    }
+
+    fn next_outbox_due_ms(&self, sink: &str) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send {
+        self.store.next_outbox_due_ms(sink)
+    }
+
+    fn list_outbox(&self, filter: OutboxFilter) -> impl Future<Output = Result<Vec<OutboxView>, StoreError>> + Send {
+        self.store.list_outbox(filter)
+    }
+
+    fn list_events(&self, filter: EventFilter) -> impl Future<Output = Result<Vec<EventSummary>, StoreError>> + Send {
+        self.store.list_events(filter)
+    }
+
+    fn replay(
+        &self,
+        source: &SourceName,
+        event_id: &EventId,
+        parsed: Parsed,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Replayed, StoreError>> + Send {
+        self.store.replay(source, event_id, parsed, now_ms)
+    }
+
+    fn raise_alert(&self, alert: Alert) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.store.raise_alert(alert)
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {

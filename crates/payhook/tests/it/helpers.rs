@@ -45,9 +45,10 @@ impl TestDir {
         self.path().join(DB_FILE)
     }
 
-    /// Writes `name` with the standard test config listening on `port`, and returns its path.
-    pub fn write_config(&self, name: &str, port: u16) -> PathBuf {
-        self.write(name, &config_toml(port))
+    /// Writes `name` with the standard test config listening on `port`, followed by `extra` TOML, and returns its
+    /// path.
+    pub fn write_config(&self, name: &str, port: u16, extra: &str) -> PathBuf {
+        self.write(name, &format!("{}{extra}", config_toml(port)))
     }
 
     /// Writes `text` to `name` in the dir.
@@ -121,10 +122,15 @@ pub struct Server {
 impl Server {
     /// Starts a server in `dir` on a free port and waits until `GET /healthz` answers.
     pub async fn start(dir: &TestDir) -> Self {
+        Self::start_with(dir, "").await
+    }
+
+    /// Like [`Server::start`], with `extra` TOML appended to the standard test configuration.
+    pub async fn start_with(dir: &TestDir, extra: &str) -> Self {
         // Another process may grab the port between our probe and the server's bind: try a few ports.
         for _ in 0..3 {
             let port = free_port();
-            let config = dir.write_config(&format!("payhook-{port}.toml"), port);
+            let config = dir.write_config(&format!("payhook-{port}.toml"), port, extra);
             let log = dir.path().join(format!("serve-{port}.log"));
             let log_file = std::fs::File::create(&log).expect("create log");
             let child = dir

@@ -1,6 +1,7 @@
 //! Integration tests of the `payhook` binary: the real executable as child processes, on real SQLite files in
 //! temp dirs, driven over HTTP and its command line.
 
+mod admin_cli;
 mod cli;
 mod crash;
 mod helpers;

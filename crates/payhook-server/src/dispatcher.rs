@@ -1,0 +1,348 @@
+//! The outbox dispatcher: delivers outbox rows to their sinks, never inside a database transaction.
+//!
+//! One loop per sink, so a slow or dead sink never stalls the others: it claims up to `max_in_flight` due rows
+//! under a lease, POSTs them concurrently, and records each outcome. A dispatcher that dies mid-delivery loses
+//! nothing: its lease expires and the row is sent again, with the same `webhook-id` and `Idempotency-Key` (the
+//! outbox id), so the sink can tell it has seen it.
+//!
+//! Classification: 2xx delivered; 408, 409, 425, 429, 5xx, timeouts and connection errors retried with the pure
+//! `RetryPolicy` (honouring `Retry-After`); any other answer is permanent. Permanent, or the budget spent: dead,
+//! with the last error kept, and an alert.
+
+use crate::app::now_ms;
+use crate::settings::{ALERTS_SINK, AlertSettings, DispatcherSettings, Settings, SinkSettings};
+use payhook_core::retry::Next;
+use payhook_core::signature::Verifier;
+use payhook_store::{Claim, Dispatched, OutboxJob, Store, StoreError};
+use reqwest::StatusCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Where one sink's rows go and how.
+#[derive(Debug, Clone)]
+struct Target {
+    name: String,
+    url: String,
+    signer: Option<Verifier>,
+    timeout: Duration,
+    max_in_flight: usize,
+    /// Alerts are rendered as Slack-compatible `{"text": …}` documents.
+    alerts: bool,
+}
+
+impl Target {
+    fn sink(s: &SinkSettings) -> Self {
+        Self {
+            name: s.name.clone(),
+            url: s.url.clone(),
+            signer: s.signer.clone(),
+            timeout: Duration::from_millis(s.timeout_ms),
+            max_in_flight: s.max_in_flight.max(1),
+            alerts: false,
+        }
+    }
+
+    fn alerts(a: &AlertSettings) -> Self {
+        Self {
+            name: ALERTS_SINK.to_owned(),
+            url: a.url.clone(),
+            signer: None,
+            timeout: Duration::from_millis(a.timeout_ms),
+            max_in_flight: 1,
+            alerts: true,
+        }
+    }
+}
+
+/// What one pass over the sinks did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DispatchPass {
+    /// Rows the sinks acknowledged.
+    pub delivered: usize,
+    /// Rows rescheduled after a transient failure.
+    pub retried: usize,
+    /// Rows that died (permanent failure or budget spent).
+    pub dead: usize,
+    /// Outcomes not recorded because the lease had been lost.
+    pub lease_lost: usize,
+}
+
+impl DispatchPass {
+    fn add(&mut self, other: DispatchPass) {
+        self.delivered += other.delivered;
+        self.retried += other.retried;
+        self.dead += other.dead;
+        self.lease_lost += other.lease_lost;
+    }
+
+    fn total(&self) -> usize {
+        self.delivered + self.retried + self.dead + self.lease_lost
+    }
+}
+
+/// The dispatcher. Cheap to clone.
+#[derive(Debug)]
+pub struct Dispatcher<S> {
+    store: Arc<S>,
+    targets: Arc<Vec<Target>>,
+    settings: DispatcherSettings,
+    client: reqwest::Client,
+    owner: String,
+    wake: Arc<Notify>,
+}
+
+impl<S> Clone for Dispatcher<S> {
+    fn clone(&self) -> Self {
+        Self {
+            store: Arc::clone(&self.store),
+            targets: Arc::clone(&self.targets),
+            settings: self.settings.clone(),
+            client: self.client.clone(),
+            owner: self.owner.clone(),
+            wake: Arc::clone(&self.wake),
+        }
+    }
+}
+
+impl<S: Store> Dispatcher<S> {
+    /// A dispatcher for every configured sink and the alerts endpoint.
+    pub fn new(store: Arc<S>, settings: &Settings, wake: Arc<Notify>) -> Self {
+        let mut targets: Vec<Target> = settings.sinks.iter().map(Target::sink).collect();
+        targets.extend(settings.alerts.iter().map(Target::alerts));
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("payhook/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .unwrap_or_default();
+        Self {
+            store,
+            targets: Arc::new(targets),
+            settings: settings.dispatcher.clone(),
+            client,
+            owner: format!("dispatcher-{:016x}", fastrand::u64(..)),
+            wake,
+        }
+    }
+
+    /// One claim-and-send round for every sink at `now_ms`.
+    pub async fn run_once(&self, now_ms: i64) -> Result<DispatchPass, StoreError> {
+        let mut pass = DispatchPass::default();
+        for target in self.targets.iter() {
+            pass.add(self.sink_once(target, now_ms).await?);
+        }
+        Ok(pass)
+    }
+
+    /// Rounds at `now_ms` until nothing due is left (for tests and for draining).
+    pub async fn run_until_idle(&self, now_ms: i64) -> Result<DispatchPass, StoreError> {
+        let mut total = DispatchPass::default();
+        loop {
+            let pass = self.run_once(now_ms).await?;
+            if pass.total() == 0 {
+                return Ok(total);
+            }
+            total.add(pass);
+        }
+    }
+
+    /// Runs one loop per sink until `cancel` fires. A loop in the middle of a send finishes it (bounded by the
+    /// sink's timeout) and records the outcome before it stops.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut loops = tokio::task::JoinSet::new();
+        for target in self.targets.iter().cloned() {
+            let (this, cancel) = (self.clone(), cancel.clone());
+            loops.spawn(async move { this.sink_loop(target, cancel).await });
+        }
+        while loops.join_next().await.is_some() {}
+        tracing::debug!("dispatcher stopped");
+    }
+
+    async fn sink_loop(&self, target: Target, cancel: CancellationToken) {
+        let poll = Duration::from_millis(self.settings.poll_interval_ms);
+        while !cancel.is_cancelled() {
+            let now = now_ms();
+            let sleep = match self.sink_once(&target, now).await {
+                Ok(pass) if pass.total() > 0 => continue,
+                Ok(_) => match self.store.next_outbox_due_ms(&target.name).await {
+                    Ok(Some(due)) => Duration::from_millis(u64::try_from(due - now).unwrap_or(0).max(10)).min(poll),
+                    _ => poll,
+                },
+                Err(e) => {
+                    tracing::warn!(sink = target.name, error = %e, "dispatcher could not claim outbox rows");
+                    poll
+                }
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+    }
+
+    /// Claims up to the sink's concurrency, sends everything concurrently, records each outcome.
+    async fn sink_once(&self, target: &Target, now_ms: i64) -> Result<DispatchPass, StoreError> {
+        let claim = Claim {
+            now_ms,
+            lease_ms: self.settings.lease_ms,
+            limit: u32::try_from(target.max_in_flight).unwrap_or(u32::MAX),
+            owner: self.owner.clone(),
+        };
+        let jobs = self.store.claim_outbox(&target.name, claim).await?;
+        let mut sends = tokio::task::JoinSet::new();
+        for job in jobs {
+            let (this, target) = (self.clone(), target.clone());
+            sends.spawn(async move {
+                let outcome = this.deliver(&target, &job).await;
+                let recorded = this.store.finish_outbox(&job, outcome.clone(), now_ms_after(now_ms)).await;
+                (job, outcome, recorded)
+            });
+        }
+        let mut pass = DispatchPass::default();
+        while let Some(joined) = sends.join_next().await {
+            let Ok((job, outcome, recorded)) = joined else { continue };
+            match recorded {
+                Ok(false) => pass.lease_lost += 1,
+                // The row stays leased and is sent again when the lease expires: at least once, same key.
+                Err(e) => tracing::warn!(sink = target.name, id = job.id, error = %e, "could not record a delivery"),
+                Ok(true) => match &outcome {
+                    Dispatched::Delivered { .. } => pass.delivered += 1,
+                    Dispatched::Retry { error, .. } => {
+                        pass.retried += 1;
+                        tracing::info!(sink = target.name, id = job.id, error, "outbox row will be retried");
+                    }
+                    Dispatched::Dead { error, .. } => {
+                        pass.dead += 1;
+                        tracing::warn!(sink = target.name, id = job.id, error, "outbox row is dead");
+                    }
+                },
+            }
+        }
+        Ok(pass)
+    }
+
+    /// Sends one row and classifies the answer.
+    async fn deliver(&self, target: &Target, job: &OutboxJob) -> Dispatched {
+        let body = if target.alerts { render_alert(&job.payload) } else { job.payload.clone().into_bytes() };
+        let msg_id = job.id.to_string();
+        let mut req = self
+            .client
+            .post(&target.url)
+            .timeout(target.timeout)
+            .header("content-type", "application/json")
+            .header("idempotency-key", &msg_id);
+        match &target.signer {
+            Some(signer) => {
+                for (name, value) in signer.sign(&body, now_ms() / 1000, &msg_id) {
+                    req = req.header(name, value);
+                }
+            }
+            None => req = req.header("webhook-id", &msg_id),
+        }
+        let attempt = job.attempts + 1;
+        let (status, retry_after, error) = match req.body(body).send().await {
+            Ok(resp) if resp.status().is_success() => return Dispatched::Delivered { status: resp.status().as_u16() },
+            Ok(resp) => {
+                let status = resp.status();
+                let retry_after = retry_after_ms(resp.headers());
+                let error = format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or(""));
+                if !retryable(status) {
+                    return Dispatched::Dead { status: Some(status.as_u16()), error: error.trim().to_owned() };
+                }
+                (Some(status.as_u16()), retry_after, error.trim().to_owned())
+            }
+            Err(e) if e.is_timeout() => (None, None, format!("no answer within {} ms", target.timeout.as_millis())),
+            Err(e) => (None, None, format!("request failed: {}", error_chain(&e))),
+        };
+        let now = now_ms();
+        match self.settings.retry.next(attempt, now, fastrand::f64()) {
+            Next::RetryAt(at) => Dispatched::Retry { at_ms: at.max(now + retry_after.unwrap_or(0)), status, error },
+            Next::DeadLetter => {
+                Dispatched::Dead { status, error: format!("retry budget spent after {attempt} attempts: {error}") }
+            }
+        }
+    }
+}
+
+fn now_ms_after(earlier: i64) -> i64 {
+    now_ms().max(earlier)
+}
+
+/// 408, 409, 425, 429 and 5xx are worth retrying; every other answer is final.
+fn retryable(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 408 | 409 | 425 | 429) || status.is_server_error()
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is not used by webhook receivers in practice and is ignored),
+/// capped at one day.
+fn retry_after_ms(headers: &reqwest::header::HeaderMap) -> Option<i64> {
+    let secs: i64 = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
+    Some(secs.clamp(0, 86_400) * 1000)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// An alert row as a Slack-compatible document: `{"text": …}` with the count of collapsed repeats.
+fn render_alert(payload: &str) -> Vec<u8> {
+    let v: serde_json::Value = serde_json::from_str(payload).unwrap_or_default();
+    let mut text = v["text"].as_str().unwrap_or("payhook alert").to_owned();
+    let count = v["count"].as_u64().unwrap_or(1);
+    if count > 1 {
+        let window_min = v["window_ms"].as_i64().unwrap_or(0) / 60_000;
+        text.push_str(&format!(" ({count} alerts like this one within {window_min} min; the last: "));
+        text.push_str(v["last_text"].as_str().unwrap_or(""));
+        text.push(')');
+    }
+    let suppressed = v["suppressed_before"].as_u64().unwrap_or(0);
+    if suppressed > 0 {
+        text.push_str(&format!(" [{suppressed} more were suppressed before this alert]"));
+    }
+    serde_json::json!({ "text": text, "key": v["key"], "count": count }).to_string().into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_timeouts_conflicts_throttling_and_server_errors_are_retried() {
+        for code in [408u16, 409, 425, 429, 500, 502, 503, 504] {
+            assert!(retryable(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+        for code in [400u16, 401, 403, 404, 410, 422, 301] {
+            assert!(!retryable(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+    }
+
+    #[test]
+    fn an_alert_is_rendered_with_its_count_and_suppressed_repeats() {
+        let payload = r#"{"text":"payhook: event e1 dead","count":3,"last_text":"payhook: event e3 dead",
+                          "window_ms":300000,"suppressed_before":2,"key":"s:dead_letter"}"#;
+        let v: serde_json::Value = serde_json::from_slice(&render_alert(payload)).unwrap();
+        let text = v["text"].as_str().unwrap();
+        assert!(text.starts_with("payhook: event e1 dead (3 alerts"), "{text}");
+        assert!(text.contains("e3") && text.contains("2 more were suppressed"), "{text}");
+    }
+
+    #[test]
+    fn retry_after_is_read_in_seconds_and_capped() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(reqwest::header::RETRY_AFTER, "7".parse().unwrap());
+        assert_eq!(retry_after_ms(&h), Some(7000));
+        h.insert(reqwest::header::RETRY_AFTER, "99999999".parse().unwrap());
+        assert_eq!(retry_after_ms(&h), Some(86_400_000));
+        h.insert(reqwest::header::RETRY_AFTER, "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        assert_eq!(retry_after_ms(&h), None);
+    }
+}

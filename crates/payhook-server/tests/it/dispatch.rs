@@ -1,0 +1,370 @@
+//! The outbox dispatcher against a real HTTP sink started by the test on port 0: exactly-once receipts when the
+//! sink answers 2xx, retries with growing delays and a stable idempotency key, dead letters, `Retry-After`,
+//! recovery of rows whose dispatcher died, signatures, alerts, and sink isolation.
+
+use crate::helpers::{TestApp, event, now_secs};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use payhook_core::event::OrderAction::Pay;
+use payhook_core::retry::RetryPolicy;
+use payhook_core::signature::{Scheme, Secret, Verifier};
+use payhook_server::now_ms;
+use payhook_server::settings::{AlertSettings, SinkSettings};
+use payhook_store::{Claim, OutboxFilter, OutboxView, Store};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const SINK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// What the sink saw of one request.
+#[derive(Debug, Clone)]
+struct Seen {
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Answers to give, in order, per path: (status, Retry-After).
+type Script = Vec<(String, VecDeque<(u16, Option<&'static str>)>)>;
+
+#[derive(Default)]
+struct SinkState {
+    seen: Mutex<Vec<Seen>>,
+    /// When a path's answers run out: 200.
+    script: Mutex<Script>,
+    delay: Mutex<Vec<(String, Duration)>>,
+}
+
+/// A local HTTP endpoint that records every request and answers from a script.
+struct Sink {
+    url: String,
+    state: Arc<SinkState>,
+}
+
+impl Sink {
+    async fn start() -> Self {
+        let state = Arc::new(SinkState::default());
+        let app = Router::new().route("/{*path}", post(record)).with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind sink");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { url, state }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    /// The next answers of `path`: (status, Retry-After).
+    fn answer(&self, path: &str, answers: &[(u16, Option<&'static str>)]) {
+        self.state.script.lock().unwrap().push((path.to_owned(), answers.iter().copied().collect()));
+    }
+
+    fn slow(&self, path: &str, delay: Duration) {
+        self.state.delay.lock().unwrap().push((path.to_owned(), delay));
+    }
+
+    fn seen(&self, path: &str) -> Vec<Seen> {
+        self.state.seen.lock().unwrap().iter().filter(|s| s.path == path).cloned().collect()
+    }
+}
+
+async fn record(
+    State(state): State<Arc<SinkState>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> impl IntoResponse {
+    let path = uri.path().to_owned();
+    let delay = state.delay.lock().unwrap().iter().find(|(p, _)| *p == path).map(|(_, d)| *d);
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    state.seen.lock().unwrap().push(Seen { path: path.clone(), headers, body: body.to_vec() });
+    let next = {
+        let mut script = state.script.lock().unwrap();
+        script.iter_mut().find(|(p, _)| *p == path).and_then(|(_, answers)| answers.pop_front())
+    };
+    let (status, retry_after) = next.unwrap_or((200, None));
+    let mut response = (StatusCode::from_u16(status).unwrap(), "ok").into_response();
+    if let Some(after) = retry_after {
+        response.headers_mut().insert("retry-after", after.parse().unwrap());
+    }
+    response
+}
+
+fn sink(name: &str, url: String, kinds: &[&str]) -> SinkSettings {
+    SinkSettings {
+        name: name.to_owned(),
+        url,
+        kinds: kinds.iter().map(|k| (*k).to_owned()).collect(),
+        signer: Some(Verifier::new(Scheme::StandardWebhooks, &[Secret::new(SINK_SECRET)], 300).unwrap()),
+        timeout_ms: 2_000,
+        max_in_flight: 4,
+    }
+}
+
+/// 1 s doubling, no jitter: delays are exact.
+fn exact_policy(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy { base_ms: 1_000, factor: 2, cap_ms: 60_000, jitter: 0.0, max_attempts }
+}
+
+async fn paid_order(app: &TestApp, order: &str) {
+    app.register_order(order, 100, "usd").await;
+    let (status, answer) = app.deliver("payments", &event(&format!("evt_{order}"), Pay, order, 100)).await;
+    assert_eq!((status.as_u16(), answer["status"].as_str()), (200, Some("processed")), "{answer}");
+}
+
+async fn rows(app: &TestApp, sink: &str) -> Vec<OutboxView> {
+    app.store
+        .list_outbox(OutboxFilter { sink: Some(sink.into()), limit: 100, ..OutboxFilter::default() })
+        .await
+        .expect("list outbox")
+}
+
+#[tokio::test]
+async fn each_receipt_is_delivered_exactly_once_signed_with_the_sinks_secret() {
+    let sink_server = Sink::start().await;
+    let url = sink_server.url("/shop");
+    let app = TestApp::spawn_with(|s, _| s.sinks.push(sink("shop", url, &["order.paid"]))).await;
+    for i in 0..3 {
+        paid_order(&app, &format!("ord_d{i}")).await;
+    }
+    let pass = app.running.dispatcher.run_until_idle(now_ms()).await.expect("dispatch");
+    assert_eq!(pass.delivered, 3, "{pass:?}");
+    assert_eq!(app.running.dispatcher.run_until_idle(now_ms() + 3_600_000).await.expect("dispatch").delivered, 0);
+
+    let seen = sink_server.seen("/shop");
+    assert_eq!(seen.len(), 3, "each receipt once");
+    let verifier = Verifier::new(Scheme::StandardWebhooks, &[Secret::new(SINK_SECRET)], 300).unwrap();
+    for s in &seen {
+        let id = s.header("webhook-id").expect("webhook-id");
+        assert_eq!(s.header("idempotency-key"), Some(id), "the idempotency key is the outbox id");
+        verifier.verify(&s.headers, &s.body, now_secs()).expect("the sink can verify what it received");
+        let payload: serde_json::Value = serde_json::from_slice(&s.body).unwrap();
+        assert_eq!(payload["kind"], "order.paid");
+    }
+    for row in rows(&app, "shop").await {
+        assert_eq!((row.status.as_str(), row.last_status, row.attempts), ("delivered", Some(200), 1));
+        assert!(row.delivered_at_ms.is_some());
+    }
+}
+
+#[tokio::test]
+async fn a_sink_answering_500_three_times_is_retried_with_growing_delays_and_the_same_key() {
+    let sink_server = Sink::start().await;
+    let url = sink_server.url("/shop");
+    sink_server.answer("/shop", &[(500, None), (500, None), (500, None)]);
+    let app = TestApp::spawn_with(|s, _| {
+        s.sinks.push(sink("shop", url, &["order.paid"]));
+        s.dispatcher.retry = exact_policy(10);
+    })
+    .await;
+    paid_order(&app, "ord_r").await;
+    let mut delays = Vec::new();
+    let mut now = now_ms();
+    for _ in 0..3 {
+        let before = now_ms();
+        let pass = app.running.dispatcher.run_once(now).await.expect("dispatch");
+        assert_eq!(pass.retried, 1, "{pass:?}");
+        let row = rows(&app, "shop").await.remove(0);
+        let next = row.next_attempt_at_ms.expect("rescheduled");
+        delays.push(next - before);
+        assert_eq!(row.last_status, Some(500));
+        assert_eq!(app.running.dispatcher.run_once(next - 1).await.expect("dispatch").retried, 0, "not before");
+        now = next;
+    }
+    assert!(delays[0] >= 900 && delays[1] >= 1_900 && delays[2] >= 3_900, "growing delays: {delays:?}");
+    assert!(delays.windows(2).all(|w| w[1] > w[0]), "{delays:?}");
+    assert_eq!(app.running.dispatcher.run_once(now).await.expect("dispatch").delivered, 1);
+    let seen = sink_server.seen("/shop");
+    assert_eq!(seen.len(), 4);
+    let keys: Vec<&str> = seen.iter().map(|s| s.header("idempotency-key").unwrap()).collect();
+    assert!(keys.iter().all(|k| *k == keys[0]), "the same key every time: {keys:?}");
+    let row = rows(&app, "shop").await.remove(0);
+    assert_eq!((row.status.as_str(), row.attempts), ("delivered", 4));
+}
+
+#[tokio::test]
+async fn a_400_is_permanent_and_a_spent_budget_is_dead_with_the_last_error_and_an_alert() {
+    let sink_server = Sink::start().await;
+    let (shop, crm, alerts) = (sink_server.url("/shop"), sink_server.url("/crm"), sink_server.url("/alerts"));
+    sink_server.answer("/shop", &[(400, None)]);
+    sink_server.answer("/crm", &[(503, None), (503, None)]);
+    let app = TestApp::spawn_with(|s, _| {
+        s.sinks.push(sink("shop", shop, &["order.paid"]));
+        s.sinks.push(sink("crm", crm, &["*"]));
+        s.dispatcher.retry = exact_policy(2);
+        s.alerts = Some(AlertSettings {
+            url: alerts,
+            window_ms: 300_000,
+            gather_ms: 0,
+            verification_failures: 100,
+            timeout_ms: 2_000,
+        });
+    })
+    .await;
+    paid_order(&app, "ord_x").await;
+    let t = now_ms();
+    app.running.dispatcher.run_once(t).await.expect("dispatch");
+    let shop_row = rows(&app, "shop").await.remove(0);
+    assert_eq!((shop_row.status.as_str(), shop_row.attempts, shop_row.last_status), ("dead", 1, Some(400)));
+    assert!(shop_row.last_error.as_deref().is_some_and(|e| e.starts_with("400")), "{shop_row:?}");
+    let crm_row = rows(&app, "crm").await.remove(0);
+    assert_eq!(crm_row.status, "pending");
+    app.running.dispatcher.run_once(crm_row.next_attempt_at_ms.unwrap()).await.expect("dispatch");
+    let crm_row = rows(&app, "crm").await.remove(0);
+    assert_eq!((crm_row.status.as_str(), crm_row.attempts), ("dead", 2));
+    assert!(crm_row.last_error.as_deref().is_some_and(|e| e.contains("budget spent")), "{crm_row:?}");
+
+    // Each dead row raised an alert, delivered as Slack-compatible JSON.
+    app.running.dispatcher.run_until_idle(now_ms() + 3_600_000).await.expect("dispatch");
+    let seen = sink_server.seen("/alerts");
+    assert_eq!(seen.len(), 2, "one alert per dead sink: {seen:?}");
+    for s in &seen {
+        let v: serde_json::Value = serde_json::from_slice(&s.body).unwrap();
+        assert!(v["text"].as_str().is_some_and(|t| t.contains("dead")), "{v}");
+    }
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured() {
+    let sink_server = Sink::start().await;
+    let url = sink_server.url("/shop");
+    sink_server.answer("/shop", &[(429, Some("120"))]);
+    let app = TestApp::spawn_with(|s, _| {
+        s.sinks.push(sink("shop", url, &["order.paid"]));
+        s.dispatcher.retry = exact_policy(5);
+    })
+    .await;
+    paid_order(&app, "ord_ra").await;
+    let before = now_ms();
+    app.running.dispatcher.run_once(before).await.expect("dispatch");
+    let row = rows(&app, "shop").await.remove(0);
+    assert!(row.next_attempt_at_ms.unwrap() >= before + 120_000, "{row:?}");
+    assert_eq!(app.running.dispatcher.run_once(before + 60_000).await.expect("dispatch").total_sent(), 0);
+}
+
+trait Sent {
+    fn total_sent(&self) -> usize;
+}
+
+impl Sent for payhook_server::dispatcher::DispatchPass {
+    fn total_sent(&self) -> usize {
+        self.delivered + self.retried + self.dead
+    }
+}
+
+#[tokio::test]
+async fn a_row_whose_dispatcher_died_mid_delivery_is_sent_again_with_the_same_key() {
+    let sink_server = Sink::start().await;
+    let url = sink_server.url("/shop");
+    let app = TestApp::spawn_with(|s, _| s.sinks.push(sink("shop", url, &["order.paid"]))).await;
+    paid_order(&app, "ord_k").await;
+    // A dispatcher claims the row, sends it (the sink sees it) and dies before recording the outcome.
+    let t = now_ms();
+    let claim = Claim { now_ms: t, lease_ms: 60_000, limit: 10, owner: "crashed".into() };
+    let job = app.store.claim_outbox("shop", claim).await.expect("claim").pop().expect("due");
+    reqwest::Client::new()
+        .post(sink_server.url("/shop"))
+        .header("idempotency-key", job.id.to_string())
+        .body(job.payload.clone())
+        .send()
+        .await
+        .expect("the first send");
+    assert_eq!(app.running.dispatcher.run_once(t + 59_000).await.expect("dispatch").total_sent(), 0, "leased");
+    assert_eq!(app.running.dispatcher.run_once(t + 60_000).await.expect("dispatch").delivered, 1);
+    let seen = sink_server.seen("/shop");
+    assert_eq!(seen.len(), 2, "at least once: the sink sees the row twice");
+    assert_eq!(seen[0].header("idempotency-key"), seen[1].header("idempotency-key"), "always with the same key");
+    assert_eq!(rows(&app, "shop").await.remove(0).status, "delivered");
+}
+
+#[tokio::test]
+async fn a_hundred_dead_letters_in_a_minute_send_one_alert_with_the_count() {
+    let sink_server = Sink::start().await;
+    let url = sink_server.url("/alerts");
+    let app = TestApp::spawn_with(|s, _| {
+        s.alerts = Some(AlertSettings {
+            url,
+            window_ms: 300_000,
+            gather_ms: 30_000,
+            verification_failures: 1_000,
+            timeout_ms: 2_000,
+        })
+    })
+    .await;
+    for i in 0..100 {
+        let (_, answer) = app.deliver_bytes("payments", format!("not json {i}").into_bytes()).await;
+        assert_eq!(answer["status"], "dead_lettered");
+    }
+    let now = now_ms();
+    assert_eq!(app.running.dispatcher.run_once(now).await.expect("dispatch").total_sent(), 0, "still gathering");
+    assert_eq!(app.running.dispatcher.run_until_idle(now + 30_000).await.expect("dispatch").delivered, 1);
+    let seen = sink_server.seen("/alerts");
+    assert_eq!(seen.len(), 1);
+    let v: serde_json::Value = serde_json::from_slice(&seen[0].body).unwrap();
+    assert_eq!(v["count"], 100, "{v}");
+    assert!(v["text"].as_str().is_some_and(|t| t.contains("100 alerts")), "{v}");
+}
+
+#[tokio::test]
+async fn a_source_that_keeps_failing_verification_raises_one_alert() {
+    let sink_server = Sink::start().await;
+    let url = sink_server.url("/alerts");
+    let app = TestApp::spawn_with(|s, _| {
+        s.alerts =
+            Some(AlertSettings { url, window_ms: 300_000, gather_ms: 0, verification_failures: 5, timeout_ms: 2_000 })
+    })
+    .await;
+    for _ in 0..12 {
+        let reply = app.post_raw("payments", &[("x-webhook-signature".into(), "00".repeat(32))], "{}").await;
+        assert_eq!(reply.status.as_u16(), 401);
+    }
+    app.running.dispatcher.run_until_idle(now_ms() + 1).await.expect("dispatch");
+    let seen = sink_server.seen("/alerts");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let v: serde_json::Value = serde_json::from_slice(&seen[0].body).unwrap();
+    assert!(v["text"].as_str().is_some_and(|t| t.contains("payments") && t.contains("verification")), "{v}");
+}
+
+#[tokio::test]
+async fn one_slow_sink_does_not_stall_the_others() {
+    let sink_server = Sink::start().await;
+    let (slow, fast) = (sink_server.url("/slow"), sink_server.url("/fast"));
+    sink_server.slow("/slow", Duration::from_millis(1_500));
+    let app = TestApp::spawn_with(|s, _| {
+        let mut slow = sink("slow", slow, &["order.paid"]);
+        slow.max_in_flight = 1;
+        s.sinks.push(slow);
+        s.sinks.push(sink("fast", fast, &["order.paid"]));
+        s.dispatcher.enabled = true;
+        s.dispatcher.poll_interval_ms = 20;
+    })
+    .await;
+    let started = std::time::Instant::now();
+    for i in 0..4 {
+        paid_order(&app, &format!("ord_s{i}")).await;
+    }
+    let deadline = started + Duration::from_secs(5);
+    while sink_server.seen("/fast").len() < 4 {
+        assert!(std::time::Instant::now() < deadline, "the fast sink was stalled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(started.elapsed() < Duration::from_millis(1_500), "fast rows arrived in {:?}", started.elapsed());
+    assert!(sink_server.seen("/slow").len() <= 1, "the slow sink is still on its first row");
+}
