@@ -11,7 +11,7 @@ orders=${1:-30000}
 concurrency=${2:-64}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p payhook
-bin="$root/target/release/payhook"
+bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }

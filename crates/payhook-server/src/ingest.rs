@@ -7,6 +7,7 @@ use crate::app::{AppState, SourceRuntime, now_ms};
 use crate::error::ApiError;
 use axum::Json;
 use axum::body::{Body, Bytes};
+use axum::extract::Request;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
@@ -34,15 +35,17 @@ impl Headers for HttpHeaders<'_> {
 pub(crate) async fn handle<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     Path(source): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> Result<Response, ApiError> {
+    // The parts are taken apart rather than extracted, so the header map is read in place, not cloned.
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
     let Some(src) = state.sources.get(source.as_str()) else {
         return Err(ApiError::NotFound(format!("no source named {source:?} is configured")));
     };
-    let body = read_body(&headers, body, state.settings.body_limit_bytes, state.settings.body_timeout_ms).await?;
+    let body = read_body(headers, body, state.settings.body_limit_bytes, state.settings.body_timeout_ms).await?;
     let received_at_ms = now_ms();
-    let verified = match src.settings.verifier.verify(&HttpHeaders(&headers), &body, received_at_ms / 1000) {
+    let verified = match src.settings.verifier.verify(&HttpHeaders(headers), &body, received_at_ms / 1000) {
         Ok(v) => v,
         Err(e) => {
             src.metrics.verification_failed(e.code());
@@ -81,7 +84,7 @@ pub(crate) async fn handle<S: Store>(
         received_at_ms,
         parsed,
         raw_body: body.to_vec(),
-        headers_json: headers_json(&headers),
+        headers_json: headers_json(headers),
         verification: format!("{} (secret #{})", scheme_name(src), verified.secret_index),
     };
     let event_id = delivery.parsed.event_id().as_str().to_owned();
@@ -132,13 +135,20 @@ fn scheme_name(src: &SourceRuntime) -> &'static str {
 
 /// The request headers as a JSON object, without credentials.
 fn headers_json(headers: &HeaderMap) -> String {
-    let mut map = serde_json::Map::new();
+    let mut out: Vec<u8> = Vec::with_capacity(512);
+    out.push(b'{');
     for (name, value) in headers {
         if UNSTORED_HEADERS.contains(&name.as_str()) {
             continue;
         }
-        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        map.insert(name.as_str().to_owned(), value.into());
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, name.as_str());
+        out.push(b':');
+        let _ = serde_json::to_writer(&mut out, &String::from_utf8_lossy(value.as_bytes()));
     }
-    serde_json::Value::Object(map).to_string()
+    out.push(b'}');
+    String::from_utf8(out).unwrap_or_default()
 }

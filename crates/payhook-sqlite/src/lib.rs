@@ -95,7 +95,7 @@ impl SqliteStore {
         conn.pragma_update(None, "wal_autocheckpoint", checkpoint::WRITER_VALVE_PAGES).map_err(unavailable)?;
         let checkpointer = checkpoint::Checkpointer::spawn(
             connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?,
-            Duration::from_millis(50),
+            checkpoint::INTERVAL,
         )
         .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         let reader = connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
