@@ -12,14 +12,22 @@
 //!   flight, at most [`MAX_BATCH`] deliveries each, sorted by lock), each delivery in its own savepoint, and
 //!   answers only after `COMMIT`; batches rolled back by a deadlock or a serialization failure, or whose
 //!   connection was lost before `COMMIT`, are run again whole.
-//! - `ops`: what each operation sends to the schema's SQL functions, the ledger decisions taken in Rust, and the
-//!   worker's operations (`claim_due` with `FOR UPDATE SKIP LOCKED`, `retry` under its lease).
-//! - `read`: queries; an order and its history come from one snapshot.
+//! - `ops`: what each operation sends to the schema's SQL functions, the ledger decisions taken in Rust, the
+//!   worker's operations (`claim_due` with `FOR UPDATE SKIP LOCKED`, `retry` under its lease) and `replay`.
+//! - `outbox`: the dispatchers' claims (`FOR UPDATE SKIP LOCKED` under a lease), outcomes recorded by the lease
+//!   holder only, re-queueing dead rows, and alerts (`payhook_raise_alert`, race-free across instances).
+//! - `read`: queries and listings; an order and its history, an event and what it caused, come from one snapshot.
 //! - `pipeline`: sending several statements before reading any answer, in a guaranteed order.
 //! - `pool`: deadpool-postgres, per-session settings, and discarding connections left in doubt.
 //! - `migrate`: embedded migrations (`migrations/*.sql`, with the plpgsql functions and the locking protocol)
 //!   under an advisory lock.
 //! - `error`: [`PgError`] and its mapping to [`StoreError`].
+//!
+//! # Routing
+//!
+//! [`PgOptions::routing`] (from the configuration) decides which sinks get each effect's outbox rows, which
+//! sources are forwarded and where alerts go. It is passed into the SQL functions with each call rather than
+//! stored in the database, so every instance applies its own configuration, in the effect's transaction.
 //!
 //! # Durability
 //!
@@ -30,6 +38,7 @@
 mod error;
 mod migrate;
 mod ops;
+mod outbox;
 mod pipeline;
 mod pool;
 mod read;
@@ -42,7 +51,8 @@ use deadpool_postgres::Pool;
 use payhook_core::event::{EventId, OrderId, SourceName};
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
-    Claim, Claimed, Delivery, EventView, NewOrder, OrderView, Recorded, Registered, Retried, Stats, Store, StoreError,
+    Alert, Claim, Claimed, Delivery, Dispatched, EventFilter, EventSummary, EventView, NewOrder, OrderView,
+    OutboxFilter, OutboxJob, OutboxView, Parsed, Recorded, Registered, Replayed, Retried, Stats, Store, StoreError,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,7 +161,7 @@ pub struct PgStore {
     /// holds up a batch. Invariant: batches hold at most `writers` connections, the rest at most
     /// `pool_size - writers`.
     others: Arc<Semaphore>,
-    retry: Arc<RetryPolicy>,
+    ctx: Arc<ops::Ctx>,
     ping_timeout: Duration,
 }
 
@@ -166,6 +176,7 @@ impl PgStore {
         let mut client = pool::get(&pool).await?;
         migrate::run(&mut client).await?;
         drop(client);
+        let ctx = Arc::new(ops::Ctx { retry: options.retry.clone(), routing: options.routing.clone() });
         let writer = writer::Writer::spawn(
             pool.clone(),
             writer::WriterConfig {
@@ -173,14 +184,14 @@ impl PgStore {
                 queue_depth: options.queue_depth,
                 writers,
                 deadline: options.batch_deadline(),
-                retry: options.retry.clone(),
+                ctx: Arc::clone(&ctx),
             },
         );
         Ok(Self {
             pool,
             writer,
             others: Arc::new(Semaphore::new((pool_size - writers).max(1))),
-            retry: Arc::new(options.retry),
+            ctx,
             ping_timeout: Duration::from_millis(options.connect_timeout_ms.max(1)),
         })
     }
@@ -210,7 +221,7 @@ impl PgStore {
 
 impl Store for PgStore {
     fn ingest(&self, delivery: Delivery) -> impl Future<Output = Result<Recorded, StoreError>> + Send {
-        let queued = ops::IngestCall::new(delivery).map(|call| self.writer.ingest(call));
+        let queued = ops::IngestCall::new(delivery, &self.ctx.routing).map(|call| self.writer.ingest(call));
         async move { queued?.await }
     }
 
@@ -235,7 +246,7 @@ impl Store for PgStore {
 
     async fn retry(&self, claimed: Claimed, now_ms: i64) -> Result<Retried, StoreError> {
         let _turn = self.turn().await?;
-        ops::retry(&self.pool, &claimed, now_ms, &self.retry).await
+        ops::retry(&self.pool, &claimed, now_ms, &self.ctx).await
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
@@ -246,6 +257,52 @@ impl Store for PgStore {
     async fn next_due_ms(&self) -> Result<Option<i64>, StoreError> {
         let _turn = self.turn().await?;
         read::next_due(&self.pool).await
+    }
+
+    async fn claim_outbox(&self, sink: &str, claim: Claim) -> Result<Vec<OutboxJob>, StoreError> {
+        let _turn = self.turn().await?;
+        outbox::claim(&self.pool, sink, &claim).await
+    }
+
+    async fn finish_outbox(&self, job: &OutboxJob, outcome: Dispatched, now_ms: i64) -> Result<bool, StoreError> {
+        let _turn = self.turn().await?;
+        outbox::finish(&self.pool, &self.ctx, job, &outcome, now_ms).await
+    }
+
+    async fn retry_outbox(&self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
+        let _turn = self.turn().await?;
+        outbox::requeue(&self.pool, id, now_ms).await
+    }
+
+    async fn next_outbox_due_ms(&self, sink: &str) -> Result<Option<i64>, StoreError> {
+        let _turn = self.turn().await?;
+        read::next_outbox_due(&self.pool, sink).await
+    }
+
+    async fn list_outbox(&self, filter: OutboxFilter) -> Result<Vec<OutboxView>, StoreError> {
+        let _turn = self.turn().await?;
+        read::list_outbox(&self.pool, &filter).await
+    }
+
+    async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, StoreError> {
+        let _turn = self.turn().await?;
+        read::list_events(&self.pool, &filter).await
+    }
+
+    async fn replay(
+        &self,
+        source: &SourceName,
+        event_id: &EventId,
+        parsed: Parsed,
+        now_ms: i64,
+    ) -> Result<Replayed, StoreError> {
+        let _turn = self.turn().await?;
+        ops::replay(&self.pool, &self.ctx, source, event_id, &parsed, now_ms).await
+    }
+
+    async fn raise_alert(&self, alert: Alert) -> Result<(), StoreError> {
+        let _turn = self.turn().await?;
+        outbox::raise(&self.pool, &self.ctx, &alert).await
     }
 
     /// Not behind the limit on non-batch connections: readiness must not look like an outage while queries wait.

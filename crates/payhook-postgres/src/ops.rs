@@ -4,6 +4,9 @@
 //! Invariant: dedup is decided by `INSERT … ON CONFLICT DO NOTHING` on a unique key, never by a SELECT before an
 //! INSERT; every state change is a guarded `UPDATE … WHERE status IN (legal predecessors)` (in `payhook_apply`).
 //! The ledger's rules live in `payhook_core::ledger` only: SQL applies a plan and reports a miss, Rust explains it.
+//!
+//! Routing (which sinks get an effect's outbox rows, which sources are forwarded, where alerts go) is this
+//! instance's configuration: it travels with each call into the SQL functions, in the effect's transaction.
 
 use crate::error::{PgError, corrupt};
 use crate::pipeline::{none, pipeline};
@@ -12,23 +15,27 @@ use deadpool_postgres::{Object, Pool};
 use payhook_core::event::{Currency, Effect, Event, EventId, Money, SourceName};
 use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Plan, Unapplied};
 use payhook_core::retry::{Next, RetryPolicy};
-use payhook_store::{Claim, Claimed, Delivery, NewOrder, Outcome, Parsed, Recorded, Registered, Retried, StoreError};
+use payhook_store::{
+    ALERT_KIND, Claim, Claimed, Delivery, FORWARD_KIND, NewOrder, Outcome, Parsed, Recorded, Registered, Replayed,
+    Retried, Routing, StoreError,
+};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 pub(crate) const INGEST_SQL: &str = "SELECT outcome, detail, row_id, order_status, order_amount, order_currency
      FROM payhook_ingest_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-                               $20)";
+                               $20, $21, $22, $23)";
 pub(crate) const REGISTER_SQL: &str =
     "SELECT outcome, detail, stored_amount, stored_currency FROM payhook_register_batch($1, $2, $3, $4, $5)";
-pub(crate) const SETTLE_SQL: &str = "SELECT payhook_settle_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+pub(crate) const SETTLE_SQL: &str = "SELECT payhook_settle_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+     $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)";
 const STORED_SQL: &str = "SELECT event_type, occurred_at, business_key, effect FROM inbox
      WHERE source = $1 AND event_id = $2 AND id = $3";
 const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock($1)";
 const LEASED_SQL: &str = "SELECT 1 FROM inbox
      WHERE source = $1 AND event_id = $2 AND id = $3 AND status = 'deferred' AND lease_owner = $4 FOR UPDATE";
 const REAPPLY_SQL: &str = "SELECT outcome, detail, order_status, order_amount, order_currency
-     FROM payhook_reapply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+     FROM payhook_reapply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 const CLAIM_SQL: &str = "WITH due AS (
          SELECT source, event_id FROM inbox
          WHERE status = 'deferred' AND next_attempt_at <= $2 AND (lease_until IS NULL OR lease_until <= $2)
@@ -38,6 +45,22 @@ const CLAIM_SQL: &str = "WITH due AS (
      UPDATE inbox i SET lease_owner = $1, lease_until = $2 + $3
      FROM due WHERE i.source = due.source AND i.event_id = due.event_id
      RETURNING i.id, i.source, i.event_id, i.attempts, i.next_attempt_at";
+const REPLAY_ROW_SQL: &str = "SELECT id, status, attempts FROM inbox WHERE source = $1 AND event_id = $2 FOR UPDATE";
+const REPLAY_REPARSED_SQL: &str = "UPDATE inbox SET event_type = $3, occurred_at = $4, business_key = $5, effect = $6
+     WHERE source = $1 AND event_id = $2";
+const REPLAY_RECORD_SQL: &str = "INSERT INTO inbox (source, event_id, event_type, occurred_at, business_key, effect,
+                        status, attempts, received_at, updated_at, verification, headers, body)
+     SELECT source, $3, $4, $5, $6, $7, 'processed', $8, received_at, $9, verification, headers, body
+     FROM inbox WHERE source = $1 AND event_id = $2
+     ON CONFLICT (source, event_id) DO NOTHING
+     RETURNING id";
+
+/// What the write operations need besides their arguments: the retry policy of deferred events and the routing.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    pub(crate) retry: RetryPolicy,
+    pub(crate) routing: Routing,
+}
 
 /// The advisory lock that guards an order: FNV-1a (64 bit) of its id.
 ///
@@ -50,6 +73,15 @@ pub(crate) fn order_lock(order_id: &str) -> i64 {
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
     i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// The sinks that receive `kind`, in configuration order; `[""]` (recorded once, unrouted) when none does.
+pub(crate) fn sinks_of<'a>(routing: &'a Routing, kind: &str) -> Vec<&'a str> {
+    let mut sinks = routing.sinks_for(kind);
+    if sinks.is_empty() {
+        sinks.push("");
+    }
+    sinks
 }
 
 /// A planned order change, in the shape `payhook_apply` takes it.
@@ -77,6 +109,15 @@ impl Change {
     }
 }
 
+/// An `event.received` row per forwarding sink of a source, drafted by the caller's task; the outcome is added
+/// once the batch knows it.
+#[derive(Debug)]
+struct ForwardDraft {
+    sinks: Vec<String>,
+    /// payhook's normalized JSON of the event, without `outcome` and `detail`.
+    payload: serde_json::Map<String, serde_json::Value>,
+}
+
 /// An ingest, prepared from its [`Delivery`] by the caller's task, so that serialization stays off the batcher.
 #[derive(Debug)]
 pub(crate) struct IngestCall {
@@ -93,12 +134,31 @@ pub(crate) struct IngestCall {
     headers: String,
     body: Vec<u8>,
     change: Option<Change>,
+    forward: Option<Box<ForwardDraft>>,
 }
 
 impl IngestCall {
     /// Mirrors the SQLite backend: an ignored type is recorded `ignored`, an unparseable body `dead_lettered`
     /// with its reason, an order event `processed` unless applying its effect says otherwise.
-    pub(crate) fn new(d: Delivery) -> Result<Self, StoreError> {
+    pub(crate) fn new(d: Delivery, routing: &Routing) -> Result<Self, StoreError> {
+        let forward = routing.forwards.get(d.source.as_str()).filter(|sinks| !sinks.is_empty()).map(|sinks| {
+            let event = match &d.parsed {
+                Parsed::Event(e) => Some(e),
+                Parsed::Unparseable { .. } => None,
+            };
+            let payload = serde_json::json!({
+                "kind": FORWARD_KIND,
+                "source": d.source.as_str(),
+                "event_id": d.parsed.event_id().as_str(),
+                "event_type": event.map(|e| e.event_type.as_str()),
+                "occurred_at": event.map(|e| e.occurred_at),
+                "business_key": event.map(|e| e.business_key.as_str()),
+                "effect": event.map(|e| &e.effect),
+                "received_at_ms": d.received_at_ms,
+            });
+            let serde_json::Value::Object(payload) = payload else { unreachable!("a JSON object literal") };
+            Box::new(ForwardDraft { sinks: sinks.clone(), payload })
+        });
         let mut call = Self {
             source: d.source.as_str().to_owned(),
             event_id: d.parsed.event_id().as_str().to_owned(),
@@ -113,6 +173,7 @@ impl IngestCall {
             headers: d.headers_json,
             body: d.raw_body,
             change: None,
+            forward,
         };
         match d.parsed {
             Parsed::Unparseable { reason, .. } => call.reason = Some(reason),
@@ -147,26 +208,55 @@ impl IngestCall {
     pub(crate) fn landed(&self, row: &Row, policy: &RetryPolicy) -> Result<Landed, StoreError> {
         let outcome: String = row.try_get(0).map_err(|e| corrupt("payhook_ingest_batch outcome", e))?;
         let detail: Option<String> = row.try_get(1).map_err(|e| corrupt("payhook_ingest_batch detail", e))?;
+        let row_id: Option<i64> = row.try_get(2).map_err(|e| corrupt("payhook_ingest_batch row id", e))?;
         match outcome.as_str() {
             "failed" => Ok(Landed::Failed(detail.unwrap_or_default())),
             "unapplied" => {
                 let change =
                     self.change.as_ref().ok_or_else(|| corrupt("payhook_ingest_batch", "a miss without a plan"))?;
-                let row_id: i64 = row.try_get(2).map_err(|e| corrupt("payhook_ingest_batch row id", e))?;
+                let row_id = row_id.ok_or_else(|| corrupt("payhook_ingest_batch", "a miss without a row"))?;
                 let snapshot = snapshot(row, 3)?;
                 let target = Settle::new(&self.source, &self.event_id, row_id, 1, self.received_at_ms);
                 let (recorded, settle) = decide(&change.plan, snapshot.as_ref(), target, policy);
                 Ok(Landed::Settle(recorded, settle))
             }
             other => match Outcome::parse(other) {
-                Some(outcome) => Ok(Landed::Done(Recorded { outcome, detail })),
+                Some(outcome) => {
+                    Ok(Landed::Done { recorded: Recorded { outcome, detail }, inserted: row_id.is_some() })
+                }
                 None => Err(corrupt("payhook_ingest_batch outcome", other)),
             },
         }
     }
+
+    /// What a delivery that landed still writes in its batch's second statement: its forwarded copies (a new
+    /// delivery of a forwarded source) and the alert of a dead letter.
+    pub(crate) fn follow_ups(&self, landed: &Landed, routing: &Routing, out: &mut FollowUps) {
+        let recorded = match landed {
+            Landed::Done { recorded, inserted: true } | Landed::Settle(recorded, _) => recorded,
+            Landed::Done { inserted: false, .. } | Landed::Failed(_) => return,
+        };
+        if let Some(draft) = &self.forward {
+            let mut payload = draft.payload.clone();
+            payload.insert("outcome".into(), recorded.outcome.as_str().into());
+            payload.insert("detail".into(), recorded.detail.clone().into());
+            let payload = serde_json::Value::Object(payload).to_string();
+            for sink in &draft.sinks {
+                out.forwards.push(Forward {
+                    sink: sink.clone(),
+                    source: self.source.clone(),
+                    event_id: self.event_id.clone(),
+                    payload: payload.clone(),
+                    now_ms: self.received_at_ms,
+                });
+            }
+        }
+        out.dead_letter(routing, &self.source, &self.event_id, recorded, self.received_at_ms);
+    }
 }
 
-/// The arguments of `payhook_ingest_batch`: one array per column, one element per delivery.
+/// The arguments of `payhook_ingest_batch`: one array per column, one element per delivery, and the batch's
+/// routing table (the sinks of each outbox kind in the batch, one slice after another).
 #[derive(Debug, Default)]
 pub(crate) struct IngestColumns<'a> {
     source: Vec<&'a str>,
@@ -189,11 +279,17 @@ pub(crate) struct IngestColumns<'a> {
     amount: Vec<Option<i64>>,
     currency: Vec<Option<&'a str>>,
     outbox_kind: Vec<Option<&'a str>>,
+    route_lo: Vec<Option<i32>>,
+    route_hi: Vec<Option<i32>>,
+    route_sinks: Vec<&'a str>,
+    /// Which slice of `route_sinks` each kind has (1-based, inclusive, as SQL arrays are).
+    routes: Vec<(&'static str, i32, i32)>,
 }
 
 impl<'a> IngestColumns<'a> {
-    pub(crate) fn push(&mut self, call: &'a IngestCall) {
+    pub(crate) fn push(&mut self, call: &'a IngestCall, routing: &'a Routing) {
         let c = call.change.as_ref();
+        let route = c.map(|c| self.route(routing, c.plan.outbox_kind));
         self.source.push(&call.source);
         self.event_id.push(&call.event_id);
         self.event_type.push(call.event_type.as_deref());
@@ -214,9 +310,24 @@ impl<'a> IngestColumns<'a> {
         self.amount.push(c.and_then(Change::amount));
         self.currency.push(c.and_then(Change::currency));
         self.outbox_kind.push(c.map(|c| c.plan.outbox_kind));
+        self.route_lo.push(route.map(|r| r.0));
+        self.route_hi.push(route.map(|r| r.1));
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 20] {
+    /// The slice of `route_sinks` that holds the sinks of `kind`, added on first use.
+    fn route(&mut self, routing: &'a Routing, kind: &'static str) -> (i32, i32) {
+        if let Some(&(_, lo, hi)) = self.routes.iter().find(|(k, ..)| *k == kind) {
+            return (lo, hi);
+        }
+        let lo = self.route_sinks.len() + 1;
+        self.route_sinks.extend(sinks_of(routing, kind));
+        let (lo, hi) =
+            (i32::try_from(lo).unwrap_or(i32::MAX), i32::try_from(self.route_sinks.len()).unwrap_or(i32::MAX));
+        self.routes.push((kind, lo, hi));
+        (lo, hi)
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 23] {
         [
             &self.source,
             &self.event_id,
@@ -238,6 +349,9 @@ impl<'a> IngestColumns<'a> {
             &self.amount,
             &self.currency,
             &self.outbox_kind,
+            &self.route_lo,
+            &self.route_hi,
+            &self.route_sinks,
         ]
     }
 }
@@ -274,8 +388,8 @@ pub(crate) fn register_lock_key(order: &NewOrder) -> (bool, i64, &str, &str, &st
 /// The first answer to an ingest.
 #[derive(Debug)]
 pub(crate) enum Landed {
-    /// Final as it is.
-    Done(Recorded),
+    /// Final as it is; `inserted` is false for a delivery whose event id was seen before (nothing was written).
+    Done { recorded: Recorded, inserted: bool },
     /// Final once the settlement is written in the same transaction.
     Settle(Recorded, Settle),
     /// The delivery's savepoint rolled back; nothing of it is stored.
@@ -314,9 +428,58 @@ impl Settle {
             release_key: false,
         }
     }
+
+    /// Settles row `row_id` as `recorded` says, keeping its business key.
+    fn recorded(source: &str, event_id: &str, row_id: i64, attempts: u32, now_ms: i64, recorded: &Recorded) -> Self {
+        Self {
+            status: recorded.outcome.as_str(),
+            reason: recorded.detail.clone(),
+            ..Self::new(source, event_id, row_id, attempts, now_ms)
+        }
+    }
 }
 
-/// The arguments of `payhook_settle_batch`.
+/// An `event.received` row for a forwarding sink.
+#[derive(Debug)]
+pub(crate) struct Forward {
+    sink: String,
+    source: String,
+    event_id: String,
+    payload: String,
+    now_ms: i64,
+}
+
+/// An alert raised by a write, in the same transaction.
+#[derive(Debug)]
+pub(crate) struct AlertCall {
+    key: String,
+    text: String,
+    now_ms: i64,
+}
+
+/// What a transaction writes after its deliveries' own work: forwarded events and alerts.
+#[derive(Debug, Default)]
+pub(crate) struct FollowUps {
+    forwards: Vec<Forward>,
+    alerts: Vec<AlertCall>,
+}
+
+impl FollowUps {
+    /// A dead-lettered event raises an alert, collapsed per source (when alerts are on).
+    pub(crate) fn dead_letter(&mut self, routing: &Routing, source: &str, event_id: &str, r: &Recorded, now_ms: i64) {
+        if r.outcome != Outcome::DeadLettered || routing.alerts.is_none() {
+            return;
+        }
+        let text = format!(
+            "payhook: event {event_id} from source {source} was dead-lettered: {}",
+            r.detail.as_deref().unwrap_or("no reason recorded")
+        );
+        self.alerts.push(AlertCall { key: format!("{source}:dead_letter"), text, now_ms });
+    }
+}
+
+/// The arguments of `payhook_settle_batch`: settlements, forwarded events, and alerts sorted by key (the locking
+/// protocol: alert windows are taken last, in key order).
 #[derive(Debug, Default)]
 pub(crate) struct SettleColumns<'a> {
     source: Vec<&'a str>,
@@ -329,6 +492,17 @@ pub(crate) struct SettleColumns<'a> {
     waiting_order: Vec<Option<&'a str>>,
     now: Vec<i64>,
     release_key: Vec<bool>,
+    fwd_sink: Vec<&'a str>,
+    fwd_source: Vec<&'a str>,
+    fwd_event_id: Vec<&'a str>,
+    fwd_payload: Vec<&'a str>,
+    fwd_now: Vec<i64>,
+    alert_sink: Option<&'a str>,
+    alert_window: Option<i64>,
+    alert_gather: Option<i64>,
+    alert_key: Vec<&'a str>,
+    alert_text: Vec<&'a str>,
+    alert_now: Vec<i64>,
 }
 
 impl<'a> SettleColumns<'a> {
@@ -345,11 +519,34 @@ impl<'a> SettleColumns<'a> {
         self.release_key.push(s.release_key);
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.row_id.is_empty()
+    /// Adds the forwarded events and the alerts (sorted by key here; `follow` is sorted in place).
+    pub(crate) fn follow(&mut self, follow: &'a mut FollowUps, routing: &'a Routing) {
+        follow.alerts.sort_by(|a, b| a.key.cmp(&b.key));
+        let follow: &'a FollowUps = follow;
+        for f in &follow.forwards {
+            self.fwd_sink.push(&f.sink);
+            self.fwd_source.push(&f.source);
+            self.fwd_event_id.push(&f.event_id);
+            self.fwd_payload.push(&f.payload);
+            self.fwd_now.push(f.now_ms);
+        }
+        if let Some(a) = routing.alerts.as_ref().filter(|_| !follow.alerts.is_empty()) {
+            (self.alert_sink, self.alert_window, self.alert_gather) =
+                (Some(a.sink.as_str()), Some(a.window_ms), Some(a.gather_ms));
+            for alert in &follow.alerts {
+                self.alert_key.push(&alert.key);
+                self.alert_text.push(&alert.text);
+                self.alert_now.push(alert.now_ms);
+            }
+        }
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 10] {
+    /// Nothing to write: the second statement can be left out.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.row_id.is_empty() && self.fwd_sink.is_empty() && self.alert_key.is_empty()
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 23] {
         [
             &self.source,
             &self.event_id,
@@ -361,6 +558,19 @@ impl<'a> SettleColumns<'a> {
             &self.waiting_order,
             &self.now,
             &self.release_key,
+            &FORWARD_KIND,
+            &self.fwd_sink,
+            &self.fwd_source,
+            &self.fwd_event_id,
+            &self.fwd_payload,
+            &self.fwd_now,
+            &ALERT_KIND,
+            &self.alert_sink,
+            &self.alert_window,
+            &self.alert_gather,
+            &self.alert_key,
+            &self.alert_text,
+            &self.alert_now,
         ]
     }
 }
@@ -430,7 +640,7 @@ pub(crate) fn registered(order: &NewOrder, row: &Row) -> Result<Result<Registere
 
 /// Why an operation on one connection failed: the database (the connection may be in doubt) or a stored value.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     Pg(PgError),
     Corrupt(StoreError),
 }
@@ -448,7 +658,7 @@ impl From<StoreError> for Failure {
 }
 
 /// Runs `op` on a pooled connection; after a failure, the connection is rolled back or discarded.
-async fn on_connection<T, F>(pool: &Pool, op: F) -> Result<T, StoreError>
+pub(crate) async fn on_connection<T, F>(pool: &Pool, op: F) -> Result<T, StoreError>
 where
     F: AsyncFnOnce(&Object) -> Result<T, Failure>,
 {
@@ -463,6 +673,38 @@ where
             pool::release_after(client, false).await;
             Err(e)
         }
+    }
+}
+
+/// Runs the transaction `op()` makes on a pooled connection, again (up to three times in all) when the server
+/// rolled it back for a deadlock or a serialization failure; any other failure is returned as it is.
+///
+/// `op` makes a fresh `AsyncFnOnce` per attempt: an `AsyncFn` called by reference would be simpler, but its future
+/// cannot be shown to be `Send` (a known limitation of async closures), and the store's futures must be.
+pub(crate) async fn rerun_on_conflict<T, F, G>(pool: &Pool, what: &str, op: F) -> Result<T, StoreError>
+where
+    F: Fn() -> G,
+    G: AsyncFnOnce(&Object) -> Result<T, Failure>,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let client = pool::get(pool).await?;
+        let error = match op()(&client).await {
+            Ok(value) => return Ok(value),
+            Err(Failure::Corrupt(e)) => {
+                pool::release_after(client, false).await;
+                return Err(e);
+            }
+            Err(Failure::Pg(e)) => {
+                pool::release_after(client, e.breaks_connection()).await;
+                e
+            }
+        };
+        if attempt >= 3 || !error.is_conflict() {
+            return Err(error.into());
+        }
+        tracing::debug!(what, attempt, "a transaction hit a deadlock; running it again");
     }
 }
 
@@ -497,31 +739,91 @@ pub(crate) async fn claim_due(pool: &Pool, claim: &Claim) -> Result<Vec<Claimed>
 
 /// Re-applies a leased deferred row in its own transaction (see [`payhook_store::Store::retry`]). A deadlock is
 /// retried here a few times; any other failure leaves the row leased, and it is claimed again once the lease ends.
-pub(crate) async fn retry(pool: &Pool, c: &Claimed, now_ms: i64, policy: &RetryPolicy) -> Result<Retried, StoreError> {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match on_connection(pool, async |client: &Object| retry_on(client, c, now_ms, policy).await).await {
-            Err(StoreError::Unavailable(cause))
-                if attempt < 3 && cause.downcast_ref::<PgError>().is_some_and(PgError::is_conflict) =>
-            {
-                tracing::debug!(row = c.row_id, "retry of a deferred event hit a deadlock; running it again");
-            }
-            other => return other,
-        }
-    }
+pub(crate) async fn retry(pool: &Pool, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Result<Retried, StoreError> {
+    rerun_on_conflict(pool, "retry of a deferred event", || {
+        async |client: &Object| retry_on(client, c, now_ms, ctx).await
+    })
+    .await
 }
 
-async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, policy: &RetryPolicy) -> Result<Retried, Failure> {
+/// `payhook_reapply` for `event` under `change`, and what it came to: the recorded outcome and the settlement of
+/// `target` (the caller's row, after `attempts` attempts).
+async fn reapply(
+    client: &Object,
+    ctx: &Ctx,
+    source: &str,
+    event: &Event,
+    change: &Change,
+    target: Settle,
+) -> Result<(Recorded, Settle), Failure> {
+    let reapply = client.prepare_cached(REAPPLY_SQL).await?;
+    let sinks = sinks_of(&ctx.routing, change.plan.outbox_kind);
+    let row = client
+        .query_one(
+            &reapply,
+            &[
+                &source,
+                &event.event_id.as_str(),
+                &event.event_type,
+                &event.occurred_at,
+                &event.business_key,
+                &change.plan.order_id.as_str(),
+                &change.from.0,
+                &change.from.1,
+                &change.plan.to.as_str(),
+                &change.amount(),
+                &change.currency(),
+                &change.plan.outbox_kind,
+                &sinks,
+                &target.now_ms,
+            ],
+        )
+        .await?;
+    let outcome: String = row.try_get(0).map_err(|e| corrupt("payhook_reapply outcome", e))?;
+    let detail: Option<String> = row.try_get(1).map_err(|e| corrupt("payhook_reapply detail", e))?;
+    Ok(match outcome.as_str() {
+        "processed" => (Recorded { outcome: Outcome::Processed, detail: None }, target),
+        "duplicate" => (
+            Recorded { outcome: Outcome::Duplicate, detail: detail.clone() },
+            Settle { status: Outcome::Duplicate.as_str(), reason: detail, ..target },
+        ),
+        "unapplied" => decide(&change.plan, snapshot(&row, 2)?.as_ref(), target, &ctx.retry),
+        other => return Err(corrupt("payhook_reapply outcome", other).into()),
+    })
+}
+
+/// Sends the settlements, the forwarded events and alerts of `follow`, and `COMMIT`, pipelined.
+async fn settle_and_commit(
+    client: &Object,
+    ctx: &Ctx,
+    settles: &[Settle],
+    mut follow: FollowUps,
+) -> Result<(), Failure> {
+    let settle = client.prepare_cached(SETTLE_SQL).await?;
+    let mut columns = SettleColumns::default();
+    for s in settles {
+        columns.push(s);
+    }
+    columns.follow(&mut follow, &ctx.routing);
+    let params = columns.params();
+    let (_, settled, committed) =
+        pipeline(none(), vec![client.query_one(&settle, &params)], Some(client.batch_execute("COMMIT"))).await;
+    // A failed settlement aborted the transaction, and the COMMIT after it rolled back: report the settlement.
+    for s in settled {
+        s?;
+    }
+    committed.expect("last was given")?;
+    Ok(())
+}
+
+async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Result<Retried, Failure> {
     let stored = client.prepare_cached(STORED_SQL).await?;
     let lock = client.prepare_cached(LOCK_SQL).await?;
     let leased = client.prepare_cached(LEASED_SQL).await?;
-    let reapply = client.prepare_cached(REAPPLY_SQL).await?;
-    let settle = client.prepare_cached(SETTLE_SQL).await?;
     let key: [&(dyn ToSql + Sync); 3] = [&c.source.as_str(), &c.event_id.as_str(), &c.row_id];
 
     // The stored event names its order, whose lock comes before the inbox row's (see the schema's locking
-    // protocol), so it is read first, without a lock: a row's event never changes.
+    // protocol), so it is read first, without a lock: a row's event never changes while it is deferred.
     let Some(row) = client.query_opt(&stored, &key).await? else {
         return Ok(Retried::LeaseLost);
     };
@@ -551,48 +853,148 @@ async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, policy: &RetryPolic
         return Ok(Retried::LeaseLost);
     }
 
-    let row = client
-        .query_one(
-            &reapply,
-            &[
-                &c.source.as_str(),
-                &c.event_id.as_str(),
-                &event.event_type,
-                &event.occurred_at,
-                &event.business_key,
-                &change.plan.order_id.as_str(),
-                &change.from.0,
-                &change.from.1,
-                &change.plan.to.as_str(),
-                &change.amount(),
-                &change.currency(),
-                &change.plan.outbox_kind,
-                &now_ms,
-            ],
-        )
-        .await?;
-    let outcome: String = row.try_get(0).map_err(|e| corrupt("payhook_reapply outcome", e))?;
-    let detail: Option<String> = row.try_get(1).map_err(|e| corrupt("payhook_reapply detail", e))?;
-    let base = Settle::new(c.source.as_str(), c.event_id.as_str(), c.row_id, c.attempts + 1, now_ms);
-    let (recorded, settlement) = match outcome.as_str() {
-        "processed" => (Recorded { outcome: Outcome::Processed, detail: None }, base),
-        "duplicate" => (
-            Recorded { outcome: Outcome::Duplicate, detail: detail.clone() },
-            Settle { status: Outcome::Duplicate.as_str(), reason: detail, ..base },
-        ),
-        "unapplied" => decide(&change.plan, snapshot(&row, 2)?.as_ref(), base, policy),
-        other => return Err(corrupt("payhook_reapply outcome", other).into()),
-    };
-    let mut columns = SettleColumns::default();
-    columns.push(&settlement);
-    let params = columns.params();
-    let (_, settled, committed) =
-        pipeline(none(), vec![client.query_one(&settle, &params)], Some(client.batch_execute("COMMIT"))).await;
-    for s in settled {
-        s?;
-    }
-    committed.expect("last was given")?;
+    let target = Settle::new(c.source.as_str(), c.event_id.as_str(), c.row_id, c.attempts + 1, now_ms);
+    let (recorded, settlement) = reapply(client, ctx, c.source.as_str(), &event, &change, target).await?;
+    let mut follow = FollowUps::default();
+    follow.dead_letter(&ctx.routing, c.source.as_str(), c.event_id.as_str(), &recorded, now_ms);
+    settle_and_commit(client, ctx, &[settlement], follow).await?;
     Ok(Retried::Done(recorded))
+}
+
+/// Replays a dead-lettered event in its own transaction (see [`payhook_store::Store::replay`]).
+///
+/// Locks as every transaction does: the order of the re-parsed event first, then its inbox row (`FOR UPDATE`, so
+/// that concurrent replays of one event queue up and the later one finds it no longer dead), then the keys it
+/// writes.
+pub(crate) async fn replay(
+    pool: &Pool,
+    ctx: &Ctx,
+    source: &SourceName,
+    event_id: &EventId,
+    parsed: &Parsed,
+    now_ms: i64,
+) -> Result<Replayed, StoreError> {
+    rerun_on_conflict(pool, "replay", || {
+        async |client: &Object| replay_on(client, ctx, source.as_str(), event_id.as_str(), parsed, now_ms).await
+    })
+    .await
+}
+
+async fn replay_on(
+    client: &Object,
+    ctx: &Ctx,
+    source: &str,
+    event_id: &str,
+    parsed: &Parsed,
+    now_ms: i64,
+) -> Result<Replayed, Failure> {
+    let event = match parsed {
+        Parsed::Event(e) => Some(e),
+        Parsed::Unparseable { .. } => None,
+    };
+    let change = event.and_then(|e| ledger::plan(&e.effect)).map(Change::new);
+    let lock = client.prepare_cached(LOCK_SQL).await?;
+    let row = client.prepare_cached(REPLAY_ROW_SQL).await?;
+    let lock_key = change.as_ref().map(|c| c.lock);
+    let lock_params: [&(dyn ToSql + Sync); 1] = [&lock_key];
+    let key: [&(dyn ToSql + Sync); 2] = [&source, &event_id];
+    let mut reads = Vec::new();
+    if lock_key.is_some() {
+        reads.push(client.query_opt(&lock, &lock_params));
+    }
+    reads.push(client.query_opt(&row, &key));
+    let (begun, mut rows, _) = pipeline(Some(client.batch_execute("BEGIN")), reads, none()).await;
+    begun.expect("first was given")?;
+    let stored = rows.pop().expect("the row was read")?;
+    for locked in rows {
+        locked?;
+    }
+    let Some(stored) = stored else {
+        client.batch_execute("COMMIT").await?;
+        return Ok(Replayed::NotFound);
+    };
+    let row_id: i64 = stored.try_get(0).map_err(|e| corrupt("inbox id", e))?;
+    let status: String = stored.try_get(1).map_err(|e| corrupt("event status", e))?;
+    let attempts: i32 = stored.try_get(2).map_err(|e| corrupt("attempts", e))?;
+    let status = Outcome::parse(&status).ok_or_else(|| corrupt("stored event status", &status))?;
+    if status != Outcome::DeadLettered {
+        client.batch_execute("COMMIT").await?;
+        return Ok(Replayed::NotDeadLetter(status));
+    }
+    // The attempt count goes on: an event whose order still does not exist is dead-lettered again rather than
+    // retried for another three days.
+    let attempt = u32::try_from(attempts).map_err(|e| corrupt("attempts", e))? + 1;
+
+    let Some(event) = event else {
+        let Parsed::Unparseable { reason, .. } = parsed else { unreachable!("not an event") };
+        let recorded = Recorded { outcome: Outcome::DeadLettered, detail: Some(reason.clone()) };
+        let settle = Settle::recorded(source, event_id, row_id, attempt, now_ms, &recorded);
+        settle_and_commit(client, ctx, &[settle], FollowUps::default()).await?;
+        return Ok(Replayed::Done(recorded));
+    };
+    let effect_json = match &event.effect {
+        effect @ Effect::Order { .. } => {
+            Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+        }
+        Effect::Ignored => None,
+    };
+    let mut settles = Vec::with_capacity(2);
+    let target_row = if event.event_id.as_str() == event_id {
+        let reparsed = client.prepare_cached(REPLAY_REPARSED_SQL).await?;
+        client
+            .execute(
+                &reparsed,
+                &[&source, &event_id, &event.event_type, &event.occurred_at, &event.business_key, &effect_json],
+            )
+            .await?;
+        row_id
+    } else {
+        // The bytes now parse to an event with its own id (they were stored under a derived one): record it under
+        // that id, through the event-id dedup, and retire the derived row.
+        let record = client.prepare_cached(REPLAY_RECORD_SQL).await?;
+        let attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
+        let inserted = client
+            .query_opt(
+                &record,
+                &[
+                    &source,
+                    &event_id,
+                    &event.event_id.as_str(),
+                    &event.event_type,
+                    &event.occurred_at,
+                    &event.business_key,
+                    &effect_json,
+                    &attempts,
+                    &now_ms,
+                ],
+            )
+            .await?;
+        let retired =
+            Recorded { outcome: Outcome::Duplicate, detail: Some(format!("replayed as event {}", event.event_id)) };
+        settles.push(Settle::recorded(source, event_id, row_id, attempt, now_ms, &retired));
+        let Some(inserted) = inserted else {
+            settle_and_commit(client, ctx, &settles, FollowUps::default()).await?;
+            return Ok(Replayed::Done(Recorded {
+                outcome: Outcome::Duplicate,
+                detail: Some(format!("event {} was already recorded", event.event_id)),
+            }));
+        };
+        inserted.try_get(0).map_err(|e| corrupt("inbox id", e))?
+    };
+    let target = Settle::new(source, event.event_id.as_str(), target_row, attempt, now_ms);
+    let (recorded, settle) = match &change {
+        Some(change) => reapply(client, ctx, source, event, change, target).await?,
+        None => {
+            let ignored = Recorded { outcome: Outcome::Ignored, detail: None };
+            let settle = Settle { status: ignored.outcome.as_str(), ..target };
+            (ignored, settle)
+        }
+    };
+    settles.push(settle);
+    let mut follow = FollowUps::default();
+    follow.dead_letter(&ctx.routing, source, event.event_id.as_str(), &recorded, now_ms);
+    settle_and_commit(client, ctx, &settles, follow).await?;
+    Ok(Replayed::Done(recorded))
 }
 
 #[cfg(test)]

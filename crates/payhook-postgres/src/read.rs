@@ -1,31 +1,61 @@
-//! Queries. Each runs on a pooled connection; an order and its history are read in one snapshot.
+//! Queries. Each runs on a pooled connection; an order and its history, an event and what it caused, and the
+//! counts of `stats` are each read in one snapshot.
 
 use crate::error::{PgError, corrupt};
 use crate::ops::{money, parse_status};
-use crate::pipeline::pipeline;
+use crate::pipeline::{none, pipeline};
 use crate::pool;
 use deadpool_postgres::{Object, Pool};
-use payhook_core::event::{EventId, OrderId, SourceName};
-use payhook_store::{AuditEntry, EventView, OrderView, OutboxView, Outcome, Stats, StoreError};
+use payhook_core::event::{Effect, EventId, OrderId, SourceName};
+use payhook_store::{
+    AttemptEntry, AuditEntry, EventFilter, EventSummary, EventView, OrderView, OutboxFilter, OutboxView, Outcome,
+    Stats, StoreError,
+};
 use std::time::Duration;
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
+/// The columns [`outbox_view`] reads, in its order.
+const OUTBOX_COLUMNS: &str = "id, kind, sink, status, payload::text, order_id, source, event_id, attempts, \
+                              next_attempt_at, last_error, last_status, delivered_at, created_at";
 const ORDER_SQL: &str = "SELECT status, amount, currency, created_at, updated_at FROM orders WHERE id = $1";
 const AUDIT_SQL: &str = "SELECT source, event_id, event_type, from_status, to_status, at FROM order_audit
      WHERE order_id = $1 ORDER BY seq";
-const OUTBOX_SQL: &str =
-    "SELECT id, kind, status, payload::text, created_at FROM outbox WHERE order_id = $1 ORDER BY id";
 const EVENT_SQL: &str = "SELECT event_type, business_key, effect, status, reason, attempts, next_attempt_at,
             received_at, verification, headers, body
      FROM inbox WHERE source = $1 AND event_id = $2";
+const ATTEMPTS_SQL: &str = "SELECT a.attempt, a.at, a.outcome, a.detail
+     FROM inbox i JOIN inbox_attempts a ON a.inbox_id = i.id
+     WHERE i.source = $1 AND i.event_id = $2 ORDER BY a.attempt";
+const EVENT_AUDIT_SQL: &str = "SELECT source, event_id, event_type, from_status, to_status, at FROM order_audit
+     WHERE order_id = $1 AND source = $2 AND event_id = $3 ORDER BY seq";
 // COLLATE "C": byte order, whatever the database's collation, as the SQLite backend sorts.
 const STATS_EVENTS_SQL: &str = "SELECT status, count(*) FROM inbox GROUP BY status ORDER BY status COLLATE \"C\"";
 const STATS_ORDERS_SQL: &str = "SELECT status, count(*) FROM orders GROUP BY status ORDER BY status COLLATE \"C\"";
 const STATS_OUTBOX_SQL: &str = "SELECT kind, count(*) FROM outbox GROUP BY kind ORDER BY kind COLLATE \"C\"";
+const STATS_OUTBOX_STATUS_SQL: &str =
+    "SELECT status, count(*) FROM outbox GROUP BY status ORDER BY status COLLATE \"C\"";
+const OLDEST_PENDING_OUTBOX_SQL: &str = "SELECT min(created_at) FROM outbox WHERE status = 'pending'";
+const OLDEST_DEFERRED_SQL: &str = "SELECT min(received_at) FROM inbox WHERE status = 'deferred'";
 const NEXT_DUE_SQL: &str =
     "SELECT min(greatest(next_attempt_at, coalesce(lease_until, 0))) FROM inbox WHERE status = 'deferred'";
+const NEXT_OUTBOX_DUE_SQL: &str = "SELECT min(greatest(next_attempt_at, coalesce(lease_until, 0))) FROM outbox
+     WHERE sink = $1 AND status = 'pending'";
+const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+
+fn order_outbox_sql() -> String {
+    format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE order_id = $1 ORDER BY id")
+}
+
+fn event_outbox_sql() -> String {
+    format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE order_id = $1 AND source = $2 AND event_id = $3 ORDER BY id")
+}
+
+fn orderless_outbox_sql() -> String {
+    format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE order_id IS NULL AND source = $1 AND event_id = $2 ORDER BY id")
+}
 
 /// Runs `query` on a pooled connection; a connection that failed is rolled back or discarded, never reused as is.
 async fn with_connection<T>(
@@ -47,31 +77,35 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize, what: 
     row.try_get(i).map_err(|e| corrupt(what, e))
 }
 
-/// The order, its history and its outbox rows, read in one REPEATABLE READ transaction so they come from one
-/// snapshot.
-pub(crate) async fn order(pool: &Pool, id: &OrderId) -> Result<Option<OrderView>> {
-    let (order, audit, outbox) = with_connection(pool, async |client: &Object| {
-        let order = client.prepare_cached(ORDER_SQL).await?;
-        let audit = client.prepare_cached(AUDIT_SQL).await?;
-        let outbox = client.prepare_cached(OUTBOX_SQL).await?;
-        let key: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&id.as_str()];
-        let reads = vec![client.query(&order, &key), client.query(&audit, &key), client.query(&outbox, &key)];
-        let (begun, rows, ended) = pipeline(
-            Some(client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")),
-            reads,
-            Some(client.batch_execute("COMMIT")),
-        )
-        .await;
-        begun.expect("first was given")?;
-        ended.expect("last was given")?;
-        let mut rows = rows.into_iter();
-        let mut next = || rows.next().expect("three queries were sent");
-        Ok((next()?, next()?, next()?))
+fn outbox_view(r: &Row) -> Result<OutboxView> {
+    let payload: &str = get(r, 4, "outbox payload")?;
+    let attempts: i32 = get(r, 8, "outbox attempts")?;
+    let last_status: Option<i32> = get(r, 11, "outbox last status")?;
+    Ok(OutboxView {
+        id: get(r, 0, "outbox id")?,
+        kind: get(r, 1, "outbox kind")?,
+        sink: get(r, 2, "outbox sink")?,
+        status: get(r, 3, "outbox status")?,
+        payload: serde_json::from_str(payload).map_err(|e| corrupt("outbox payload", e))?,
+        order_id: get(r, 5, "outbox order")?,
+        source: get(r, 6, "outbox source")?,
+        event_id: get(r, 7, "outbox event")?,
+        attempts: u32::try_from(attempts).map_err(|e| corrupt("outbox attempts", e))?,
+        next_attempt_at_ms: get(r, 9, "outbox next attempt")?,
+        last_error: get(r, 10, "outbox last error")?,
+        last_status: last_status.map(u16::try_from).transpose().map_err(|e| corrupt("outbox last status", e))?,
+        delivered_at_ms: get(r, 12, "outbox delivered at")?,
+        created_at_ms: get(r, 13, "outbox time")?,
     })
-    .await?;
-    let Some(row) = order.first() else { return Ok(None) };
-    let mut history = Vec::with_capacity(audit.len());
-    for r in &audit {
+}
+
+fn outbox_views(rows: &[Row]) -> Result<Vec<OutboxView>> {
+    rows.iter().map(outbox_view).collect()
+}
+
+fn audit_entries(rows: &[Row]) -> Result<Vec<AuditEntry>> {
+    let mut history = Vec::with_capacity(rows.len());
+    for r in rows {
         history.push(AuditEntry {
             source: get(r, 0, "audit source")?,
             event_id: get(r, 1, "audit event id")?,
@@ -81,90 +115,278 @@ pub(crate) async fn order(pool: &Pool, id: &OrderId) -> Result<Option<OrderView>
             at_ms: get(r, 5, "audit time")?,
         });
     }
-    let mut rows = Vec::with_capacity(outbox.len());
-    for r in &outbox {
-        let payload: &str = get(r, 3, "outbox payload")?;
-        rows.push(OutboxView {
-            id: get(r, 0, "outbox id")?,
-            kind: get(r, 1, "outbox kind")?,
-            status: get(r, 2, "outbox status")?,
-            payload: serde_json::from_str(payload).map_err(|e| corrupt("outbox payload", e))?,
-            created_at_ms: get(r, 4, "outbox time")?,
-        });
-    }
+    Ok(history)
+}
+
+fn outcome(s: &str) -> Result<Outcome> {
+    Outcome::parse(s).ok_or_else(|| corrupt("stored event status", s))
+}
+
+/// The order, its history and its outbox rows, read in one REPEATABLE READ transaction so they come from one
+/// snapshot.
+pub(crate) async fn order(pool: &Pool, id: &OrderId) -> Result<Option<OrderView>> {
+    let (order, audit, outbox) = with_connection(pool, async |client: &Object| {
+        let order = client.prepare_cached(ORDER_SQL).await?;
+        let audit = client.prepare_cached(AUDIT_SQL).await?;
+        let outbox = client.prepare_cached(&order_outbox_sql()).await?;
+        let key: [&(dyn ToSql + Sync); 1] = [&id.as_str()];
+        let reads = vec![client.query(&order, &key), client.query(&audit, &key), client.query(&outbox, &key)];
+        let (begun, rows, ended) =
+            pipeline(Some(client.batch_execute(SNAPSHOT)), reads, Some(client.batch_execute("COMMIT"))).await;
+        begun.expect("first was given")?;
+        ended.expect("last was given")?;
+        let mut rows = rows.into_iter();
+        let mut next = || rows.next().expect("three queries were sent");
+        Ok((next()?, next()?, next()?))
+    })
+    .await?;
+    let Some(row) = order.first() else { return Ok(None) };
     Ok(Some(OrderView {
         id: id.clone(),
         status: parse_status(get(row, 0, "order status")?)?,
         money: money(get(row, 1, "order amount")?, get(row, 2, "order currency")?)?,
         created_at_ms: get(row, 3, "order created")?,
         updated_at_ms: get(row, 4, "order updated")?,
-        history,
-        outbox: rows,
+        history: audit_entries(&audit)?,
+        outbox: outbox_views(&outbox)?,
     }))
 }
 
-/// One recorded delivery.
+/// One recorded delivery with its attempts, the changes it made and the outbox rows it caused, in one snapshot:
+/// the row, its attempts and its orderless outbox rows in a first round trip, then (its order being named by its
+/// effect) its changes and its order's outbox rows.
 pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Result<Option<EventView>> {
-    let row = with_connection(pool, async |client: &Object| {
-        let stmt = client.prepare_cached(EVENT_SQL).await?;
-        client.query_opt(&stmt, &[&source.as_str(), &id.as_str()]).await
+    let (row, attempts, orderless, order_id, by_order) = with_connection(pool, async |client: &Object| {
+        let event = client.prepare_cached(EVENT_SQL).await?;
+        let attempts = client.prepare_cached(ATTEMPTS_SQL).await?;
+        let orderless = client.prepare_cached(&orderless_outbox_sql()).await?;
+        let key: [&(dyn ToSql + Sync); 2] = [&source.as_str(), &id.as_str()];
+        let reads = vec![client.query(&event, &key), client.query(&attempts, &key), client.query(&orderless, &key)];
+        let (begun, rows, _) = pipeline(Some(client.batch_execute(SNAPSHOT)), reads, none()).await;
+        begun.expect("first was given")?;
+        let mut rows = rows.into_iter();
+        let mut next = || rows.next().expect("three queries were sent");
+        let (row, attempts, orderless) = (next()?.into_iter().next(), next()?, next()?);
+        // The order an event concerns is in its stored effect; a body that does not decode is reported below.
+        let effect = row.as_ref().and_then(|r| r.try_get::<_, Option<String>>(2).ok().flatten());
+        let order_id = match effect.and_then(|e| serde_json::from_str::<Effect>(&e).ok()) {
+            Some(Effect::Order { order_id, .. }) => Some(order_id),
+            _ => None,
+        };
+        let audit = client.prepare_cached(EVENT_AUDIT_SQL).await?;
+        let outbox = client.prepare_cached(&event_outbox_sql()).await?;
+        let order_key = order_id.as_ref().map(|o| o.as_str());
+        let (src, eid) = (source.as_str(), id.as_str());
+        let by_order: [&(dyn ToSql + Sync); 3] = [&order_key, &src, &eid];
+        let mut reads = Vec::new();
+        if order_key.is_some() {
+            reads.push(client.query(&audit, &by_order));
+            reads.push(client.query(&outbox, &by_order));
+        }
+        let (_, rows, ended) = pipeline(none(), reads, Some(client.batch_execute("COMMIT"))).await;
+        ended.expect("last was given")?;
+        let by_order = rows.into_iter().collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok((row, attempts, orderless, order_id, by_order))
     })
     .await?;
     let Some(r) = row else { return Ok(None) };
     let effect: Option<String> = get(&r, 2, "effect")?;
     let status: String = get(&r, 3, "event status")?;
-    let attempts: i32 = get(&r, 5, "attempts")?;
+    let tries: i32 = get(&r, 5, "attempts")?;
+    let mut attempt_log = Vec::with_capacity(attempts.len());
+    for a in &attempts {
+        let attempt: i32 = get(a, 0, "attempt")?;
+        attempt_log.push(AttemptEntry {
+            attempt: u32::try_from(attempt).map_err(|e| corrupt("attempt", e))?,
+            at_ms: get(a, 1, "attempt time")?,
+            outcome: outcome(get(a, 2, "attempt outcome")?)?,
+            detail: get(a, 3, "attempt detail")?,
+        });
+    }
+    let (changes, mut outbox) = match (&order_id, by_order.as_slice()) {
+        (Some(_), [audit, outbox]) => (audit_entries(audit)?, outbox_views(outbox)?),
+        _ => (Vec::new(), Vec::new()),
+    };
+    outbox.extend(outbox_views(&orderless)?);
     Ok(Some(EventView {
         source: source.clone(),
         event_id: id.clone(),
         event_type: get(&r, 0, "event type")?,
         business_key: get(&r, 1, "business key")?,
         effect: effect.map(|e| serde_json::from_str(&e)).transpose().map_err(|e| corrupt("stored effect", e))?,
-        status: Outcome::parse(&status).ok_or_else(|| corrupt("stored event status", &status))?,
+        status: outcome(&status)?,
         reason: get(&r, 4, "reason")?,
-        attempts: u32::try_from(attempts).map_err(|e| corrupt("attempts", e))?,
+        attempts: u32::try_from(tries).map_err(|e| corrupt("attempts", e))?,
         next_attempt_at_ms: get(&r, 6, "next attempt")?,
         received_at_ms: get(&r, 7, "received at")?,
         verification: get(&r, 8, "verification")?,
         headers_json: get(&r, 9, "headers")?,
         raw_body: get(&r, 10, "body")?,
+        attempt_log,
+        changes,
+        outbox,
     }))
 }
 
-/// Row counts by status.
+/// A query assembled from the filters that are set, so that each variant gets its own plan (and its indexes):
+/// `WHERE` conditions on numbered parameters.
+#[derive(Default)]
+struct Query<'a> {
+    conditions: Vec<String>,
+    params: Vec<&'a (dyn ToSql + Sync)>,
+}
+
+impl<'a> Query<'a> {
+    /// Adds `condition`, in which `$` stands for the value's parameter.
+    fn bind(&mut self, condition: &str, value: &'a (dyn ToSql + Sync)) {
+        self.params.push(value);
+        self.conditions.push(condition.replace('$', &format!("${}", self.params.len())));
+    }
+
+    /// `SELECT {columns} FROM {table} WHERE … ORDER BY id DESC LIMIT …`: newest first.
+    fn newest_first(mut self, columns: &str, table: &str, limit: &'a i64) -> (String, Vec<&'a (dyn ToSql + Sync)>) {
+        self.params.push(limit);
+        let conditions = if self.conditions.is_empty() { "true".to_owned() } else { self.conditions.join(" AND ") };
+        let sql =
+            format!("SELECT {columns} FROM {table} WHERE {conditions} ORDER BY id DESC LIMIT ${}", self.params.len());
+        (sql, self.params)
+    }
+}
+
+async fn query_rows(pool: &Pool, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+    Ok(with_connection(pool, async |client: &Object| {
+        let stmt = client.prepare_cached(sql).await?;
+        client.query(&stmt, params).await
+    })
+    .await?)
+}
+
+/// Events, newest first, narrowed by `f`.
+pub(crate) async fn list_events(pool: &Pool, f: &EventFilter) -> Result<Vec<EventSummary>> {
+    let source = f.source.as_ref().map(|s| s.as_str());
+    let limit = i64::from(f.limit);
+    let mut q = Query::default();
+    if let Some(source) = &source {
+        q.bind("source = $", source);
+    }
+    if let Some(status) = f.status {
+        // A literal (one of a fixed set), so that the plan of dead letters uses their partial index.
+        q.conditions.push(format!("status = '{}'", status.as_str()));
+    }
+    if let Some(t) = &f.event_type {
+        q.bind("event_type = $", t);
+    }
+    if let Some(r) = &f.reason_contains {
+        q.bind("strpos(reason, $) > 0", r);
+    }
+    if let Some(since) = &f.since_ms {
+        q.bind("received_at >= $", since);
+    }
+    if let Some(until) = &f.until_ms {
+        q.bind("received_at < $", until);
+    }
+    if let Some(before) = &f.before {
+        q.bind("id < $", before);
+    }
+    let columns = "id, source, event_id, event_type, status, reason, attempts, next_attempt_at, received_at";
+    let (sql, params) = q.newest_first(columns, "inbox", &limit);
+    let rows = query_rows(pool, &sql, &params).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let attempts: i32 = get(r, 6, "attempts")?;
+        out.push(EventSummary {
+            row_id: get(r, 0, "inbox id")?,
+            source: get(r, 1, "source")?,
+            event_id: get(r, 2, "event id")?,
+            event_type: get(r, 3, "event type")?,
+            status: outcome(get(r, 4, "event status")?)?,
+            reason: get(r, 5, "reason")?,
+            attempts: u32::try_from(attempts).map_err(|e| corrupt("attempts", e))?,
+            next_attempt_at_ms: get(r, 7, "next attempt")?,
+            received_at_ms: get(r, 8, "received at")?,
+        });
+    }
+    Ok(out)
+}
+
+/// Outbox rows, newest first, narrowed by `f`.
+pub(crate) async fn list_outbox(pool: &Pool, f: &OutboxFilter) -> Result<Vec<OutboxView>> {
+    let limit = i64::from(f.limit);
+    let mut q = Query::default();
+    if let Some(status) = &f.status {
+        q.bind("status = $", status);
+    }
+    if let Some(kind) = &f.kind {
+        q.bind("kind = $", kind);
+    }
+    if let Some(sink) = &f.sink {
+        q.bind("sink = $", sink);
+    }
+    if let Some(order_id) = &f.order_id {
+        q.bind("order_id = $", order_id);
+    }
+    if let Some(before) = &f.before {
+        q.bind("id < $", before);
+    }
+    let (sql, params) = q.newest_first(OUTBOX_COLUMNS, "outbox", &limit);
+    outbox_views(&query_rows(pool, &sql, &params).await?)
+}
+
+fn counts(rows: &[Row]) -> Result<Vec<(String, u64)>> {
+    let mut list = Vec::with_capacity(rows.len());
+    for r in rows {
+        let n: i64 = get(r, 1, "count")?;
+        list.push((get(r, 0, "status")?, u64::try_from(n).map_err(|e| corrupt("count", e))?));
+    }
+    Ok(list)
+}
+
+/// Row counts by status and the oldest waiting work, from one snapshot.
 pub(crate) async fn stats(pool: &Pool) -> Result<Stats> {
     let lists = with_connection(pool, async |client: &Object| {
         let mut reads = Vec::new();
-        for sql in [STATS_EVENTS_SQL, STATS_ORDERS_SQL, STATS_OUTBOX_SQL] {
+        for sql in [
+            STATS_EVENTS_SQL,
+            STATS_ORDERS_SQL,
+            STATS_OUTBOX_SQL,
+            STATS_OUTBOX_STATUS_SQL,
+            OLDEST_PENDING_OUTBOX_SQL,
+            OLDEST_DEFERRED_SQL,
+        ] {
             let stmt = client.prepare_cached(sql).await?;
             reads.push(async move { client.query(&stmt, &[]).await });
         }
-        let (_, rows, _) = pipeline(crate::pipeline::none(), reads, crate::pipeline::none()).await;
+        let (begun, rows, ended) =
+            pipeline(Some(client.batch_execute(SNAPSHOT)), reads, Some(client.batch_execute("COMMIT"))).await;
+        begun.expect("first was given")?;
+        ended.expect("last was given")?;
         rows.into_iter().collect::<std::result::Result<Vec<_>, _>>()
     })
     .await?;
-    let mut counts = Vec::with_capacity(3);
-    for rows in lists {
-        let mut list = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let n: i64 = get(r, 1, "count")?;
-            list.push((get(r, 0, "status")?, u64::try_from(n).map_err(|e| corrupt("count", e))?));
-        }
-        counts.push(list);
-    }
-    let mut counts = counts.into_iter();
-    let mut next = || counts.next().unwrap_or_default();
-    Ok(Stats { events: next(), orders: next(), outbox: next() })
+    let [events, orders, outbox, by_status, oldest_outbox, oldest_deferred] = lists.as_slice() else {
+        return Err(corrupt("stats", "six answers to six queries"));
+    };
+    let min = |rows: &[Row], what: &str| -> Result<Option<i64>> { rows.first().map_or(Ok(None), |r| get(r, 0, what)) };
+    Ok(Stats {
+        events: counts(events)?,
+        orders: counts(orders)?,
+        outbox: counts(outbox)?,
+        outbox_by_status: counts(by_status)?,
+        oldest_pending_outbox_ms: min(oldest_outbox, "oldest pending outbox row")?,
+        oldest_deferred_event_ms: min(oldest_deferred, "oldest deferred event")?,
+    })
 }
 
 /// When the earliest deferred event can next be claimed.
 pub(crate) async fn next_due(pool: &Pool) -> Result<Option<i64>> {
-    let row = with_connection(pool, async |client: &Object| {
-        let stmt = client.prepare_cached(NEXT_DUE_SQL).await?;
-        client.query_one(&stmt, &[]).await
-    })
-    .await?;
-    get(&row, 0, "next due")
+    let rows = query_rows(pool, NEXT_DUE_SQL, &[]).await?;
+    rows.first().map_or(Ok(None), |r| get(r, 0, "next due"))
+}
+
+/// When the earliest pending outbox row of `sink` can next be claimed.
+pub(crate) async fn next_outbox_due(pool: &Pool, sink: &str) -> Result<Option<i64>> {
+    let rows = query_rows(pool, NEXT_OUTBOX_DUE_SQL, &[&sink]).await?;
+    rows.first().map_or(Ok(None), |r| get(r, 0, "next outbox due"))
 }
 
 /// Checks that a connection can be had and answers, within `within`.

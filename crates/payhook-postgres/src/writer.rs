@@ -9,9 +9,14 @@
 //! A batch is two pipelined round trips and two or three statements, whatever its size:
 //!
 //! ```text
-//! BEGIN; SELECT … FROM payhook_ingest_batch(arrays)     one savepoint per delivery (a plpgsql EXCEPTION block)
-//! [SELECT payhook_settle_batch(arrays);] COMMIT          settlements of the guard misses, explained in Rust
+//! BEGIN; SELECT … FROM payhook_ingest_batch(arrays)     one savepoint per delivery (a plpgsql EXCEPTION block);
+//!                                                        outbox rows per sink of the routing passed in
+//! [SELECT payhook_settle_batch(arrays);] COMMIT          settlements of the guard misses (explained in Rust),
+//!                                                        forwarded events, dead-letter alerts (by key)
 //! ```
+//!
+//! The second statement is sent only when there is something to settle, forward or alert; alerts are raised
+//! there, after every delivery of the batch took its locks (the schema's locking protocol).
 //!
 //! Registrations drained with the ingests go first, in a transaction of their own (`payhook_register_batch`).
 //!
@@ -31,7 +36,6 @@ use crate::ops::{self, IngestCall, Landed};
 use crate::pipeline::{none, pipeline};
 use crate::pool;
 use deadpool_postgres::{Object, Pool};
-use payhook_core::retry::RetryPolicy;
 use payhook_store::{NewOrder, Recorded, Registered, StoreError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,7 +55,8 @@ pub(crate) struct WriterConfig {
     pub(crate) writers: usize,
     /// A batch that has not committed by then is abandoned (its connection dropped) and answered 503.
     pub(crate) deadline: Duration,
-    pub(crate) retry: RetryPolicy,
+    /// The retry policy of guard misses that defer, and the routing of outbox rows, forwards and alerts.
+    pub(crate) ctx: Arc<ops::Ctx>,
 }
 
 /// Counters of the batcher, for tests and operators.
@@ -358,7 +363,7 @@ fn answer(reply: Reply, pending: Pending) {
     let _ = match (reply, pending) {
         (Reply::Ingest(reply), Pending::Ingest(landed)) => reply
             .send(match landed {
-                Landed::Done(recorded) | Landed::Settle(recorded, _) => Ok(recorded),
+                Landed::Done { recorded, .. } | Landed::Settle(recorded, _) => Ok(recorded),
                 Landed::Failed(detail) => Err(savepoint(detail)),
             })
             .is_ok(),
@@ -371,7 +376,7 @@ fn answer(reply: Reply, pending: Pending) {
 async fn execute(pool: &Pool, jobs: &[Job], config: &WriterConfig) -> Result<Vec<Pending>, Failed> {
     let client = pool::get(pool).await.map_err(|e| Failed { error: BatchError::Pg(e), commit_sent: false })?;
     let mut commit_sent = false;
-    let attempt = tokio::time::timeout(config.deadline, transact(&client, jobs, &config.retry, &mut commit_sent)).await;
+    let attempt = tokio::time::timeout(config.deadline, transact(&client, jobs, config, &mut commit_sent)).await;
     let error = match attempt {
         Ok(Ok(pending)) => return Ok(pending),
         Ok(Err(error)) => error,
@@ -386,20 +391,21 @@ async fn execute(pool: &Pool, jobs: &[Job], config: &WriterConfig) -> Result<Vec
 }
 
 /// The batch transaction, for jobs of one kind: `BEGIN` and the kind's batch function in one pipelined round
-/// trip, then the settlements of the guard misses (if any) and `COMMIT` in another.
+/// trip, then the settlements of the guard misses, forwarded events and alerts (if any) and `COMMIT` in another.
 async fn transact(
     client: &Object,
     jobs: &[Job],
-    policy: &RetryPolicy,
+    config: &WriterConfig,
     commit_sent: &mut bool,
 ) -> Result<Vec<Pending>, BatchError> {
+    let (policy, routing) = (&config.ctx.retry, &config.ctx.routing);
     let registering = jobs.iter().any(|j| matches!(j.work, Work::Register(_)));
     let statement = client.prepare_cached(if registering { ops::REGISTER_SQL } else { ops::INGEST_SQL }).await?;
     let settle = client.prepare_cached(ops::SETTLE_SQL).await?;
     let (mut ingests, mut registers) = (ops::IngestColumns::default(), ops::RegisterColumns::default());
     for job in jobs {
         match &job.work {
-            Work::Ingest(call) => ingests.push(call),
+            Work::Ingest(call) => ingests.push(call, routing),
             Work::Register(order) => registers.push(order),
         }
     }
@@ -420,12 +426,19 @@ async fn transact(
         });
     }
 
+    let mut follow = ops::FollowUps::default();
+    for (job, p) in jobs.iter().zip(&pending) {
+        if let (Work::Ingest(call), Pending::Ingest(landed)) = (&job.work, p) {
+            call.follow_ups(landed, routing, &mut follow);
+        }
+    }
     let mut settlements = ops::SettleColumns::default();
     for p in &pending {
         if let Pending::Ingest(Landed::Settle(_, s)) = p {
             settlements.push(s);
         }
     }
+    settlements.follow(&mut follow, routing);
     let settle_params = settlements.params();
     let settling = if settlements.is_empty() { vec![] } else { vec![client.query_one(&settle, &settle_params)] };
     *commit_sent = true;

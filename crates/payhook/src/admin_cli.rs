@@ -5,14 +5,15 @@
 //! Anything that touches more than one row asks for confirmation on a terminal; `--yes` skips the question, and
 //! without a terminal and without `--yes` the command refuses rather than guess.
 
-use crate::config::Config;
+use crate::config::{Config, StorageConfig};
 use crate::table::{Table, clip, or_dash, utc};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use payhook_postgres::PgStore;
 use payhook_server::admin::{self, EventPage, EventQuery, OutboxQuery, ReplayFilter};
 use payhook_server::now_ms;
 use payhook_sqlite::SqliteStore;
-use payhook_store::{EventSummary, OutboxView};
+use payhook_store::{EventSummary, OutboxView, Store};
 use serde::Serialize;
 use std::io::{BufRead, IsTerminal, Write};
 
@@ -191,17 +192,29 @@ pub struct RetryArgs {
     out: JsonFlag,
 }
 
-/// Runs an admin command against the configured database.
+/// Runs an admin command against the configured database, whichever backend it is.
 pub async fn run(cfg: Config, command: AdminCommand) -> Result<()> {
     // The storage options carry the server's routing, so a replay writes the outbox rows a live delivery would.
-    let store = SqliteStore::open(cfg.storage.clone())
-        .with_context(|| format!("cannot open {}", cfg.storage.path.display()))?;
-    let result = dispatch(&store, &cfg, command).await;
-    store.shutdown();
-    result
+    match cfg.storage.clone() {
+        StorageConfig::Sqlite(options) => {
+            let path = options.path.display().to_string();
+            let store = SqliteStore::open(options).with_context(|| format!("cannot open {path}"))?;
+            let result = dispatch(&store, &cfg, command).await;
+            store.shutdown();
+            result
+        }
+        StorageConfig::Postgres(options) => {
+            let target = options.target();
+            let store = PgStore::open(options).await.with_context(|| format!("cannot open {target}"))?;
+            let result = dispatch(&store, &cfg, command).await;
+            // Everything it wrote has committed; close the pool.
+            store.shutdown().await;
+            result
+        }
+    }
 }
 
-async fn dispatch(store: &SqliteStore, cfg: &Config, command: AdminCommand) -> Result<()> {
+async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> Result<()> {
     let settings = &cfg.settings;
     match command {
         AdminCommand::Events { command: EventsCommand::List(a) } => {
@@ -264,7 +277,7 @@ async fn dispatch(store: &SqliteStore, cfg: &Config, command: AdminCommand) -> R
 }
 
 /// `dlq replay`: a preview, the confirmation, then the paced replay with a progress line.
-async fn dlq_replay(store: &SqliteStore, cfg: &Config, a: DlqReplayArgs) -> Result<()> {
+async fn dlq_replay<S: Store>(store: &S, cfg: &Config, a: DlqReplayArgs) -> Result<()> {
     let settings = &cfg.settings;
     let filter = ReplayFilter {
         source: a.filters.source,

@@ -1,13 +1,17 @@
 //! Several stores on one schema, as several payhook instances on one database: migrations apply once, dedup holds
-//! across them, leases are split by `SKIP LOCKED`, and overlapping batches neither double-apply nor deadlock.
+//! across them, leases (of deferred events and of outbox rows) are split by `SKIP LOCKED`, alert windows and
+//! replays are race-free, and overlapping batches neither double-apply nor deadlock, dead letters and their alerts
+//! included.
 
 use crate::{TempSchema, TempStore, test_url};
 use payhook_core::ledger::OrderStatus;
+use payhook_core::retry::RetryPolicy;
 use payhook_postgres::PgStore;
 use payhook_store::contract::{
-    BASE_MS, T0, claim, new_order, order_view, pay, refund, register_new, stats, test_policy,
+    BASE_MS, T0, claim, event_id, event_view, new_order, order_view, pay, processed, refund, register_new, source,
+    stats, test_policy, test_routing, unparseable,
 };
-use payhook_store::{Claim, Outcome, Registered, Stats, Store};
+use payhook_store::{ALERT_KIND, Alert, Claim, Dispatched, OutboxFilter, Outcome, Registered, Replayed, Stats, Store};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -140,6 +144,189 @@ async fn overlapping_batches_of_three_instances_apply_every_fact_once_without_de
     for store in &stores {
         let batches = store.batch_stats();
         // No deadlock was ever detected (and no connection lost): no batch had to run again.
+        assert_eq!((batches.failed_batches, batches.reruns), (0, 0), "{batches:?}");
+        store.shutdown().await;
+    }
+}
+
+async fn routed_instances(schema: &TempSchema, n: usize, policy: RetryPolicy) -> Vec<Arc<PgStore>> {
+    let opened = futures_util::future::join_all((0..n).map(|_| {
+        let mut options = schema.options(policy.clone());
+        options.routing = test_routing();
+        PgStore::open(options)
+    }))
+    .await;
+    opened.into_iter().map(|s| Arc::new(s.expect("open an instance"))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_alerts_of_one_key_from_several_instances_make_one_alert_with_every_repeat_counted() {
+    let Some(url) = test_url() else { return };
+    const EACH: i64 = 25;
+    let schema = TempSchema::create(&url).await;
+    let stores = routed_instances(&schema, 4, test_policy()).await;
+    let raised = futures_util::future::join_all(stores.iter().enumerate().map(|(k, store)| async move {
+        for i in 0..EACH {
+            let alert = Alert { key: "shop:verification".into(), text: format!("{k}/{i}"), now_ms: T0 + i };
+            store.raise_alert(alert).await.expect("raise_alert");
+        }
+    }))
+    .await;
+    assert_eq!(raised.len(), 4);
+    let rows = stores[0]
+        .list_outbox(OutboxFilter { kind: Some(ALERT_KIND.into()), limit: 100, ..OutboxFilter::default() })
+        .await
+        .expect("list");
+    assert_eq!(rows.len(), 1, "one window, one alert: {rows:?}");
+    assert_eq!(rows[0].payload["count"], 4 * EACH, "{}", rows[0].payload);
+    for store in &stores {
+        store.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_outbox_claims_from_several_instances_lease_each_row_to_exactly_one() {
+    let Some(url) = test_url() else { return };
+    const N: usize = 120;
+    let schema = TempSchema::create(&url).await;
+    let stores = routed_instances(&schema, 4, test_policy()).await;
+    for i in 0..N {
+        register_new(&*stores[i % 4], new_order(&format!("ord_d{i}"), 100, T0)).await;
+    }
+    let paid = futures_util::future::join_all(
+        (0..N).map(|i| stores[i % 4].ingest(pay(&format!("evt_d{i}"), &format!("ord_d{i}"), 100, T0 + 1))),
+    )
+    .await;
+    assert!(paid.into_iter().all(|r| r.expect("ingest").outcome == Outcome::Processed));
+
+    let claims = futures_util::future::join_all(stores.iter().enumerate().map(|(k, store)| {
+        let store = Arc::clone(store);
+        async move {
+            let mut mine = Vec::new();
+            loop {
+                let owner = format!("dispatcher-{k}");
+                let jobs = store
+                    .claim_outbox("crm", Claim { limit: 7, ..claim(&owner, T0 + 2, 60_000) })
+                    .await
+                    .expect("claim_outbox");
+                if jobs.is_empty() {
+                    return mine;
+                }
+                for job in jobs {
+                    assert!(store.finish_outbox(&job, Dispatched::Delivered { status: 200 }, T0 + 3).await.unwrap());
+                    mine.push(job.id);
+                }
+            }
+        }
+    }))
+    .await;
+    let total: usize = claims.iter().map(Vec::len).sum();
+    let distinct: HashSet<&i64> = claims.iter().flatten().collect();
+    assert_eq!(
+        (total, distinct.len()),
+        (N, N),
+        "each crm row leased once: {:?}",
+        claims.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    let s = stores[0].stats().await.expect("stats");
+    assert_eq!(Stats::count(&s.outbox_by_status, "delivered"), N as u64, "{s:?}");
+    assert_eq!(Stats::count(&s.outbox_by_status, "pending"), 2 * N as u64, "mail and audit untouched: {s:?}");
+    for store in &stores {
+        store.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_replays_of_one_dead_letter_from_several_instances_apply_it_once() {
+    let Some(url) = test_url() else { return };
+    let schema = TempSchema::create(&url).await;
+    // One attempt: a payment for an order that does not exist is dead-lettered on arrival.
+    let stores = routed_instances(&schema, 4, RetryPolicy { max_attempts: 1, ..test_policy() }).await;
+    let early = pay("evt_rp", "ord_rp", 100, T0);
+    let parsed = early.parsed.clone();
+    assert_eq!(stores[0].ingest(early).await.expect("ingest").outcome, Outcome::DeadLettered);
+    register_new(&*stores[1], new_order("ord_rp", 100, T0 + 1)).await;
+
+    let (src, id) = (source(), event_id("evt_rp"));
+    let replays =
+        futures_util::future::join_all(stores.iter().map(|store| store.replay(&src, &id, parsed.clone(), T0 + 2)))
+            .await;
+    let mut outcomes: Vec<Replayed> = replays.into_iter().map(|r| r.expect("replay")).collect();
+    outcomes.sort_by_key(|r| format!("{r:?}"));
+    let not_dead = Replayed::NotDeadLetter(Outcome::Processed);
+    assert_eq!(outcomes, [Replayed::Done(processed()), not_dead.clone(), not_dead.clone(), not_dead]);
+    let order = order_view(&*stores[2], "ord_rp").await;
+    assert_eq!((order.status, order.outbox.len()), (OrderStatus::Paid, 3), "{order:?}");
+    assert_eq!(event_view(&*stores[3], "evt_rp").await.attempts, 2);
+    for store in &stores {
+        store.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_batches_with_dead_letters_and_alerts_on_three_instances_never_deadlock() {
+    let Some(url) = test_url() else { return };
+    const ORDERS: usize = 150;
+    const UNREADABLE: usize = 60;
+    let store = TempStore::open(&url, test_policy()).await;
+    let stores = routed_instances(store.schema(), 3, test_policy()).await;
+    for i in 0..ORDERS {
+        register_new(&*stores[i % 3], new_order(&format!("ord_x{i}"), 100, T0)).await;
+    }
+    // Payments (every fifth of the wrong amount: a dead letter), refunds of every third of the others (a refund
+    // first makes its payment a no-op), and unreadable bodies
+    // (dead letters without an order), each sent to all three instances in a shuffled order: every batch raises
+    // the same alert while others hold the same orders and inbox keys.
+    let mut deliveries = Vec::new();
+    for i in 0..ORDERS {
+        let amount = if i % 5 == 0 { 99 } else { 100 };
+        deliveries.push(pay(&format!("evt_xp{i}"), &format!("ord_x{i}"), amount, T0 + 1));
+        if i % 3 == 0 && i % 5 != 0 {
+            deliveries.push(refund(&format!("evt_xr{i}"), &format!("ord_x{i}"), 100, T0 + 2));
+        }
+    }
+    for i in 0..UNREADABLE {
+        deliveries.push(unparseable(&format!("sha256:x{i}"), b"<xml/>", "not json", T0 + 3));
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for store in &stores {
+        let mut mine = deliveries.clone();
+        fastrand::shuffle(&mut mine);
+        for d in mine {
+            let store = Arc::clone(store);
+            tasks.spawn(async move { (d.parsed.event_id().as_str().to_owned(), store.ingest(d).await) });
+        }
+    }
+    let mut first = std::collections::HashMap::<String, Outcome>::new();
+    while let Some(joined) = tasks.join_next().await {
+        let (id, answer) = joined.expect("task");
+        let outcome = answer.unwrap_or_else(|e| panic!("{id}: {e:?}")).outcome;
+        if outcome != Outcome::Duplicate {
+            assert!(first.insert(id.clone(), outcome).is_none(), "{id} was recorded twice");
+        }
+    }
+    assert_eq!(first.len(), deliveries.len(), "every delivery was recorded by one of the instances");
+    let dead = first.values().filter(|o| **o == Outcome::DeadLettered).count();
+    assert_eq!(dead, ORDERS / 5 + UNREADABLE, "{first:?}");
+
+    let alerts = stores[0]
+        .list_outbox(OutboxFilter { kind: Some(ALERT_KIND.into()), limit: 100, ..OutboxFilter::default() })
+        .await
+        .expect("list");
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!(alerts[0].payload["count"], dead, "{}", alerts[0].payload);
+    for i in 0..ORDERS {
+        let order = order_view(&store, &format!("ord_x{i}")).await;
+        let receipts = order.outbox.iter().filter(|o| o.kind == "order.paid").count();
+        let expected: &[usize] = match (i % 5, i % 3) {
+            (0, _) => &[0],    // the payment was dead-lettered
+            (_, 0) => &[0, 3], // refunded; paid first (a receipt per sink: crm, mail, audit) or never
+            _ => &[3],
+        };
+        assert!(expected.contains(&receipts), "ord_x{i}: {receipts} receipts: {order:?}");
+    }
+    for store in &stores {
+        let batches = store.batch_stats();
         assert_eq!((batches.failed_batches, batches.reruns), (0, 0), "{batches:?}");
         store.shutdown().await;
     }

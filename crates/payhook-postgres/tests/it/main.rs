@@ -6,21 +6,25 @@
 //!   with one commit per event.
 //! * `faults`: a failing delivery rolls back only its own savepoint; a deadlocked batch is run again whole; a
 //!   statement timeout answers with an error and stores nothing.
-//! * `instances`: several stores (instances) on one schema: migrations once, dedup across them, leases split by
-//!   `SKIP LOCKED`.
+//! * `instances`: several stores (instances) on one schema: migrations once, dedup across them, leases (deferred
+//!   events and outbox rows) split by `SKIP LOCKED`, one alert per window and one effect per replay across them,
+//!   no deadlock with dead letters and alerts in overlapping batches.
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
+//! * `upgrade`: a database of the previous schema version, upgraded in place.
 
 #[cfg(payhook_test_postgres)]
 mod contract;
 mod faults;
 mod instances;
 mod resilience;
+mod upgrade;
 
 use payhook_core::event::{EventId, OrderId, SourceName};
 use payhook_core::retry::RetryPolicy;
 use payhook_postgres::{PgOptions, PgStore};
 use payhook_store::{
-    Claim, Claimed, Delivery, EventView, NewOrder, OrderView, Recorded, Registered, Retried, Stats, Store, StoreError,
+    Alert, Claim, Claimed, Delivery, Dispatched, EventFilter, EventSummary, EventView, NewOrder, OrderView,
+    OutboxFilter, OutboxJob, OutboxView, Parsed, Recorded, Registered, Replayed, Retried, Stats, Store, StoreError,
 };
 use std::time::Duration;
 
@@ -181,6 +185,53 @@ impl Store for TempStore {
 
     fn next_due_ms(&self) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send {
         self.store.next_due_ms()
+    }
+
+    fn claim_outbox(
+        &self,
+        sink: &str,
+        claim: Claim,
+    ) -> impl Future<Output = Result<Vec<OutboxJob>, StoreError>> + Send {
+        self.store.claim_outbox(sink, claim)
+    }
+
+    fn finish_outbox(
+        &self,
+        job: &OutboxJob,
+        outcome: Dispatched,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.store.finish_outbox(job, outcome, now_ms)
+    }
+
+    fn retry_outbox(&self, id: i64, now_ms: i64) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.store.retry_outbox(id, now_ms)
+    }
+
+    fn next_outbox_due_ms(&self, sink: &str) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send {
+        self.store.next_outbox_due_ms(sink)
+    }
+
+    fn list_outbox(&self, filter: OutboxFilter) -> impl Future<Output = Result<Vec<OutboxView>, StoreError>> + Send {
+        self.store.list_outbox(filter)
+    }
+
+    fn list_events(&self, filter: EventFilter) -> impl Future<Output = Result<Vec<EventSummary>, StoreError>> + Send {
+        self.store.list_events(filter)
+    }
+
+    fn replay(
+        &self,
+        source: &SourceName,
+        event_id: &EventId,
+        parsed: Parsed,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Replayed, StoreError>> + Send {
+        self.store.replay(source, event_id, parsed, now_ms)
+    }
+
+    fn raise_alert(&self, alert: Alert) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.store.raise_alert(alert)
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {

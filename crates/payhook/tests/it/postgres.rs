@@ -1,5 +1,6 @@
 //! `payhook serve` on PostgreSQL: several real processes on one database, every session of the database killed
-//! under load, and the database going away and coming back. The server named by `PAYHOOK_TEST_POSTGRES_URL` is
+//! under load, the database going away and coming back, and the admin commands on a database a stopped server
+//! left (with a sink that died and dead letters to replay). The server named by `PAYHOOK_TEST_POSTGRES_URL` is
 //! shared with other tests, so these tests work in a schema or a database of their own and never restart it.
 //! Without the variable, each test says it was skipped and passes.
 
@@ -127,15 +128,21 @@ secrets = ["{SECRET}"]
 struct PgServer {
     child: Option<Child>,
     port: u16,
+    config: std::path::PathBuf,
     log: std::path::PathBuf,
     client: reqwest::Client,
 }
 
 impl PgServer {
     async fn start(dir: &TestDir, db_url: &str) -> Self {
+        Self::start_with(dir, db_url, "").await
+    }
+
+    /// With `extra` TOML after the test configuration.
+    async fn start_with(dir: &TestDir, db_url: &str, extra: &str) -> Self {
         for _ in 0..3 {
             let port = free_port();
-            let config = dir.write(&format!("pg-{port}.toml"), &pg_config(port, db_url));
+            let config = dir.write(&format!("pg-{port}.toml"), &format!("{}{extra}", pg_config(port, db_url)));
             let log = dir.path().join(format!("pg-{port}.log"));
             let file = std::fs::File::create(&log).expect("create log");
             let child = dir
@@ -149,7 +156,7 @@ impl PgServer {
                 .spawn()
                 .expect("spawn payhook serve");
             let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
-            let mut server = Self { child: Some(child), port, log, client };
+            let mut server = Self { child: Some(child), port, config, log, client };
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
                 if let Ok(r) = server.client.get(server.url("/healthz")).send().await
@@ -590,4 +597,117 @@ async fn orders_import_and_config_check_work_on_postgres() {
     let out = dir.run(&["--config", config.to_str().expect("path"), "config", "check"]);
     let shown = text(&out.stdout);
     assert!(out.status.success() && shown.contains("storage  postgres://") && shown.contains("pool_size 8"), "{shown}");
+}
+
+/// Runs `payhook --config CONFIG ARGS` and insists that it succeeds; returns its stdout.
+fn admin_ok(dir: &TestDir, config: &str, args: &[&str]) -> String {
+    let out = dir.run(&[&["--config", config], args].concat());
+    assert!(
+        out.status.success(),
+        "payhook {args:?} failed: {}\n{}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// `admin_ok` with `--json`, parsed.
+fn admin_json(dir: &TestDir, config: &str, args: &[&str]) -> serde_json::Value {
+    let stdout = admin_ok(dir, config, &[args, &["--json"]].concat());
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("payhook {args:?} --json printed no JSON ({e}):\n{stdout}"))
+}
+
+/// Runs `payhook --config CONFIG ARGS` and insists that it fails; returns its stderr.
+fn admin_fails(dir: &TestDir, config: &str, args: &[&str]) -> String {
+    let out = dir.run(&[&["--config", config], args].concat());
+    assert!(!out.status.success(), "payhook {args:?} succeeded:\n{}", text(&out.stdout));
+    text(&out.stderr)
+}
+
+fn listed_ids(listing: &serde_json::Value) -> Vec<&str> {
+    listing["events"].as_array().expect("events").iter().map(|e| e["event_id"].as_str().expect("id")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_commands_list_show_replay_and_requeue_on_postgres_without_a_server() {
+    let Some(admin) = test_url() else { return };
+    let db = TestDb::schema(&admin).await;
+    let dir = TestDir::new();
+    // One attempt for events (a payment for a missing order is dead at once) and for outbox rows, and a sink
+    // nobody listens on: the receipt dies at its first delivery.
+    let extra = format!(
+        "\n[retry]\nmax_attempts = 1\n\n[dispatcher.retry]\nmax_attempts = 1\n\n[[sinks]]\nname = \"shop\"\n\
+         url = \"http://127.0.0.1:{}/hook\"\nkinds = [\"order.paid\"]\ntimeout_ms = 1000\n",
+        free_port()
+    );
+    let server = PgServer::start_with(&dir, &db.url, &extra).await;
+    assert_eq!(server.register_order("o1").await, StatusCode::CREATED);
+    let url = server.webhook_url();
+    let deliver = async |d: &Signed| {
+        let (status, answer) = post(&server.client, &url, d).await.expect("POST webhook");
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        outcome(&answer).to_owned()
+    };
+    assert_eq!(deliver(&payment("evt_1", "o1")).await, "processed");
+    assert_eq!(deliver(&payment("evt_2", "o_late")).await, "dead_lettered");
+    let body = b"not json".to_vec();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64;
+    let unreadable = Signed { event_id: String::new(), headers: signer().sign(&body, now, "unused"), body };
+    assert_eq!(deliver(&unreadable).await, "dead_lettered");
+    let check = db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count(&check, "SELECT count(*) FROM outbox WHERE status = 'dead'").await == 0 {
+        assert!(Instant::now() < deadline, "the receipt never died:\n{}", server.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let config = server.config.to_str().expect("path").to_owned();
+    server.stop();
+    let config = config.as_str();
+
+    // Listings, newest first, with a cursor; the detail of one event; stats.
+    let all = admin_json(&dir, config, &["events", "list"]);
+    let ids = listed_ids(&all);
+    assert_eq!((ids.len(), &ids[1..]), (3, &["evt_2", "evt_1"][..]), "{all}");
+    let page = admin_json(&dir, config, &["events", "list", "--limit", "2"]);
+    let cursor = page["next_cursor"].as_i64().expect("a cursor to the next page").to_string();
+    assert_eq!(
+        listed_ids(&admin_json(&dir, config, &["events", "list", "--limit", "2", "--before", &cursor])),
+        ["evt_1"]
+    );
+    let dlq = admin_ok(&dir, config, &["dlq", "list"]);
+    assert_eq!(dlq.lines().count(), 3, "{dlq}");
+    assert!(dlq.contains("evt_2") && !dlq.contains("evt_1"), "{dlq}");
+    let detail = admin_json(&dir, config, &["events", "show", SOURCE, "evt_1"]);
+    assert_eq!(detail["changes"].as_array().expect("changes").len(), 1, "{detail}");
+    assert_eq!((&detail["outbox"][0]["kind"], &detail["outbox"][0]["sink"]), (&"order.paid".into(), &"shop".into()));
+    let dead = admin_json(&dir, config, &["events", "show", SOURCE, "evt_2"]);
+    assert_eq!(dead["attempt_log"][0]["outcome"], "dead_lettered", "{dead}");
+    let stats = admin_json(&dir, config, &["stats"]);
+    assert_eq!((&stats["events"]["processed"], &stats["events"]["dead_lettered"]), (&1.into(), &2.into()), "{stats}");
+    assert_eq!(stats["outbox"]["by_status"]["dead"], 1, "{stats}");
+
+    // The late order arrives; its dead letter is replayed (dry run first) and pays it; the rest stays.
+    let preview = admin_json(&dir, config, &["dlq", "replay", "--dry-run", "--type", "payment.succeeded"]);
+    assert_eq!((&preview["dry_run"], &preview["matched"]), (&true.into(), &1.into()), "{preview}");
+    dir.write("late.csv", &format!("id,amount,currency\no_late,{AMOUNT},{CURRENCY}\n"));
+    admin_ok(&dir, config, &["orders", "import", "late.csv"]);
+    let report = admin_json(&dir, config, &["dlq", "replay", "--yes", "--type", "payment.succeeded"]);
+    assert_eq!(report["outcomes"]["processed"], 1, "{report}");
+    assert!(admin_fails(&dir, config, &["replay", SOURCE, "evt_2"]).contains("not a dead letter"));
+    let unreadable_id = listed_ids(&admin_json(&dir, config, &["dlq", "list"]))[0].to_owned();
+    let again = admin_ok(&dir, config, &["replay", SOURCE, &unreadable_id]);
+    assert!(again.contains(&format!("{SOURCE}/{unreadable_id}: dead_lettered")), "{again}");
+
+    // The dead receipt is re-queued once.
+    let listed = admin_json(&dir, config, &["outbox", "list", "--status", "dead", "--order", "o1"]);
+    let id = listed["outbox"][0]["id"].as_i64().expect("a dead row").to_string();
+    let requeued = admin_ok(&dir, config, &["outbox", "retry", &id]);
+    assert!(requeued.contains(&format!("outbox row {id}")) && requeued.contains("re-queued: pending"), "{requeued}");
+    assert!(admin_fails(&dir, config, &["outbox", "retry", &id]).contains("not dead"));
+
+    assert_eq!(count(&check, "SELECT count(*) FROM orders WHERE status = 'paid'").await, 2);
+    assert_eq!(count(&check, "SELECT count(*) FROM outbox WHERE kind = 'order.paid' AND sink = 'shop'").await, 2);
+    let pending = format!("SELECT count(*) FROM outbox WHERE id = {id} AND status = 'pending' AND attempts = 0");
+    assert_eq!(count(&check, &pending).await, 1);
 }

@@ -1,0 +1,156 @@
+//! The dispatchers' operations on the outbox, and alerts: claims under a lease with `FOR UPDATE SKIP LOCKED`,
+//! outcomes recorded only by the lease holder, re-queueing dead rows, and raising alerts through the schema's
+//! `payhook_raise_alert`, whose window row lock makes them race-free across instances.
+//!
+//! Each is one statement (autocommit: atomic on its own), run again when the server rolled it back for a deadlock.
+
+use crate::error::corrupt;
+use crate::ops::{Ctx, Failure, rerun_on_conflict};
+use deadpool_postgres::{Object, Pool};
+use payhook_store::{ALERT_KIND, Alert, Claim, Dispatched, OutboxJob, StoreError};
+
+const CLAIM_SQL: &str = "WITH due AS (
+         SELECT id FROM outbox
+         WHERE sink = $5 AND status = 'pending' AND next_attempt_at <= $2
+           AND (lease_until IS NULL OR lease_until <= $2)
+         ORDER BY next_attempt_at, id
+         LIMIT $4
+         FOR UPDATE SKIP LOCKED)
+     UPDATE outbox o SET lease_owner = $1, lease_until = $2 + $3
+     FROM due WHERE o.id = due.id
+     RETURNING o.id, o.sink, o.kind, o.payload::text, o.attempts, o.created_at";
+const FINISH_SQL: &str = "SELECT payhook_finish_outbox($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+const REQUEUE_SQL: &str = "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = $2,
+                                             lease_owner = NULL, lease_until = NULL
+     WHERE id = $1 AND status = 'dead'";
+const RAISE_SQL: &str = "SELECT payhook_raise_alert($1, $2, $3, $4, $5, $6, $7)";
+
+/// Leases due pending rows of `sink`, skipping rows another dispatcher is claiming right now (see
+/// [`payhook_store::Store::claim_outbox`]). Oldest row id first.
+pub(crate) async fn claim(pool: &Pool, sink: &str, claim: &Claim) -> Result<Vec<OutboxJob>, StoreError> {
+    rerun_on_conflict(pool, "outbox claim", || {
+        async |client: &Object| {
+            let stmt = client.prepare_cached(CLAIM_SQL).await?;
+            let limit = i64::from(claim.limit);
+            let rows = client.query(&stmt, &[&claim.owner, &claim.now_ms, &claim.lease_ms, &limit, &sink]).await?;
+            let mut jobs = Vec::with_capacity(rows.len());
+            for row in rows {
+                let attempts: i32 = row.try_get(4).map_err(|e| corrupt("outbox attempts", e))?;
+                jobs.push(OutboxJob {
+                    id: row.try_get(0).map_err(|e| corrupt("outbox id", e))?,
+                    sink: row.try_get(1).map_err(|e| corrupt("outbox sink", e))?,
+                    kind: row.try_get(2).map_err(|e| corrupt("outbox kind", e))?,
+                    payload: row.try_get(3).map_err(|e| corrupt("outbox payload", e))?,
+                    attempts: u32::try_from(attempts).map_err(|e| corrupt("outbox attempts", e))?,
+                    created_at_ms: row.try_get(5).map_err(|e| corrupt("outbox created at", e))?,
+                    owner: claim.owner.clone(),
+                });
+            }
+            jobs.sort_by_key(|j| j.id);
+            Ok(jobs)
+        }
+    })
+    .await
+}
+
+/// Records a delivery attempt of a leased row; a row that died raises an alert for its sink in the same statement,
+/// unless it is an alert itself (see [`payhook_store::Store::finish_outbox`]).
+pub(crate) async fn finish(
+    pool: &Pool,
+    ctx: &Ctx,
+    job: &OutboxJob,
+    outcome: &Dispatched,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let (status, next, last_status, error, delivered_at) = match outcome {
+        Dispatched::Delivered { status } => ("delivered", None, Some(*status), None, Some(now_ms)),
+        Dispatched::Retry { at_ms, status, error } => ("pending", Some(*at_ms), *status, Some(error.as_str()), None),
+        Dispatched::Dead { status, error } => ("dead", None, *status, Some(error.as_str()), None),
+    };
+    let last_status = last_status.map(i32::from);
+    let alerts = ctx.routing.alerts.as_ref();
+    // Alerts never alert: a dead row of the alerts sink raises nothing, so there is no loop.
+    let alert = match (outcome, alerts) {
+        (Dispatched::Dead { error, .. }, Some(a)) if a.sink != job.sink => Some((
+            format!("sink:{}:dead", job.sink),
+            format!(
+                "payhook: {} row {} for sink {} is dead after {} attempts: {error}",
+                job.kind,
+                job.id,
+                job.sink,
+                job.attempts + 1
+            ),
+        )),
+        _ => None,
+    };
+    let (alert_key, alert_text) = (alert.as_ref().map(|a| a.0.as_str()), alert.as_ref().map(|a| a.1.as_str()));
+    let (alert_sink, window, gather) =
+        (alerts.map(|a| a.sink.as_str()), alerts.map(|a| a.window_ms), alerts.map(|a| a.gather_ms));
+    rerun_on_conflict(pool, "outbox outcome", || {
+        async |client: &Object| {
+            let stmt = client.prepare_cached(FINISH_SQL).await?;
+            let row = client
+                .query_one(
+                    &stmt,
+                    &[
+                        &job.id,
+                        &job.owner,
+                        &status,
+                        &next,
+                        &last_status,
+                        &error,
+                        &delivered_at,
+                        &alert_key,
+                        &alert_text,
+                        &now_ms,
+                        &ALERT_KIND,
+                        &alert_sink,
+                        &window,
+                        &gather,
+                    ],
+                )
+                .await?;
+            row.try_get(0).map_err(|e| Failure::Corrupt(corrupt("payhook_finish_outbox", e)))
+        }
+    })
+    .await
+}
+
+/// Re-queues a dead row with a fresh budget (see [`payhook_store::Store::retry_outbox`]).
+pub(crate) async fn requeue(pool: &Pool, id: i64, now_ms: i64) -> Result<bool, StoreError> {
+    rerun_on_conflict(pool, "outbox re-queue", || {
+        async |client: &Object| {
+            let stmt = client.prepare_cached(REQUEUE_SQL).await?;
+            Ok(client.execute(&stmt, &[&id, &now_ms]).await? == 1)
+        }
+    })
+    .await
+}
+
+/// Raises an alert (see [`payhook_store::Store::raise_alert`]); nothing when alerts are off.
+pub(crate) async fn raise(pool: &Pool, ctx: &Ctx, alert: &Alert) -> Result<(), StoreError> {
+    let Some(routing) = &ctx.routing.alerts else {
+        return Ok(());
+    };
+    rerun_on_conflict(pool, "alert", || {
+        async |client: &Object| {
+            let stmt = client.prepare_cached(RAISE_SQL).await?;
+            client
+                .execute(
+                    &stmt,
+                    &[
+                        &alert.key,
+                        &alert.text,
+                        &alert.now_ms,
+                        &ALERT_KIND,
+                        &routing.sink,
+                        &routing.window_ms,
+                        &routing.gather_ms,
+                    ],
+                )
+                .await?;
+            Ok(())
+        }
+    })
+    .await
+}

@@ -1,0 +1,55 @@
+//! A database written by the previous schema version is upgraded in place: its outbox rows become the record of
+//! their effects (`unrouted`, no sink), and the store goes on with routing from there.
+
+use crate::{TempSchema, test_url};
+use payhook_postgres::PgStore;
+use payhook_store::contract::{T0, new_order, order_view, pay, processed, register_new, test_policy, test_routing};
+use payhook_store::{Stats, Store};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_schema_with_outbox_rows_is_upgraded_and_its_rows_become_unrouted() {
+    let Some(url) = test_url() else { return };
+    let schema = TempSchema::create(&url).await;
+    let side = schema.side().await;
+    // What a payhook of schema version 1 left behind: a paid order with its (pending, never sent) receipt.
+    side.batch_execute(include_str!("../../migrations/0001_init.sql")).await.expect("schema version 1");
+    side.batch_execute(
+        "CREATE TABLE payhook_schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+         INSERT INTO payhook_schema_version (version) VALUES (1);
+         INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
+         VALUES ('ord_v1', 100, 'usd', 'paid', 1, 2);
+         INSERT INTO outbox (kind, order_id, source, event_id, payload, created_at)
+         VALUES ('order.paid', 'ord_v1', 'shop', 'evt_v1', '{\"kind\": \"order.paid\", \"order_id\": \"ord_v1\"}', 2);",
+    )
+    .await
+    .expect("version 1 rows");
+
+    let mut options = schema.options(test_policy());
+    options.routing = test_routing();
+    let store = PgStore::open(options).await.expect("open and upgrade");
+    let versions: Vec<i32> = side
+        .query("SELECT version FROM payhook_schema_version ORDER BY version", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, (1..=PgStore::schema_version() as i32).collect::<Vec<_>>());
+    let old = order_view(&store, "ord_v1").await;
+    assert_eq!(old.outbox.len(), 1, "{old:?}");
+    let row = &old.outbox[0];
+    assert_eq!((row.sink.as_str(), row.status.as_str(), row.next_attempt_at_ms), ("", "unrouted", None), "{row:?}");
+    assert_eq!((row.source.as_deref(), row.event_id.as_deref()), (Some("shop"), Some("evt_v1")));
+    assert!(store.claim_outbox("", payhook_store::contract::claim("d", T0, 1_000)).await.unwrap().is_empty());
+
+    // New effects are routed per sink, next to the old rows.
+    register_new(&store, new_order("ord_v2", 100, T0)).await;
+    assert_eq!(store.ingest(pay("evt_v2", "ord_v2", 100, T0 + 1)).await.expect("ingest"), processed());
+    let s = store.stats().await.expect("stats");
+    assert_eq!(
+        (Stats::count(&s.outbox_by_status, "unrouted"), Stats::count(&s.outbox_by_status, "pending")),
+        (1, 3),
+        "{s:?}"
+    );
+    store.shutdown().await;
+}
