@@ -541,7 +541,7 @@ pub async fn a_payment_before_its_order_is_deferred_and_applied_once_the_order_i
 
     let mut claimed = claim_due(&store, claim("w1", registered_at, 30_000)).await;
     assert_eq!(claimed.len(), 1, "{claimed:?}");
-    let c = claimed.pop().unwrap();
+    let c = claimed.pop().expect("one event is due");
     assert_eq!((c.source.as_str(), c.event_id.as_str(), c.attempts, c.owner.as_str()), (SOURCE, "evt_6", 1, "w1"));
 
     assert_eq!(retry(&store, c, registered_at + 1).await, Retried::Done(processed()));
