@@ -81,6 +81,21 @@ id_type!(
     OrderId,
     "order_id"
 );
+id_type!(
+    /// A provider's subscription id (`sub_…`, Paystack's `SUB_…` code).
+    SubscriptionId,
+    "subscription_id"
+);
+id_type!(
+    /// A provider's customer id (`cus_…`, Paystack's `CUS_…` code).
+    CustomerId,
+    "customer_id"
+);
+id_type!(
+    /// A provider's invoice id (`in_…`, Paystack's `INV_…` code): one entitlement per invoice.
+    InvoiceId,
+    "invoice_id"
+);
 
 /// The name of a configured source; it is the last path segment of `POST /webhooks/{name}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -218,6 +233,10 @@ pub enum Effect {
         /// The amount the event carries, when it carries one.
         money: Option<Money>,
     },
+    /// A subscription was created, changed or ended.
+    Subscription(crate::billing::SubscriptionChange),
+    /// An invoice was paid, failed or refunded: grants and revokes entitlements.
+    Invoice(crate::billing::InvoiceChange),
     /// A type payhook does not act on: recorded and answered `ignored`.
     Ignored,
 }

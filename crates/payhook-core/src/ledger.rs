@@ -121,7 +121,7 @@ pub struct Plan {
 /// Turns an effect into a plan; `None` for effects with nothing to apply.
 pub fn plan(effect: &Effect) -> Option<Plan> {
     match effect {
-        Effect::Ignored => None,
+        Effect::Ignored | Effect::Subscription(_) | Effect::Invoice(_) => None,
         Effect::Order { order_id, action, money } => Some(Plan {
             order_id: order_id.clone(),
             action: *action,

@@ -8,8 +8,10 @@
 //! - [`event`]: the normalized event and the newtypes that carry its checks (`EventId`, `OrderId`, `Money`, …).
 //! - [`ledger`]: the order state machine; turns an effect into a guarded [`ledger::Plan`] and explains a guard
 //!   that matched nothing.
+//! - [`billing`]: subscriptions (newest event wins, ended is final) and entitlements (one per paid invoice).
 //! - [`retry`]: the retry policy, a pure function from attempt count to the next attempt or a dead letter.
 
+pub mod billing;
 pub mod event;
 pub mod format;
 pub mod ledger;

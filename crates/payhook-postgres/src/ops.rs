@@ -180,7 +180,7 @@ impl IngestCall {
             Parsed::Event(event) => {
                 call.status = match event.effect {
                     Effect::Ignored => Outcome::Ignored.as_str(),
-                    Effect::Order { .. } => Outcome::Processed.as_str(),
+                    _ => Outcome::Processed.as_str(),
                 };
                 if let effect @ Effect::Order { .. } = &event.effect {
                     call.effect = Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?);
@@ -933,10 +933,8 @@ async fn replay_on(
         return Ok(Replayed::Done(recorded));
     };
     let effect_json = match &event.effect {
-        effect @ Effect::Order { .. } => {
-            Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-        }
         Effect::Ignored => None,
+        effect => Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?),
     };
     let mut settles = Vec::with_capacity(2);
     let target_row = if event.event_id.as_str() == event_id {

@@ -650,10 +650,8 @@ pub(crate) fn replay(
         Parsed::Event(e) => e,
     };
     let effect_json = match &event.effect {
-        effect @ Effect::Order { .. } => {
-            Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-        }
         Effect::Ignored => None,
+        effect => Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?),
     };
     let target_row = if event.event_id.as_str() == event_id {
         conn.prepare_cached(
