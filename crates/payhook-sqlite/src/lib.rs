@@ -10,18 +10,19 @@
 //! processes may share one file: each has its own writer, and `BEGIN IMMEDIATE` with `busy_timeout` serializes
 //! them; unique keys keep dedup correct across them.
 
+mod billing;
 mod checkpoint;
 mod migrate;
 mod ops;
 mod read;
 mod writer;
 
-use payhook_core::event::{EventId, OrderId, SourceName};
+use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, SubscriptionId};
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
-    Alert, Claim, Claimed, Delivery, Dispatched, EventFilter, EventSummary, EventView, NewOrder, OrderView,
-    OutboxFilter, OutboxJob, OutboxView, Parsed, Recorded, Registered, Replayed, Retried, Routing, Stats, Store,
-    StoreError,
+    Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, NewOrder,
+    NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, Recorded, Registered, Replayed,
+    Retried, Routing, Stats, Store, StoreError, SubscriptionView,
 };
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
@@ -245,6 +246,20 @@ impl Store for SqliteStore {
     fn raise_alert(&self, alert: Alert) -> impl Future<Output = Result<(), StoreError>> + Send {
         let ctx = Arc::clone(&self.ctx);
         self.writer.submit(move |conn| ops::raise_alert(conn, &ctx, &alert))
+    }
+
+    async fn subscription(&self, id: &SubscriptionId) -> Result<Option<SubscriptionView>, StoreError> {
+        let id = id.clone();
+        self.read(move |conn| billing::subscription(conn, &id)).await
+    }
+
+    async fn entitlements(&self, customer: &CustomerId) -> Result<Vec<EntitlementView>, StoreError> {
+        let customer = customer.clone();
+        self.read(move |conn| billing::entitlements(conn, &customer)).await
+    }
+
+    fn claim_nonce(&self, claim: NonceClaim) -> impl Future<Output = Result<NonceClaimed, StoreError>> + Send {
+        self.writer.submit(move |conn| billing::claim_nonce(conn, &claim))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

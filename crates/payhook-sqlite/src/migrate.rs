@@ -6,8 +6,11 @@
 use rusqlite::{Connection, TransactionBehavior};
 
 /// The migrations in order; migration `i` moves the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] =
-    &[include_str!("../migrations/0001_init.sql"), include_str!("../migrations/0002_outbox_dispatch.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_init.sql"),
+    include_str!("../migrations/0002_outbox_dispatch.sql"),
+    include_str!("../migrations/0003_billing.sql"),
+];
 
 /// Brings the schema up to date. Returns the number of migrations applied.
 pub(crate) fn run(conn: &mut Connection) -> rusqlite::Result<usize> {

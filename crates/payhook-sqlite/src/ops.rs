@@ -13,7 +13,7 @@ use payhook_store::{
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
-type Result<T> = std::result::Result<T, StoreError>;
+pub(crate) type Result<T> = std::result::Result<T, StoreError>;
 
 /// The configuration the write operations need: the retry policy of deferred events and the sink routing.
 #[derive(Debug)]
@@ -22,7 +22,7 @@ pub(crate) struct Ctx {
     pub(crate) routing: Routing,
 }
 
-trait SqlResult<T> {
+pub(crate) trait SqlResult<T> {
     fn db(self) -> Result<T>;
 }
 
@@ -40,10 +40,8 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, ctx: &Ctx) -> Result<Recor
         Parsed::Unparseable { reason, .. } => (None, Outcome::DeadLettered, Some(reason.as_str())),
     };
     let effect_json = match event.map(|e| &e.effect) {
-        Some(effect @ Effect::Order { .. }) => {
-            Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-        }
-        _ => None,
+        None | Some(Effect::Ignored) => None,
+        Some(effect) => Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?),
     };
     let inserted = conn
         .prepare_cached(
@@ -189,15 +187,29 @@ fn dead_letter_alert(
     raise_alert(conn, ctx, &Alert { key: format!("{source}:dead_letter"), text, now_ms })
 }
 
-/// Applies `event`'s effect: business-key claim, guarded update, audit, outbox. When the effect is not applied
-/// (duplicate business key, deferred, rejected) its own writes are rolled back, so the key stays free for an
-/// event that can use it.
+/// Applies `event`'s effect: business-key claim, then the order ledger or the billing rules (guarded update, audit,
+/// outbox). When the effect is not applied (duplicate business key, deferred, rejected) its own writes are rolled
+/// back, so the key stays free for an event that can use it.
 fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64) -> Result<Recorded> {
-    let Some(plan) = ledger::plan(&event.effect) else {
+    if event.effect == Effect::Ignored {
         return Ok(Recorded { outcome: Outcome::Ignored, detail: None });
-    };
+    }
     exec(conn, "SAVEPOINT effect").db()?;
-    let result = try_apply(conn, &ctx.routing, source, event, &plan, now_ms);
+    let result = match claim_business_key(conn, source, event, now_ms) {
+        Ok(Some(duplicate)) => Ok(duplicate),
+        Ok(None) => match &event.effect {
+            Effect::Order { .. } => match ledger::plan(&event.effect) {
+                Some(plan) => apply_order(conn, &ctx.routing, source, event, &plan, now_ms),
+                None => Ok(Recorded { outcome: Outcome::Ignored, detail: None }),
+            },
+            Effect::Subscription(change) => {
+                crate::billing::apply_subscription(conn, ctx, source, event, change, now_ms)
+            }
+            Effect::Invoice(change) => crate::billing::apply_invoice(conn, ctx, source, event, change, now_ms),
+            Effect::Ignored => Ok(Recorded { outcome: Outcome::Ignored, detail: None }),
+        },
+        Err(e) => Err(e),
+    };
     if matches!(&result, Ok(r) if r.outcome == Outcome::Processed) {
         exec(conn, "RELEASE effect").db()?;
     } else {
@@ -206,14 +218,9 @@ fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64)
     result
 }
 
-fn try_apply(
-    conn: &Connection,
-    routing: &Routing,
-    source: &str,
-    event: &Event,
-    plan: &Plan,
-    now_ms: i64,
-) -> Result<Recorded> {
+/// Claims the event's business key; `Some` is the answer for an event whose business fact another event already
+/// applied.
+fn claim_business_key(conn: &Connection, source: &str, event: &Event, now_ms: i64) -> Result<Option<Recorded>> {
     let claimed = conn
         .prepare_cached(
             "INSERT INTO business_keys (source, key, event_id, created_at) VALUES (?1, ?2, ?3, ?4)
@@ -222,21 +229,31 @@ fn try_apply(
         .db()?
         .execute(params![source, event.business_key, event.event_id.as_str(), now_ms])
         .db()?;
-    if claimed == 0 {
-        let holder: Option<String> = conn
-            .prepare_cached("SELECT event_id FROM business_keys WHERE source = ?1 AND key = ?2")
-            .db()?
-            .query_row(params![source, event.business_key], |r| r.get(0))
-            .optional()
-            .db()?;
-        let detail = format!(
-            "business key {} was already applied by event {}",
-            event.business_key,
-            holder.as_deref().unwrap_or("?")
-        );
-        return Ok(Recorded { outcome: Outcome::Duplicate, detail: Some(detail) });
+    if claimed == 1 {
+        return Ok(None);
     }
+    let holder: Option<String> = conn
+        .prepare_cached("SELECT event_id FROM business_keys WHERE source = ?1 AND key = ?2")
+        .db()?
+        .query_row(params![source, event.business_key], |r| r.get(0))
+        .optional()
+        .db()?;
+    let detail = format!(
+        "business key {} was already applied by event {}",
+        event.business_key,
+        holder.as_deref().unwrap_or("?")
+    );
+    Ok(Some(Recorded { outcome: Outcome::Duplicate, detail: Some(detail) }))
+}
 
+fn apply_order(
+    conn: &Connection,
+    routing: &Routing,
+    source: &str,
+    event: &Event,
+    plan: &Plan,
+    now_ms: i64,
+) -> Result<Recorded> {
     let Some(from) = guarded_update(conn, plan, now_ms)? else {
         let snapshot = order_snapshot(conn, &plan.order_id)?;
         let (outcome, why) = match ledger::explain(plan, snapshot.as_ref()) {
@@ -272,21 +289,28 @@ fn try_apply(
         "occurred_at": event.occurred_at,
     });
     let payload = payload.to_string();
-    let sinks = routing.sinks_for(plan.outbox_kind);
-    // With no sink for this kind the effect is still recorded, once, as `unrouted`.
-    for sink in if sinks.is_empty() { vec![""] } else { sinks } {
-        insert_outbox(
-            conn,
-            plan.outbox_kind,
-            sink,
-            Some(plan.order_id.as_str()),
-            Some(source),
-            Some(event.event_id.as_str()),
-            &payload,
-            now_ms,
-        )?;
-    }
+    route_outbox(conn, routing, plan.outbox_kind, Some(plan.order_id.as_str()), source, event, &payload, now_ms)?;
     Ok(Recorded { outcome: Outcome::Processed, detail: None })
+}
+
+/// Writes an effect's outbox rows: one per sink that takes `kind`, or one `unrouted` row when no sink does, so the
+/// effect is still recorded once.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn route_outbox(
+    conn: &Connection,
+    routing: &Routing,
+    kind: &str,
+    order_id: Option<&str>,
+    source: &str,
+    event: &Event,
+    payload: &str,
+    now_ms: i64,
+) -> Result<()> {
+    let sinks = routing.sinks_for(kind);
+    for sink in if sinks.is_empty() { vec![""] } else { sinks } {
+        insert_outbox(conn, kind, sink, order_id, Some(source), Some(event.event_id.as_str()), payload, now_ms)?;
+    }
+    Ok(())
 }
 
 /// The plan's guarded `UPDATE`. Returns the status the order had, or `None` when the guard matched nothing.

@@ -26,6 +26,9 @@ use std::sync::Arc;
 
 pub use payhook_core::retry::RetryPolicy;
 
+mod billing;
+pub use billing::*;
+
 /// What a contract case needs its fresh store to be configured with.
 #[derive(Debug, Clone)]
 pub struct Setup {
@@ -82,6 +85,12 @@ macro_rules! store_contract_tests {
                 a_dispute_before_its_payment_waits_for_the_payment,
                 a_failed_payment_followed_by_a_successful_one_pays_the_order,
                 stats_count_events_orders_and_outbox_rows,
+                subscription_events_in_every_order_end_in_the_same_state,
+                a_partial_update_before_its_subscription_is_deferred_then_applied,
+                two_events_for_one_paid_invoice_grant_one_entitlement,
+                a_refund_revokes_and_a_refund_before_payment_grants_nothing,
+                the_end_of_a_subscription_revokes_its_entitlements,
+                a_signature_nonce_is_claimed_once_and_forgotten_after_its_window,
             ],
             $crate::contract::setup($crate::contract::two_attempt_policy(), $crate::contract::test_routing()) => [
                 a_deferred_event_is_dead_lettered_when_its_retry_budget_is_spent,

@@ -114,6 +114,21 @@ pub trait Store: Send + Sync + 'static {
     /// the suppression window. Does nothing when no alerts sink is configured.
     fn raise_alert(&self, alert: Alert) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// A subscription with its history and the entitlements of its invoices.
+    fn subscription(
+        &self,
+        id: &payhook_core::event::SubscriptionId,
+    ) -> impl Future<Output = Result<Option<SubscriptionView>, StoreError>> + Send;
+
+    /// A customer's entitlements with their history, oldest first.
+    fn entitlements(
+        &self,
+        customer: &payhook_core::event::CustomerId,
+    ) -> impl Future<Output = Result<Vec<EntitlementView>, StoreError>> + Send;
+
+    /// Claims a signature nonce, durably, pruning nonces whose window has passed.
+    fn claim_nonce(&self, claim: NonceClaim) -> impl Future<Output = Result<NonceClaimed, StoreError>> + Send;
+
     /// Checks that the database answers.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

@@ -469,3 +469,99 @@ pub enum Replayed {
     /// No such event.
     NotFound,
 }
+
+/// One change of a subscription or an entitlement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BillingAuditEntry {
+    /// The source of the event that made the change.
+    pub source: String,
+    /// The event that made the change.
+    pub event_id: String,
+    /// Its provider type.
+    pub event_type: String,
+    /// State before; `None` when the change created the row.
+    pub from: Option<String>,
+    /// State after.
+    pub to: String,
+    /// When, unix milliseconds.
+    pub at_ms: i64,
+}
+
+/// A subscription as the provider last described it, with its history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SubscriptionView {
+    /// The provider's id.
+    pub id: String,
+    /// Its customer, when known.
+    pub customer_id: Option<String>,
+    /// The provider's status.
+    pub status: String,
+    /// End of the current billing period, unix seconds, when known.
+    pub current_period_end: Option<i64>,
+    /// Provider time of the event that set this state, unix seconds.
+    pub occurred_at: i64,
+    /// The source of that event.
+    pub source: String,
+    /// That event.
+    pub event_id: String,
+    /// First seen, unix milliseconds.
+    pub created_at_ms: i64,
+    /// Last change, unix milliseconds.
+    pub updated_at_ms: i64,
+    /// Every change, oldest first.
+    pub history: Vec<BillingAuditEntry>,
+    /// The entitlements of its invoices.
+    pub entitlements: Vec<EntitlementView>,
+}
+
+/// The entitlement an invoice grants, with its history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EntitlementView {
+    /// The invoice: one entitlement per invoice.
+    pub invoice_id: String,
+    /// Whose it is, when known.
+    pub customer_id: Option<String>,
+    /// The subscription the invoice bills, if any.
+    pub subscription_id: Option<String>,
+    /// `granted` or `revoked`.
+    pub status: payhook_core::billing::EntitlementStatus,
+    /// The amount paid, in minor units, when known.
+    pub amount_minor: Option<i64>,
+    /// Its currency, when known.
+    pub currency: Option<String>,
+    /// Why it was revoked or never granted.
+    pub reason: Option<String>,
+    /// When it was granted, unix milliseconds.
+    pub granted_at_ms: Option<i64>,
+    /// When it was revoked, unix milliseconds.
+    pub revoked_at_ms: Option<i64>,
+    /// Every change, oldest first.
+    pub history: Vec<BillingAuditEntry>,
+}
+
+/// A signature nonce to claim (RFC 9421 HTTP Message Signatures), so that a captured request cannot be replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NonceClaim {
+    /// The key that signed.
+    pub keyid: String,
+    /// The signer's nonce.
+    pub nonce: String,
+    /// SHA-256 of the body, hex: the same request delivered again (a provider's retry after a lost answer) is not
+    /// a replay.
+    pub body_sha256: String,
+    /// Unix seconds after which the signature is no longer accepted, so the nonce can be forgotten.
+    pub expires_at: i64,
+    /// Now, unix seconds: nonces that expired before it are pruned.
+    pub now: i64,
+}
+
+/// The result of claiming a nonce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonceClaimed {
+    /// Not seen before: recorded.
+    New,
+    /// Seen before with the same body: a redelivery, which the event-id dedup handles.
+    Redelivery,
+    /// Seen before with another body: a replayed signature, to be refused.
+    Replayed,
+}

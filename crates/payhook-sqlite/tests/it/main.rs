@@ -145,6 +145,27 @@ impl Store for TempStore {
         self.store.raise_alert(alert)
     }
 
+    fn subscription(
+        &self,
+        id: &payhook_core::event::SubscriptionId,
+    ) -> impl Future<Output = Result<Option<payhook_store::SubscriptionView>, StoreError>> + Send {
+        self.store.subscription(id)
+    }
+
+    fn entitlements(
+        &self,
+        customer: &payhook_core::event::CustomerId,
+    ) -> impl Future<Output = Result<Vec<payhook_store::EntitlementView>, StoreError>> + Send {
+        self.store.entitlements(customer)
+    }
+
+    fn claim_nonce(
+        &self,
+        claim: payhook_store::NonceClaim,
+    ) -> impl Future<Output = Result<payhook_store::NonceClaimed, StoreError>> + Send {
+        self.store.claim_nonce(claim)
+    }
+
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.store.ping()
     }
