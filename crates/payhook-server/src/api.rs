@@ -1,4 +1,5 @@
-//! The `/v1` API: orders (register, show). Every route requires the bearer token.
+//! The `/v1` API: orders (register, show), subscriptions and customers' entitlements. Every route requires the
+//! bearer token.
 
 use crate::app::{AppState, now_ms};
 use crate::error::ApiError;
@@ -8,7 +9,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use payhook_core::event::{Currency, Money, OrderId};
+use payhook_core::event::{Currency, CustomerId, Money, OrderId, SubscriptionId};
 use payhook_store::{NewOrder, OrderView, Registered, Store};
 use serde::Deserialize;
 use serde_json::json;
@@ -113,4 +114,26 @@ fn order_json(v: &OrderView) -> serde_json::Value {
         })).collect::<Vec<_>>(),
         "outbox": v.outbox,
     })
+}
+
+pub(crate) async fn get_subscription<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = SubscriptionId::parse(id).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    match state.store.subscription(&id).await? {
+        Some(view) => Ok(Json(view).into_response()),
+        None => Err(ApiError::NotFound(format!("no subscription {id}"))),
+    }
+}
+
+/// A customer's entitlements; a customer payhook has never heard of simply has none.
+pub(crate) async fn get_entitlements<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = CustomerId::parse(id).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    let entitlements = state.store.entitlements(&id).await?;
+    let granted = entitlements.iter().filter(|e| e.status == payhook_core::billing::EntitlementStatus::Granted).count();
+    Ok(Json(json!({ "customer_id": id.as_str(), "granted": granted, "entitlements": entitlements })).into_response())
 }

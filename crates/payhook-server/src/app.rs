@@ -76,6 +76,8 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
     let v1 = Router::new()
         .route("/orders", post(api::register_order::<S>))
         .route("/orders/{id}", get(api::get_order::<S>))
+        .route("/subscriptions/{id}", get(api::get_subscription::<S>))
+        .route("/customers/{id}/entitlements", get(api::get_entitlements::<S>))
         .route("/events", get(admin_api::list_events::<S>))
         .route("/events/{source}/{event_id}", get(admin_api::show_event::<S>))
         .route("/events/{source}/{event_id}/replay", post(admin_api::replay_event::<S>))
