@@ -165,6 +165,98 @@ pub enum Scheme {
         /// stripped before decoding.
         prefix: Option<String>,
     },
+    /// GitHub: `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA256 of the raw
+    /// body keyed with the secret's bytes.
+    ///
+    /// [`Verified::delivery_id`] is the `X-GitHub-Delivery` header when
+    /// present. GitHub does not sign that header, so it identifies a delivery
+    /// for logs and for storing an unparseable body, but a replayed body could
+    /// carry any value in it.
+    Github,
+    /// Paystack: `x-paystack-signature: <hex>`, HMAC-SHA512 of the raw body
+    /// keyed with the secret key's bytes.
+    Paystack,
+    /// Shopify: `X-Shopify-Hmac-Sha256: <base64>`, HMAC-SHA256 of the raw body
+    /// keyed with the app's client secret bytes.
+    ///
+    /// [`Verified::delivery_id`] is the `X-Shopify-Webhook-Id` header when
+    /// present; like GitHub's delivery id it is not covered by the signature.
+    Shopify,
+}
+
+impl Scheme {
+    /// A short, stable name for logs, metrics and the stored delivery:
+    /// `stripe`, `standard-webhooks`, `hmac`, `github`, `paystack` or
+    /// `shopify`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Stripe => "stripe",
+            Self::StandardWebhooks => "standard-webhooks",
+            Self::Hmac { .. } => "hmac",
+            Self::Github => "github",
+            Self::Paystack => "paystack",
+            Self::Shopify => "shopify",
+        }
+    }
+
+    /// The body-only HMAC parameters of [`Scheme::Hmac`] and the named
+    /// providers built on it, or `None` for the other schemes.
+    fn body_hmac(&self) -> Option<BodyHmac<'_>> {
+        Some(match self {
+            Self::Hmac { header, algorithm, encoding, prefix } => BodyHmac {
+                header,
+                canonical_header: header,
+                algorithm: *algorithm,
+                encoding: *encoding,
+                prefix: prefix.as_deref(),
+                delivery: None,
+            },
+            Self::Github => BodyHmac::GITHUB,
+            Self::Paystack => BodyHmac::PAYSTACK,
+            Self::Shopify => BodyHmac::SHOPIFY,
+            Self::Stripe | Self::StandardWebhooks => return None,
+        })
+    }
+}
+
+/// How a body-only HMAC scheme is carried.
+struct BodyHmac<'s> {
+    /// Signature header, lowercase (for lookups).
+    header: &'s str,
+    /// Signature header as the provider spells it (for signing).
+    canonical_header: &'s str,
+    algorithm: HmacAlgorithm,
+    encoding: Encoding,
+    prefix: Option<&'s str>,
+    /// Unsigned delivery-id header, lowercase and as the provider spells it.
+    delivery: Option<(&'static str, &'static str)>,
+}
+
+impl BodyHmac<'static> {
+    const GITHUB: Self = Self {
+        header: "x-hub-signature-256",
+        canonical_header: "X-Hub-Signature-256",
+        algorithm: HmacAlgorithm::Sha256,
+        encoding: Encoding::Hex,
+        prefix: Some("sha256="),
+        delivery: Some(("x-github-delivery", "X-GitHub-Delivery")),
+    };
+    const PAYSTACK: Self = Self {
+        header: "x-paystack-signature",
+        canonical_header: "x-paystack-signature",
+        algorithm: HmacAlgorithm::Sha512,
+        encoding: Encoding::Hex,
+        prefix: None,
+        delivery: None,
+    };
+    const SHOPIFY: Self = Self {
+        header: "x-shopify-hmac-sha256",
+        canonical_header: "X-Shopify-Hmac-Sha256",
+        algorithm: HmacAlgorithm::Sha256,
+        encoding: Encoding::Base64,
+        prefix: None,
+        delivery: Some(("x-shopify-webhook-id", "X-Shopify-Webhook-Id")),
+    };
 }
 
 /// What a successful verification tells the pipeline.
@@ -173,9 +265,11 @@ pub struct Verified {
     /// Index into the verifier's secrets of the secret that matched, so that
     /// operators can see when a rotated-out secret is no longer in use.
     pub secret_index: usize,
-    /// The provider's delivery/message id when the scheme carries one
-    /// (Standard Webhooks: `webhook-id` / `svix-id`), else `None`; it is
-    /// covered by the signature and therefore safe to deduplicate on.
+    /// The provider's delivery/message id when the scheme carries one, else
+    /// `None`. Standard Webhooks' `webhook-id` / `svix-id` is covered by the
+    /// signature and therefore safe to deduplicate on; GitHub's
+    /// `X-GitHub-Delivery` and Shopify's `X-Shopify-Webhook-Id` are not signed
+    /// by those providers, so they only label the delivery.
     pub delivery_id: Option<String>,
     /// The signed timestamp (unix seconds) when the scheme has one.
     pub timestamp: Option<i64>,
@@ -308,7 +402,7 @@ impl Verifier {
         }
         let algorithm = match &scheme {
             Scheme::Stripe | Scheme::StandardWebhooks => HmacAlgorithm::Sha256,
-            Scheme::Hmac { algorithm, .. } => *algorithm,
+            other => other.body_hmac().map_or(HmacAlgorithm::Sha256, |h| h.algorithm),
         };
         let keys = secrets
             .iter()
@@ -364,8 +458,19 @@ impl Verifier {
             Scheme::Stripe => self.verify_stripe(headers, body, now_unix),
             Scheme::StandardWebhooks => self.verify_standard(headers, body, now_unix),
             Scheme::Hmac { header, algorithm, encoding, prefix } => {
-                self.verify_hmac(headers, body, header, *algorithm, *encoding, prefix.as_deref())
+                let params = BodyHmac {
+                    header,
+                    canonical_header: header,
+                    algorithm: *algorithm,
+                    encoding: *encoding,
+                    prefix: prefix.as_deref(),
+                    delivery: None,
+                };
+                self.verify_hmac(headers, body, &params)
             }
+            Scheme::Github => self.verify_hmac(headers, body, &BodyHmac::GITHUB),
+            Scheme::Paystack => self.verify_hmac(headers, body, &BodyHmac::PAYSTACK),
+            Scheme::Shopify => self.verify_hmac(headers, body, &BodyHmac::SHOPIFY),
         }
     }
 
@@ -460,35 +565,35 @@ impl Verifier {
         &self,
         headers: &(impl Headers + ?Sized),
         body: &[u8],
-        name: &str,
-        algorithm: HmacAlgorithm,
-        encoding: Encoding,
-        prefix: Option<&str>,
+        params: &BodyHmac<'_>,
     ) -> Result<Verified, VerifyError> {
-        let raw = headers.get(name).ok_or_else(|| missing(name))?.trim();
-        let value = match prefix {
+        let raw = headers.get(params.header).ok_or_else(|| missing(params.header))?.trim();
+        let value = match params.prefix {
             Some(p) => raw
                 .strip_prefix(p)
                 .ok_or_else(|| VerifyError::Malformed(format!("signature does not start with {p:?}")))?,
             None => raw,
         };
-        let expected = match algorithm {
+        let expected = match params.algorithm {
             HmacAlgorithm::Sha256 => 32,
             HmacAlgorithm::Sha512 => 64,
         };
         let parts: [&[u8]; 1] = [body];
-        let secret_index =
-            self.find_match(&parts, || std::iter::once(value), encoding, expected).ok_or(VerifyError::Mismatch)?;
-        Ok(Verified { secret_index, delivery_id: None, timestamp: None })
+        let secret_index = self
+            .find_match(&parts, || std::iter::once(value), params.encoding, expected)
+            .ok_or(VerifyError::Mismatch)?;
+        let delivery_id = params.delivery.and_then(|(name, _)| headers.get(name)).map(str::to_owned);
+        Ok(Verified { secret_index, delivery_id, timestamp: None })
     }
 
     /// Produces the headers a provider would send for `body`, signed with the
     /// FIRST configured secret at time `now_unix`.
     ///
-    /// `msg_id` becomes the Standard Webhooks `webhook-id` and is ignored by
-    /// the other schemes. Header names use the provider's canonical casing
-    /// (`Stripe-Signature`, `webhook-id`, ...; the configured name for
-    /// [`Scheme::Hmac`]). This exists so that `payhook send`, the benchmark
+    /// `msg_id` becomes the Standard Webhooks `webhook-id`, GitHub's
+    /// `X-GitHub-Delivery` and Shopify's `X-Shopify-Webhook-Id`, and is
+    /// ignored by the other schemes. Header names use the provider's canonical
+    /// casing (`Stripe-Signature`, `webhook-id`, `X-Hub-Signature-256`, ...;
+    /// the configured name for [`Scheme::Hmac`]). This exists so that `payhook send`, the benchmark
     /// and the tests generate deliveries exactly the way providers do; a
     /// negative `now_unix` produces a timestamp that [`Verifier::verify`]
     /// rejects as malformed.
@@ -513,14 +618,21 @@ impl Verifier {
                     ("webhook-signature".to_owned(), signature),
                 ]
             }
-            Scheme::Hmac { header, encoding, prefix, .. } => {
+            Scheme::Hmac { .. } | Scheme::Github | Scheme::Paystack | Scheme::Shopify => {
+                let Some(params) = self.scheme.body_hmac() else {
+                    return Vec::new();
+                };
                 let bytes = key.compute(&[body]).into_bytes();
-                let encoded = match encoding {
+                let encoded = match params.encoding {
                     Encoding::Hex => hex::encode(bytes),
                     Encoding::Base64 => STANDARD.encode(bytes),
                 };
-                let value = format!("{}{encoded}", prefix.as_deref().unwrap_or(""));
-                vec![(header.clone(), value)]
+                let value = format!("{}{encoded}", params.prefix.unwrap_or(""));
+                let mut out = vec![(params.canonical_header.to_owned(), value)];
+                if let Some((_, name)) = params.delivery {
+                    out.push((name.to_owned(), msg_id.to_owned()));
+                }
+                out
             }
         }
     }

@@ -3,10 +3,12 @@
 //!
 //! * `vectors`: the shared, provider-derived test vectors.
 //! * `props`: property tests of sign/verify for every scheme.
+//! * `named`: the named body-HMAC providers (GitHub, Paystack, Shopify).
 //! * `units`: targeted behaviour (error kinds, header aliases, redaction).
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
 
 mod fuzz;
+mod named;
 mod props;
 mod units;
 mod vectors;

@@ -19,6 +19,9 @@ enum Kind {
     Github,
     Paystack,
     Shopify,
+    NamedGithub,
+    NamedPaystack,
+    NamedShopify,
 }
 
 impl Kind {
@@ -29,6 +32,9 @@ impl Kind {
             Kind::Github => github_scheme(),
             Kind::Paystack => paystack_scheme(),
             Kind::Shopify => shopify_scheme(),
+            Kind::NamedGithub => Scheme::Github,
+            Kind::NamedPaystack => Scheme::Paystack,
+            Kind::NamedShopify => Scheme::Shopify,
         }
     }
 
@@ -40,9 +46,9 @@ impl Kind {
         match self {
             Kind::Stripe => "stripe-signature",
             Kind::Standard => "webhook-signature",
-            Kind::Github => "x-hub-signature-256",
-            Kind::Paystack => "x-paystack-signature",
-            Kind::Shopify => "x-shopify-hmac-sha256",
+            Kind::Github | Kind::NamedGithub => "x-hub-signature-256",
+            Kind::Paystack | Kind::NamedPaystack => "x-paystack-signature",
+            Kind::Shopify | Kind::NamedShopify => "x-shopify-hmac-sha256",
         }
     }
 
@@ -52,9 +58,9 @@ impl Kind {
         let (cut, encoding) = match self {
             Kind::Stripe => (value.find(",v1=").expect("v1 entry") + 4, Encoding::Hex),
             Kind::Standard => (3, Encoding::Base64),
-            Kind::Github => (7, Encoding::Hex),
-            Kind::Paystack => (0, Encoding::Hex),
-            Kind::Shopify => (0, Encoding::Base64),
+            Kind::Github | Kind::NamedGithub => (7, Encoding::Hex),
+            Kind::Paystack | Kind::NamedPaystack => (0, Encoding::Hex),
+            Kind::Shopify | Kind::NamedShopify => (0, Encoding::Base64),
         };
         let (head, mac) = value.split_at(cut);
         (head, mac, encoding)
@@ -63,14 +69,24 @@ impl Kind {
     fn expected(self, now: i64, msg_id: &str, secret_index: usize) -> Verified {
         Verified {
             secret_index,
-            delivery_id: (self == Kind::Standard).then(|| msg_id.to_owned()),
+            delivery_id: matches!(self, Kind::Standard | Kind::NamedGithub | Kind::NamedShopify)
+                .then(|| msg_id.to_owned()),
             timestamp: self.timed().then_some(now),
         }
     }
 }
 
 fn kind() -> impl Strategy<Value = Kind> {
-    prop_oneof![Just(Kind::Stripe), Just(Kind::Standard), Just(Kind::Github), Just(Kind::Paystack), Just(Kind::Shopify),]
+    prop_oneof![
+        Just(Kind::Stripe),
+        Just(Kind::Standard),
+        Just(Kind::Github),
+        Just(Kind::Paystack),
+        Just(Kind::Shopify),
+        Just(Kind::NamedGithub),
+        Just(Kind::NamedPaystack),
+        Just(Kind::NamedShopify),
+    ]
 }
 
 fn timed_kind() -> impl Strategy<Value = Kind> {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use payhook_core::signature::{Scheme, Secret, Verifier};
 use serde_json::Value;
 
-use crate::{github_scheme, header, paystack_scheme, shopify_scheme};
+use crate::header;
 
 const VECTORS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors/signatures.json");
 
@@ -18,9 +18,9 @@ fn scheme_for(name: &str) -> Option<Scheme> {
     match name {
         "stripe" => Some(Scheme::Stripe),
         "standard-webhooks" => Some(Scheme::StandardWebhooks),
-        "github" => Some(github_scheme()),
-        "paystack" => Some(paystack_scheme()),
-        "shopify" => Some(shopify_scheme()),
+        "github" => Some(Scheme::Github),
+        "paystack" => Some(Scheme::Paystack),
+        "shopify" => Some(Scheme::Shopify),
         _ => None,
     }
 }
@@ -144,7 +144,11 @@ fn signing_reproduces_the_headers_of_every_valid_single_signature_vector() {
                 .expect("numeric timestamp"),
             _ => v.now,
         };
-        let signed = verifier_for(&v).sign(v.body.as_bytes(), timestamp, msg_id);
+        let mut signed = verifier_for(&v).sign(v.body.as_bytes(), timestamp, msg_id);
+        // Unsigned delivery-id headers (GitHub, Shopify) are not part of the vectors.
+        signed.retain(|(name, _)| {
+            !["x-github-delivery", "x-shopify-webhook-id"].iter().any(|d| name.eq_ignore_ascii_case(d))
+        });
         let single = signed.iter().all(|(name, _)| signature_count(&v, name, header(&v.headers, name)) == 1);
         if !single {
             continue;
