@@ -31,8 +31,10 @@ use base64::alphabet;
 use base64::engine::general_purpose::STANDARD;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
+mod ed25519;
 mod mac;
 
+use ed25519::Ed25519Key;
 use mac::{KeyedMac, SIG_BUF_LEN, decode_signature};
 
 /// Base64 engine used for Standard Webhooks *secrets*: providers are not
@@ -45,6 +47,16 @@ const LENIENT_BASE64: GeneralPurpose = GeneralPurpose::new(
 
 /// Prefix that Standard Webhooks (and Svix) put in front of base64 secrets.
 const WHSEC_PREFIX: &str = "whsec_";
+
+/// Prefix of a Standard Webhooks Ed25519 public key (base64 of 32 bytes).
+const WHPK_PREFIX: &str = "whpk_";
+
+/// Prefix of a Standard Webhooks Ed25519 private key (base64 of a 32-byte seed, or of 64 bytes: seed then public
+/// key).
+const WHSK_PREFIX: &str = "whsk_";
+
+/// Base64 length of a 64-byte Ed25519 signature.
+const ED25519_SIG_B64_LEN: usize = 88;
 
 /// Read access to request headers.
 ///
@@ -144,10 +156,23 @@ pub enum Scheme {
     ///
     /// Headers `webhook-id`, `webhook-timestamp` and `webhook-signature`
     /// (or their `svix-` equivalents); the signature header is a
-    /// space-separated list of `v1,<base64>` entries, other versions such as
-    /// the asymmetric `v1a` are ignored. The signed content is
-    /// `"{id}.{timestamp}.{body}"`, HMAC-SHA256 keyed with the base64 decoding
-    /// of the secret after stripping a leading `whsec_`.
+    /// space-separated list of `v1,<base64>` (symmetric) and
+    /// `v1a,<base64>` (Ed25519) entries; other versions are ignored. The
+    /// signed content is `"{id}.{timestamp}.{body}"` for both.
+    ///
+    /// Secrets are written as:
+    ///
+    /// * `whsec_<base64>` (or bare base64): an HMAC-SHA256 key, checking `v1`
+    ///   entries;
+    /// * `whpk_<base64 of 32 bytes>`: an Ed25519 public key, checking `v1a`
+    ///   entries (verify only);
+    /// * `whsk_<base64 of a 32-byte seed, or of 64 bytes of seed then public
+    ///   key>`: an Ed25519 private key, signing `v1a` and verifying with its
+    ///   derived public key.
+    ///
+    /// One verifier may mix both kinds while a sender migrates; a `v1`
+    /// signature only ever matches a symmetric secret and a `v1a` signature
+    /// only an Ed25519 one.
     StandardWebhooks,
     /// A generic HMAC over the raw body only, with no timestamp (GitHub,
     /// Shopify, Paystack and many others).
@@ -354,10 +379,10 @@ fn stripe_v1_values(header: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// Iterates the `v1` values of a Standard Webhooks signature header.
-fn standard_v1_values(header: &str) -> impl Iterator<Item = &str> {
-    header.split(' ').filter_map(|entry| match entry.split_once(',') {
-        Some(("v1", v)) => Some(v),
+/// Iterates the values of one version (`v1` or `v1a`) of a Standard Webhooks signature header.
+fn standard_values<'h>(header: &'h str, version: &'static str) -> impl Iterator<Item = &'h str> {
+    header.split(' ').filter_map(move |entry| match entry.split_once(',') {
+        Some((v, value)) if v == version => Some(value),
         _ => None,
     })
 }
@@ -370,8 +395,65 @@ fn standard_v1_values(header: &str) -> impl Iterator<Item = &str> {
 #[derive(Clone)]
 pub struct Verifier {
     scheme: Scheme,
-    keys: Vec<KeyedMac>,
+    keys: Vec<Key>,
     tolerance_secs: u64,
+}
+
+/// One configured secret, decoded for its scheme.
+#[derive(Clone)]
+enum Key {
+    /// A symmetric key with its HMAC schedule.
+    Mac(KeyedMac),
+    /// An Ed25519 key (Standard Webhooks `v1a`).
+    Ed25519(Ed25519Key),
+}
+
+impl Key {
+    fn mac(&self) -> Option<&KeyedMac> {
+        match self {
+            Self::Mac(mac) => Some(mac),
+            Self::Ed25519(_) => None,
+        }
+    }
+
+    fn ed25519(&self) -> Option<&Ed25519Key> {
+        match self {
+            Self::Ed25519(key) => Some(key),
+            Self::Mac(_) => None,
+        }
+    }
+}
+
+/// Decodes one configured secret for `scheme`; the error is a reason without key material.
+fn parse_key(scheme: &Scheme, text: &str) -> Result<Key, &'static str> {
+    if text.is_empty() {
+        return Err("secret is empty");
+    }
+    let sha256 =
+        |key: &[u8]| KeyedMac::new(HmacAlgorithm::Sha256, key).map(Key::Mac).map_err(|_| "unusable key length");
+    match scheme {
+        Scheme::StandardWebhooks => {
+            if let Some(b64) = text.strip_prefix(WHPK_PREFIX) {
+                let bytes = LENIENT_BASE64.decode(b64).map_err(|_| "not valid base64 (expected whpk_<base64>)")?;
+                return Ed25519Key::from_public(&bytes).map(Key::Ed25519);
+            }
+            if let Some(b64) = text.strip_prefix(WHSK_PREFIX) {
+                let bytes = LENIENT_BASE64.decode(b64).map_err(|_| "not valid base64 (expected whsk_<base64>)")?;
+                return Ed25519Key::from_private(&bytes).map(Key::Ed25519);
+            }
+            let b64 = text.strip_prefix(WHSEC_PREFIX).unwrap_or(text);
+            let decoded = LENIENT_BASE64.decode(b64).map_err(|_| "not valid base64 (expected whsec_<base64>)")?;
+            if decoded.is_empty() {
+                return Err("secret decodes to an empty key");
+            }
+            sha256(&decoded)
+        }
+        Scheme::Stripe => sha256(text.as_bytes()),
+        Scheme::Hmac { .. } | Scheme::Github | Scheme::Paystack | Scheme::Shopify => {
+            let algorithm = scheme.body_hmac().map_or(HmacAlgorithm::Sha256, |h| h.algorithm);
+            KeyedMac::new(algorithm, text.as_bytes()).map(Key::Mac).map_err(|_| "unusable key length")
+        }
+    }
 }
 
 impl fmt::Debug for Verifier {
@@ -400,34 +482,11 @@ impl Verifier {
         if secrets.is_empty() {
             return Err(KeyError::Empty);
         }
-        let algorithm = match &scheme {
-            Scheme::Stripe | Scheme::StandardWebhooks => HmacAlgorithm::Sha256,
-            other => other.body_hmac().map_or(HmacAlgorithm::Sha256, |h| h.algorithm),
-        };
         let keys = secrets
             .iter()
             .enumerate()
             .map(|(index, secret)| {
-                let invalid = |reason: &str| KeyError::Invalid { index, reason: reason.to_owned() };
-                let text = secret.expose();
-                if text.is_empty() {
-                    return Err(invalid("secret is empty"));
-                }
-                let decoded;
-                let key: &[u8] = match scheme {
-                    Scheme::StandardWebhooks => {
-                        let b64 = text.strip_prefix(WHSEC_PREFIX).unwrap_or(text);
-                        decoded = LENIENT_BASE64
-                            .decode(b64)
-                            .map_err(|_| invalid("not valid base64 (expected whsec_<base64>)"))?;
-                        if decoded.is_empty() {
-                            return Err(invalid("secret decodes to an empty key"));
-                        }
-                        &decoded
-                    }
-                    _ => text.as_bytes(),
-                };
-                KeyedMac::new(algorithm, key).map_err(|_| invalid("unusable key length"))
+                parse_key(&scheme, secret.expose()).map_err(|reason| KeyError::Invalid { index, reason: reason.into() })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { scheme, keys, tolerance_secs })
@@ -436,6 +495,20 @@ impl Verifier {
     /// The scheme this verifier checks.
     pub fn scheme(&self) -> &Scheme {
         &self.scheme
+    }
+
+    /// The Standard Webhooks headers with one `v1a` signature.
+    fn sign_standard_v1a(&self, key: &Ed25519Key, body: &[u8], now_unix: i64, msg_id: &str) -> Vec<(String, String)> {
+        let ts = now_unix.to_string();
+        let message = [msg_id.as_bytes(), b".", ts.as_bytes(), b".", body].concat();
+        let Some(signature) = key.sign(&message) else {
+            return Vec::new();
+        };
+        vec![
+            ("webhook-id".to_owned(), msg_id.to_owned()),
+            ("webhook-timestamp".to_owned(), ts),
+            ("webhook-signature".to_owned(), format!("v1a,{}", STANDARD.encode(signature))),
+        ]
     }
 
     /// Verifies a delivery given its headers and raw body bytes.
@@ -495,6 +568,9 @@ impl Verifier {
     {
         let mut buf = [0u8; SIG_BUF_LEN];
         self.keys.iter().position(|key| {
+            let Some(key) = key.mac() else {
+                return false;
+            };
             let tag = key.compute(parts);
             candidates()
                 .any(|value| decode_signature(encoding, value, expected, &mut buf).is_some_and(|sig| tag.matches(sig)))
@@ -550,14 +626,29 @@ impl Verifier {
             return Err(VerifyError::Malformed(format!("{id_name} is empty")));
         }
         let timestamp = parse_timestamp(ts_text)?;
-        if standard_v1_values(header).next().is_none() {
-            return Err(VerifyError::Malformed("no v1 signature".into()));
+        // Only versions that some configured secret can check count, so a verifier of symmetric secrets still
+        // calls a header of nothing but `v1a` entries malformed.
+        let checks_v1 = self.keys.iter().any(|k| k.mac().is_some()) && standard_values(header, "v1").next().is_some();
+        let checks_v1a =
+            self.keys.iter().any(|k| k.ed25519().is_some()) && standard_values(header, "v1a").next().is_some();
+        if !checks_v1 && !checks_v1a {
+            return Err(VerifyError::Malformed("no v1 signature (or v1a, for Ed25519 secrets)".into()));
         }
         self.check_fresh(timestamp, now_unix)?;
         let parts: [&[u8]; 5] = [id.as_bytes(), b".", ts_text.as_bytes(), b".", body];
-        let secret_index = self
-            .find_match(&parts, || standard_v1_values(header), Encoding::Base64, 32)
-            .ok_or(VerifyError::Mismatch)?;
+        let mut secret_index = self.find_match(&parts, || standard_values(header, "v1"), Encoding::Base64, 32);
+        if secret_index.is_none() && checks_v1a {
+            let message = parts.concat();
+            secret_index = self.keys.iter().position(|key| {
+                key.ed25519().is_some_and(|key| {
+                    standard_values(header, "v1a").any(|value| {
+                        value.len() == ED25519_SIG_B64_LEN
+                            && STANDARD.decode(value).is_ok_and(|sig| key.verify(&message, &sig))
+                    })
+                })
+            });
+        }
+        let secret_index = secret_index.ok_or(VerifyError::Mismatch)?;
         Ok(Verified { secret_index, delivery_id: Some(id.to_owned()), timestamp: Some(timestamp) })
     }
 
@@ -587,7 +678,12 @@ impl Verifier {
     }
 
     /// Produces the headers a provider would send for `body`, signed with the
-    /// FIRST configured secret at time `now_unix`.
+    /// FIRST configured secret that can sign at time `now_unix`.
+    ///
+    /// Every secret can sign except public keys (Standard Webhooks `whpk_`);
+    /// when only public keys are configured the result is empty. A Standard
+    /// Webhooks `whsk_` key signs a `v1a` (Ed25519) signature, a `whsec_` key
+    /// a `v1` one.
     ///
     /// `msg_id` becomes the Standard Webhooks `webhook-id`, GitHub's
     /// `X-GitHub-Delivery` and Shopify's `X-Shopify-Webhook-Id`, and is
@@ -598,9 +694,13 @@ impl Verifier {
     /// negative `now_unix` produces a timestamp that [`Verifier::verify`]
     /// rejects as malformed.
     pub fn sign(&self, body: &[u8], now_unix: i64, msg_id: &str) -> Vec<(String, String)> {
-        let Some(key) = self.keys.first() else {
-            // Unreachable: `new` rejects an empty secret list.
+        let Some(first) = self.keys.iter().find(|key| key.ed25519().is_none_or(Ed25519Key::can_sign)) else {
+            // Only public keys are configured (or none, which `new` rejects): nothing can sign.
             return Vec::new();
+        };
+        let key = match first {
+            Key::Mac(mac) => mac,
+            Key::Ed25519(ed) => return self.sign_standard_v1a(ed, body, now_unix, msg_id),
         };
         match &self.scheme {
             Scheme::Stripe => {

@@ -15,6 +15,9 @@ fn verifiers() -> Vec<Verifier> {
     [
         (Scheme::Stripe, "whsec_fuzz"),
         (Scheme::StandardWebhooks, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        (Scheme::StandardWebhooks, "whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo="),
+        (Scheme::Github, "k"),
+        (Scheme::Shopify, "k"),
         (hmac(HmacAlgorithm::Sha256, Encoding::Hex, Some("sha256=")), "k"),
         (hmac(HmacAlgorithm::Sha512, Encoding::Base64, None), "k"),
     ]
@@ -30,6 +33,7 @@ fn header_value() -> impl Strategy<Value = String> {
             Just("t=".to_owned()),
             Just("v1=".to_owned()),
             Just("v1,".to_owned()),
+            Just("v1a,".to_owned()),
             Just(",".to_owned()),
             Just(" ".to_owned()),
             Just("=".to_owned()),
@@ -60,6 +64,8 @@ proptest! {
                 ("webhook-timestamp".to_owned(), b.clone()),
                 ("webhook-signature".to_owned(), a.clone()),
                 ("x-sig".to_owned(), a.clone()),
+                ("x-hub-signature-256".to_owned(), a.clone()),
+                ("x-shopify-hmac-sha256".to_owned(), b.clone()),
             ];
             // A random header never verifies (2^-256 aside); what matters is that it returns.
             prop_assert!(v.verify(&headers, &body, now).is_err());

@@ -3,10 +3,12 @@
 //!
 //! * `vectors`: the shared, provider-derived test vectors.
 //! * `props`: property tests of sign/verify for every scheme.
+//! * `ed25519`: Standard Webhooks `v1a` with Ed25519 keys, alone and mixed with `whsec_` secrets.
 //! * `named`: the named body-HMAC providers (GitHub, Paystack, Shopify).
 //! * `units`: targeted behaviour (error kinds, header aliases, redaction).
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
 
+mod ed25519;
 mod fuzz;
 mod named;
 mod props;

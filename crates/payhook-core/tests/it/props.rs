@@ -16,6 +16,8 @@ const TOLERANCE: i64 = 300;
 enum Kind {
     Stripe,
     Standard,
+    /// Standard Webhooks with an Ed25519 (`whsk_`) key, signing `v1a`.
+    StandardEd25519,
     Github,
     Paystack,
     Shopify,
@@ -28,7 +30,7 @@ impl Kind {
     fn scheme(self) -> Scheme {
         match self {
             Kind::Stripe => Scheme::Stripe,
-            Kind::Standard => Scheme::StandardWebhooks,
+            Kind::Standard | Kind::StandardEd25519 => Scheme::StandardWebhooks,
             Kind::Github => github_scheme(),
             Kind::Paystack => paystack_scheme(),
             Kind::Shopify => shopify_scheme(),
@@ -39,13 +41,13 @@ impl Kind {
     }
 
     fn timed(self) -> bool {
-        matches!(self, Kind::Stripe | Kind::Standard)
+        matches!(self, Kind::Stripe | Kind::Standard | Kind::StandardEd25519)
     }
 
     fn signature_header(self) -> &'static str {
         match self {
             Kind::Stripe => "stripe-signature",
-            Kind::Standard => "webhook-signature",
+            Kind::Standard | Kind::StandardEd25519 => "webhook-signature",
             Kind::Github | Kind::NamedGithub => "x-hub-signature-256",
             Kind::Paystack | Kind::NamedPaystack => "x-paystack-signature",
             Kind::Shopify | Kind::NamedShopify => "x-shopify-hmac-sha256",
@@ -58,6 +60,7 @@ impl Kind {
         let (cut, encoding) = match self {
             Kind::Stripe => (value.find(",v1=").expect("v1 entry") + 4, Encoding::Hex),
             Kind::Standard => (3, Encoding::Base64),
+            Kind::StandardEd25519 => (4, Encoding::Base64),
             Kind::Github | Kind::NamedGithub => (7, Encoding::Hex),
             Kind::Paystack | Kind::NamedPaystack => (0, Encoding::Hex),
             Kind::Shopify | Kind::NamedShopify => (0, Encoding::Base64),
@@ -69,8 +72,11 @@ impl Kind {
     fn expected(self, now: i64, msg_id: &str, secret_index: usize) -> Verified {
         Verified {
             secret_index,
-            delivery_id: matches!(self, Kind::Standard | Kind::NamedGithub | Kind::NamedShopify)
-                .then(|| msg_id.to_owned()),
+            delivery_id: matches!(
+                self,
+                Kind::Standard | Kind::StandardEd25519 | Kind::NamedGithub | Kind::NamedShopify
+            )
+            .then(|| msg_id.to_owned()),
             timestamp: self.timed().then_some(now),
         }
     }
@@ -80,6 +86,7 @@ fn kind() -> impl Strategy<Value = Kind> {
     prop_oneof![
         Just(Kind::Stripe),
         Just(Kind::Standard),
+        Just(Kind::StandardEd25519),
         Just(Kind::Github),
         Just(Kind::Paystack),
         Just(Kind::Shopify),
@@ -90,7 +97,7 @@ fn kind() -> impl Strategy<Value = Kind> {
 }
 
 fn timed_kind() -> impl Strategy<Value = Kind> {
-    prop_oneof![Just(Kind::Stripe), Just(Kind::Standard)]
+    prop_oneof![Just(Kind::Stripe), Just(Kind::Standard), Just(Kind::StandardEd25519)]
 }
 
 /// A secret as a provider would hand it out for `kind`.
@@ -102,6 +109,9 @@ fn secret(kind: Kind) -> BoxedStrategy<String> {
                 if prefixed { format!("whsec_{b64}") } else { b64 }
             })
             .boxed(),
+        Kind::StandardEd25519 => {
+            proptest::array::uniform32(any::<u8>()).prop_map(|seed| format!("whsk_{}", STANDARD.encode(seed))).boxed()
+        }
         _ => "[ -~]{1,64}".boxed(),
     }
 }
