@@ -31,8 +31,11 @@ use base64::alphabet;
 use base64::engine::general_purpose::STANDARD;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
+mod adyen;
 mod ed25519;
 mod mac;
+
+pub use adyen::adyen_signing_string;
 
 use ed25519::Ed25519Key;
 use mac::{KeyedMac, SIG_BUF_LEN, decode_signature};
@@ -207,12 +210,25 @@ pub enum Scheme {
     /// [`Verified::delivery_id`] is the `X-Shopify-Webhook-Id` header when
     /// present; like GitHub's delivery id it is not covered by the signature.
     Shopify,
+    /// Adyen's notification HMAC, carried inside the body rather than in a
+    /// header.
+    ///
+    /// Each `notificationItems[].NotificationRequestItem` has its own
+    /// `additionalData.hmacSignature`: the base64 HMAC-SHA256 of
+    /// [`adyen_signing_string`] of that item, keyed with the *hex-decoded*
+    /// secret (Adyen shows it as 64 hex digits). A delivery verifies only if
+    /// it has at least one item and every item verifies under some configured
+    /// secret; a body that is not JSON or has no items is
+    /// [`VerifyError::Malformed`]. Nothing time-bound is signed, so replays
+    /// are caught by deduplication downstream. Signing is
+    /// [`Verifier::adyen_sign_body`], since the signature changes the body.
+    Adyen,
 }
 
 impl Scheme {
     /// A short, stable name for logs, metrics and the stored delivery:
     /// `stripe`, `standard-webhooks`, `hmac`, `github`, `paystack` or
-    /// `shopify`.
+    /// `shopify` and `adyen`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Stripe => "stripe",
@@ -221,6 +237,7 @@ impl Scheme {
             Self::Github => "github",
             Self::Paystack => "paystack",
             Self::Shopify => "shopify",
+            Self::Adyen => "adyen",
         }
     }
 
@@ -239,7 +256,7 @@ impl Scheme {
             Self::Github => BodyHmac::GITHUB,
             Self::Paystack => BodyHmac::PAYSTACK,
             Self::Shopify => BodyHmac::SHOPIFY,
-            Self::Stripe | Self::StandardWebhooks => return None,
+            Self::Stripe | Self::StandardWebhooks | Self::Adyen => return None,
         })
     }
 }
@@ -449,6 +466,10 @@ fn parse_key(scheme: &Scheme, text: &str) -> Result<Key, &'static str> {
             sha256(&decoded)
         }
         Scheme::Stripe => sha256(text.as_bytes()),
+        Scheme::Adyen => {
+            let key = hex::decode(text).map_err(|_| "not valid hex (Adyen HMAC keys are hex)")?;
+            sha256(&key)
+        }
         Scheme::Hmac { .. } | Scheme::Github | Scheme::Paystack | Scheme::Shopify => {
             let algorithm = scheme.body_hmac().map_or(HmacAlgorithm::Sha256, |h| h.algorithm);
             KeyedMac::new(algorithm, text.as_bytes()).map(Key::Mac).map_err(|_| "unusable key length")
@@ -541,6 +562,7 @@ impl Verifier {
                 };
                 self.verify_hmac(headers, body, &params)
             }
+            Scheme::Adyen => self.verify_adyen(body),
             Scheme::Github => self.verify_hmac(headers, body, &BodyHmac::GITHUB),
             Scheme::Paystack => self.verify_hmac(headers, body, &BodyHmac::PAYSTACK),
             Scheme::Shopify => self.verify_hmac(headers, body, &BodyHmac::SHOPIFY),
@@ -652,6 +674,48 @@ impl Verifier {
         Ok(Verified { secret_index, delivery_id: Some(id.to_owned()), timestamp: Some(timestamp) })
     }
 
+    fn verify_adyen(&self, body: &[u8]) -> Result<Verified, VerifyError> {
+        let doc = adyen::parse(body)?;
+        let items = adyen::items(&doc)?;
+        let mut first_index = None;
+        for (i, item) in items.iter().enumerate() {
+            let signature = adyen::signature_of(item, i)?;
+            let signed = adyen_signing_string(item);
+            let index = self
+                .find_match(&[signed.as_bytes()], || std::iter::once(signature), Encoding::Base64, 32)
+                .ok_or(VerifyError::Mismatch)?;
+            first_index.get_or_insert(index);
+        }
+        let secret_index = first_index.ok_or(VerifyError::Mismatch)?;
+        Ok(Verified { secret_index, delivery_id: None, timestamp: None })
+    }
+
+    /// Fills in `additionalData.hmacSignature` of every notification item of
+    /// an Adyen notification body, signed with the first configured secret,
+    /// and returns the re-serialised body.
+    ///
+    /// The item's other fields are kept; the JSON is re-encoded (Adyen's
+    /// signature covers fields, not bytes). Fails with
+    /// [`VerifyError::Malformed`] when the body is not an Adyen notification
+    /// with at least one item, or when this verifier is not for
+    /// [`Scheme::Adyen`].
+    pub fn adyen_sign_body(&self, body: &[u8]) -> Result<Vec<u8>, VerifyError> {
+        let (Scheme::Adyen, Some(key)) = (&self.scheme, self.keys.first().and_then(Key::mac)) else {
+            return Err(VerifyError::Malformed("this verifier is not for Adyen".into()));
+        };
+        let mut doc = adyen::parse(body)?;
+        for item in adyen::items_mut(&mut doc)? {
+            let signed = adyen_signing_string(&serde_json::Value::Object(item.clone()));
+            let signature = STANDARD.encode(key.compute(&[signed.as_bytes()]).into_bytes());
+            let additional = item.entry("additionalData").or_insert_with(|| serde_json::json!({}));
+            if !additional.is_object() {
+                *additional = serde_json::json!({});
+            }
+            additional["hmacSignature"] = serde_json::Value::String(signature);
+        }
+        serde_json::to_vec(&doc).map_err(|_| VerifyError::Malformed("cannot re-encode the notification".into()))
+    }
+
     fn verify_hmac(
         &self,
         headers: &(impl Headers + ?Sized),
@@ -683,7 +747,8 @@ impl Verifier {
     /// Every secret can sign except public keys (Standard Webhooks `whpk_`);
     /// when only public keys are configured the result is empty. A Standard
     /// Webhooks `whsk_` key signs a `v1a` (Ed25519) signature, a `whsec_` key
-    /// a `v1` one.
+    /// a `v1` one. [`Scheme::Adyen`] carries no signature header, so the
+    /// result is empty; use [`Verifier::adyen_sign_body`].
     ///
     /// `msg_id` becomes the Standard Webhooks `webhook-id`, GitHub's
     /// `X-GitHub-Delivery` and Shopify's `X-Shopify-Webhook-Id`, and is
@@ -703,6 +768,8 @@ impl Verifier {
             Key::Ed25519(ed) => return self.sign_standard_v1a(ed, body, now_unix, msg_id),
         };
         match &self.scheme {
+            // Adyen's signature lives in the body: see `adyen_sign_body`.
+            Scheme::Adyen => Vec::new(),
             Scheme::Stripe => {
                 let ts = now_unix.to_string();
                 let tag = key.compute(&[ts.as_bytes(), b".", body]);

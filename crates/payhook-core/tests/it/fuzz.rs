@@ -97,4 +97,29 @@ proptest! {
             let _ = format.parse(doc.to_string().as_bytes());
         }
     }
+
+    #[test]
+    fn no_adyen_like_body_makes_the_adyen_verifier_or_signer_panic(
+        items in proptest::collection::vec(
+            prop_oneof![
+                Just(serde_json::json!(null)),
+                Just(serde_json::json!({})),
+                Just(serde_json::json!({"NotificationRequestItem": 5})),
+                Just(serde_json::json!({"NotificationRequestItem": {"additionalData": 1}})),
+                Just(serde_json::json!({"NotificationRequestItem": {"additionalData": {"hmacSignature": 7}}})),
+                (any::<String>(), any::<i64>(), any::<bool>()).prop_map(|(s, n, b)| serde_json::json!({
+                    "NotificationRequestItem": {"pspReference": s, "amount": {"value": n, "currency": [s]},
+                        "success": b, "additionalData": {"hmacSignature": s}}})),
+            ],
+            0..4,
+        ),
+        raw in proptest::collection::vec(any::<u8>(), 0..128),
+    ) {
+        let v = Verifier::new(Scheme::Adyen, &[Secret::new("00ff")], 300).unwrap();
+        let body = serde_json::json!({"notificationItems": items}).to_string();
+        prop_assert!(v.verify(&[("x", "y")], body.as_bytes(), 0).is_err());
+        let _ = v.adyen_sign_body(body.as_bytes());
+        prop_assert!(v.verify(&[("x", "y")], &raw, 0).is_err());
+        let _ = v.adyen_sign_body(&raw);
+    }
 }

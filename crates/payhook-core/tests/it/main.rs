@@ -3,11 +3,13 @@
 //!
 //! * `vectors`: the shared, provider-derived test vectors.
 //! * `props`: property tests of sign/verify for every scheme.
+//! * `adyen`: Adyen notifications, signed per item inside the body.
 //! * `ed25519`: Standard Webhooks `v1a` with Ed25519 keys, alone and mixed with `whsec_` secrets.
 //! * `named`: the named body-HMAC providers (GitHub, Paystack, Shopify).
 //! * `units`: targeted behaviour (error kinds, header aliases, redaction).
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
 
+mod adyen;
 mod ed25519;
 mod fuzz;
 mod named;

@@ -319,4 +319,54 @@ proptest! {
             Err(VerifyError::Stale { delta_secs: delta, tolerance_secs: TOLERANCE as u64 })
         );
     }
+
+    #[test]
+    fn a_signed_adyen_notification_verifies_and_changing_any_signed_field_is_a_mismatch(
+        fields in proptest::collection::vec("[ -~]{0,24}", 8),
+        which in 0usize..8,
+        extra in "[a-z]{1,4}",
+        key in proptest::array::uniform32(any::<u8>()),
+    ) {
+        let fields: [&str; 8] = std::array::from_fn(|i| fields[i].as_str());
+        let v = Verifier::new(Scheme::Adyen, &[Secret::new(hex::encode(key))], 300).expect("hex key");
+        let body = v.adyen_sign_body(&crate::adyen::notification(&[crate::adyen::item(fields)])).expect("signable");
+        prop_assert!(v.verify(&[("content-type", "application/json")], &body, 0).is_ok());
+        let mut doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let item = &mut doc["notificationItems"][0]["NotificationRequestItem"];
+        let slot = match which {
+            0 => &mut item["pspReference"],
+            1 => &mut item["originalReference"],
+            2 => &mut item["merchantAccountCode"],
+            3 => &mut item["merchantReference"],
+            4 => &mut item["amount"]["value"],
+            5 => &mut item["amount"]["currency"],
+            6 => &mut item["eventCode"],
+            _ => &mut item["success"],
+        };
+        let changed = match &*slot {
+            serde_json::Value::Null => extra.clone(),
+            serde_json::Value::String(s) => format!("{s}{extra}"),
+            other => format!("{other}{extra}"),
+        };
+        *slot = serde_json::Value::String(changed);
+        let forged = doc.to_string();
+        prop_assert_eq!(v.verify(&[("content-type", "application/json")], forged.as_bytes(), 0), Err(VerifyError::Mismatch));
+    }
+
+    #[test]
+    fn flipping_any_single_bit_of_an_adyen_item_signature_is_a_mismatch(
+        position in 0usize..32,
+        bit in 0u8..8,
+        key in proptest::array::uniform32(any::<u8>()),
+    ) {
+        let v = Verifier::new(Scheme::Adyen, &[Secret::new(hex::encode(key))], 300).expect("hex key");
+        let fields = ["psp", "", "Merchant", "ref", "100", "EUR", "AUTHORISATION", "true"];
+        let body = v.adyen_sign_body(&crate::adyen::notification(&[crate::adyen::item(fields)])).expect("signable");
+        let mut doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let slot = &mut doc["notificationItems"][0]["NotificationRequestItem"]["additionalData"]["hmacSignature"];
+        let mut bytes = STANDARD.decode(slot.as_str().unwrap()).unwrap();
+        bytes[position] ^= 1 << bit;
+        *slot = serde_json::Value::String(STANDARD.encode(bytes));
+        prop_assert_eq!(v.verify(&[("x", "y")], doc.to_string().as_bytes(), 0), Err(VerifyError::Mismatch));
+    }
 }
