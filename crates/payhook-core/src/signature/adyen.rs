@@ -1,9 +1,11 @@
 //! Adyen's notification HMAC: the signature travels inside each notification item rather than in a header, and
 //! covers eight of the item's fields instead of the raw body.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 
-use super::VerifyError;
+use super::{Encoding, Key, Scheme, Verified, VerifyError};
 
 /// The most notification items one delivery may carry; Adyen batches far fewer, and the bound keeps a hostile
 /// body from costing one HMAC per item without limit.
@@ -81,4 +83,48 @@ pub(super) fn signature_of(item: &Value, index: usize) -> Result<&str, VerifyErr
     item["additionalData"]["hmacSignature"]
         .as_str()
         .ok_or_else(|| VerifyError::Malformed(format!("notification item #{index} has no hmacSignature")))
+}
+
+impl super::Verifier {
+    pub(super) fn verify_adyen(&self, body: &[u8]) -> Result<Verified, VerifyError> {
+        let doc = parse(body)?;
+        let items = items(&doc)?;
+        let mut first_index = None;
+        for (i, item) in items.iter().enumerate() {
+            let signature = signature_of(item, i)?;
+            let signed = adyen_signing_string(item);
+            let index = self
+                .find_match(&[signed.as_bytes()], || std::iter::once(signature), Encoding::Base64, 32)
+                .ok_or(VerifyError::Mismatch)?;
+            first_index.get_or_insert(index);
+        }
+        let secret_index = first_index.ok_or(VerifyError::Mismatch)?;
+        Ok(Verified { secret_index, delivery_id: None, timestamp: None, nonce: None })
+    }
+
+    /// Fills in `additionalData.hmacSignature` of every notification item of
+    /// an Adyen notification body, signed with the first configured secret,
+    /// and returns the re-serialised body.
+    ///
+    /// The item's other fields are kept; the JSON is re-encoded (Adyen's
+    /// signature covers fields, not bytes). Fails with
+    /// [`VerifyError::Malformed`] when the body is not an Adyen notification
+    /// with at least one item, or when this verifier is not for
+    /// [`Scheme::Adyen`].
+    pub fn adyen_sign_body(&self, body: &[u8]) -> Result<Vec<u8>, VerifyError> {
+        let (Scheme::Adyen, Some(key)) = (&self.scheme, self.keys.first().and_then(Key::mac)) else {
+            return Err(VerifyError::Malformed("this verifier is not for Adyen".into()));
+        };
+        let mut doc = parse(body)?;
+        for item in items_mut(&mut doc)? {
+            let signed = adyen_signing_string(&serde_json::Value::Object(item.clone()));
+            let signature = STANDARD.encode(key.compute(&[signed.as_bytes()]).into_bytes());
+            let additional = item.entry("additionalData").or_insert_with(|| serde_json::json!({}));
+            if !additional.is_object() {
+                *additional = serde_json::json!({});
+            }
+            additional["hmacSignature"] = serde_json::Value::String(signature);
+        }
+        serde_json::to_vec(&doc).map_err(|_| VerifyError::Malformed("cannot re-encode the notification".into()))
+    }
 }

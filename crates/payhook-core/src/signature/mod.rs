@@ -23,7 +23,14 @@
 //! * Checks run in a fixed order (header parsing, then freshness, then the
 //!   MAC) so that error codes are stable and cheap rejections happen before
 //!   the comparatively expensive HMAC computation.
+//!
+//! Layout: this file holds the public types and the header-based schemes
+//! (Stripe, Standard Webhooks, body HMACs); `mac` the shared HMAC machinery;
+//! `ed25519` Ed25519 keys; `adyen` Adyen's in-body signatures; `http` RFC 9421
+//! message signatures and RFC 9530 digests, on top of the RFC 8941 parser in
+//! `structured`.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use base64::Engine as _;
@@ -33,9 +40,17 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
 mod adyen;
 mod ed25519;
+mod http;
 mod mac;
+mod structured;
+
+use http::{HttpKey, parse_http_key};
 
 pub use adyen::adyen_signing_string;
+pub use http::{
+    DERIVED_COMPONENTS, RequestParts, SignatureInput, check_content_digest, content_digest, parse_signature,
+    parse_signature_input, signature_base,
+};
 
 use ed25519::Ed25519Key;
 use mac::{KeyedMac, SIG_BUF_LEN, decode_signature};
@@ -71,6 +86,18 @@ const ED25519_SIG_B64_LEN: usize = 88;
 pub trait Headers {
     /// Returns the value of the first header called `name`, if any.
     fn get(&self, name: &str) -> Option<&str>;
+
+    /// Returns the value of an RFC 9421 derived component, named with its
+    /// leading `@` (`@method`, `@authority`, `@path`, `@query`,
+    /// `@target-uri`, `@scheme`, `@request-target`; see
+    /// [`RequestParts`] for the exact forms), if the implementation knows
+    /// the request line. Only [`Scheme::HttpMessageSignatures`] asks; the
+    /// default knows nothing, so signatures covering derived components fail
+    /// with [`VerifyError::MissingHeader`] naming the component.
+    fn derived(&self, component: &str) -> Option<Cow<'_, str>> {
+        let _ = component;
+        None
+    }
 }
 
 impl Headers for [(String, String)] {
@@ -223,12 +250,39 @@ pub enum Scheme {
     /// are caught by deduplication downstream. Signing is
     /// [`Verifier::adyen_sign_body`], since the signature changes the body.
     Adyen,
+    /// [RFC 9421](https://www.rfc-editor.org/rfc/rfc9421) HTTP message
+    /// signatures over the request, with the body bound through an
+    /// [RFC 9530](https://www.rfc-editor.org/rfc/rfc9530) `Content-Digest`.
+    ///
+    /// Keys are configured by `keyid`, one secret each, written as:
+    ///
+    /// * `hmac-sha256:<keyid>:<base64 key>`: a shared HMAC-SHA256 key;
+    /// * `ed25519:<keyid>:<base64 32-byte public key>`: verify only;
+    /// * `ed25519-private:<keyid>:<base64 32-byte seed>`: signs (see
+    ///   [`Verifier::sign_request`]) and verifies.
+    ///
+    /// The keyid is everything between the first and the last `:`; it must be
+    /// non-empty printable ASCII and unique within a verifier.
+    ///
+    /// Of the `Signature-Input` members, the first whose `keyid` is configured
+    /// is checked (an `alg` parameter, if present, must name that key's
+    /// algorithm), and payhook's policy applies to it: `content-digest` must
+    /// be covered and match the body (`sha-256` and/or `sha-512`), `created`
+    /// is required and must lie within the tolerance in either direction, and
+    /// an `expires` in the past is [`VerifyError::Stale`] (with `delta_secs`
+    /// the seconds since expiry and a zero `tolerance_secs`). A `nonce` is
+    /// surfaced as [`Verified::nonce`] for the server to claim; a signature
+    /// without one is accepted, and then replay protection rests on the
+    /// `created`/`expires` window plus event deduplication, because many
+    /// signers (including the RFC's own examples) send none. There is no
+    /// delivery id.
+    HttpMessageSignatures,
 }
 
 impl Scheme {
     /// A short, stable name for logs, metrics and the stored delivery:
     /// `stripe`, `standard-webhooks`, `hmac`, `github`, `paystack` or
-    /// `shopify` and `adyen`.
+    /// `shopify`, `adyen` and `http-message-signatures`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Stripe => "stripe",
@@ -238,6 +292,7 @@ impl Scheme {
             Self::Paystack => "paystack",
             Self::Shopify => "shopify",
             Self::Adyen => "adyen",
+            Self::HttpMessageSignatures => "http-message-signatures",
         }
     }
 
@@ -256,7 +311,7 @@ impl Scheme {
             Self::Github => BodyHmac::GITHUB,
             Self::Paystack => BodyHmac::PAYSTACK,
             Self::Shopify => BodyHmac::SHOPIFY,
-            Self::Stripe | Self::StandardWebhooks | Self::Adyen => return None,
+            Self::Stripe | Self::StandardWebhooks | Self::Adyen | Self::HttpMessageSignatures => return None,
         })
     }
 }
@@ -313,8 +368,27 @@ pub struct Verified {
     /// `X-GitHub-Delivery` and Shopify's `X-Shopify-Webhook-Id` are not signed
     /// by those providers, so they only label the delivery.
     pub delivery_id: Option<String>,
-    /// The signed timestamp (unix seconds) when the scheme has one.
+    /// The signed timestamp (unix seconds) when the scheme has one (RFC 9421:
+    /// `created`).
     pub timestamp: Option<i64>,
+    /// The signer's nonce (RFC 9421 `nonce` parameter), for the server to
+    /// claim once; `None` for every other scheme and for RFC 9421 signatures
+    /// that carry none.
+    pub nonce: Option<Nonce>,
+}
+
+/// A signed, single-use value that a server claims in its nonce table to
+/// reject replays within the signature's validity window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nonce {
+    /// The key that signed it; nonces are unique per signer, not globally.
+    pub keyid: String,
+    /// The nonce as sent.
+    pub value: String,
+    /// Unix seconds after which the nonce can be forgotten, because no
+    /// signature carrying it can verify any more: `created + tolerance`, or
+    /// `expires` when that is later.
+    pub expires_at: i64,
 }
 
 /// Why a delivery was rejected.
@@ -343,17 +417,23 @@ pub enum VerifyError {
     /// The headers are well formed but no signature matches any secret.
     #[error("no signature matches any configured secret")]
     Mismatch,
+    /// The signature verifies but the body does not match its signed
+    /// `Content-Digest` (RFC 9530): the body changed after signing.
+    #[error("the body does not match its signed content digest")]
+    DigestMismatch,
 }
 
 impl VerifyError {
     /// A short, stable machine code for metrics and logs:
-    /// `"missing_header"`, `"malformed"`, `"stale"` or `"mismatch"`.
+    /// `"missing_header"`, `"malformed"`, `"stale"`, `"mismatch"` or
+    /// `"digest_mismatch"`.
     pub fn code(&self) -> &'static str {
         match self {
             Self::MissingHeader(_) => "missing_header",
             Self::Malformed(_) => "malformed",
             Self::Stale { .. } => "stale",
             Self::Mismatch => "mismatch",
+            Self::DigestMismatch => "digest_mismatch",
         }
     }
 }
@@ -423,20 +503,34 @@ enum Key {
     Mac(KeyedMac),
     /// An Ed25519 key (Standard Webhooks `v1a`).
     Ed25519(Ed25519Key),
+    /// An RFC 9421 key and the `keyid` it is known by.
+    Http {
+        /// The `keyid` parameter that selects this key.
+        keyid: String,
+        /// The key.
+        key: HttpKey,
+    },
 }
 
 impl Key {
     fn mac(&self) -> Option<&KeyedMac> {
         match self {
             Self::Mac(mac) => Some(mac),
-            Self::Ed25519(_) => None,
+            Self::Ed25519(_) | Self::Http { .. } => None,
         }
     }
 
     fn ed25519(&self) -> Option<&Ed25519Key> {
         match self {
             Self::Ed25519(key) => Some(key),
-            Self::Mac(_) => None,
+            Self::Mac(_) | Self::Http { .. } => None,
+        }
+    }
+
+    fn http(&self) -> Option<(&str, &HttpKey)> {
+        match self {
+            Self::Http { keyid, key } => Some((keyid, key)),
+            Self::Mac(_) | Self::Ed25519(_) => None,
         }
     }
 }
@@ -466,6 +560,7 @@ fn parse_key(scheme: &Scheme, text: &str) -> Result<Key, &'static str> {
             sha256(&decoded)
         }
         Scheme::Stripe => sha256(text.as_bytes()),
+        Scheme::HttpMessageSignatures => parse_http_key(text),
         Scheme::Adyen => {
             let key = hex::decode(text).map_err(|_| "not valid hex (Adyen HMAC keys are hex)")?;
             sha256(&key)
@@ -510,6 +605,12 @@ impl Verifier {
                 parse_key(&scheme, secret.expose()).map_err(|reason| KeyError::Invalid { index, reason: reason.into() })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        for (index, key) in keys.iter().enumerate() {
+            let Some((keyid, _)) = key.http() else { continue };
+            if keys[..index].iter().any(|k| k.http().is_some_and(|(other, _)| other == keyid)) {
+                return Err(KeyError::Invalid { index, reason: "this keyid is already configured".into() });
+            }
+        }
         Ok(Self { scheme, keys, tolerance_secs })
     }
 
@@ -563,6 +664,7 @@ impl Verifier {
                 self.verify_hmac(headers, body, &params)
             }
             Scheme::Adyen => self.verify_adyen(body),
+            Scheme::HttpMessageSignatures => self.verify_http(headers, body, now_unix),
             Scheme::Github => self.verify_hmac(headers, body, &BodyHmac::GITHUB),
             Scheme::Paystack => self.verify_hmac(headers, body, &BodyHmac::PAYSTACK),
             Scheme::Shopify => self.verify_hmac(headers, body, &BodyHmac::SHOPIFY),
@@ -624,7 +726,7 @@ impl Verifier {
         let parts: [&[u8]; 3] = [ts_text.as_bytes(), b".", body];
         let secret_index =
             self.find_match(&parts, || stripe_v1_values(header), Encoding::Hex, 32).ok_or(VerifyError::Mismatch)?;
-        Ok(Verified { secret_index, delivery_id: None, timestamp: Some(timestamp) })
+        Ok(Verified { secret_index, delivery_id: None, timestamp: Some(timestamp), nonce: None })
     }
 
     fn verify_standard(
@@ -671,49 +773,7 @@ impl Verifier {
             });
         }
         let secret_index = secret_index.ok_or(VerifyError::Mismatch)?;
-        Ok(Verified { secret_index, delivery_id: Some(id.to_owned()), timestamp: Some(timestamp) })
-    }
-
-    fn verify_adyen(&self, body: &[u8]) -> Result<Verified, VerifyError> {
-        let doc = adyen::parse(body)?;
-        let items = adyen::items(&doc)?;
-        let mut first_index = None;
-        for (i, item) in items.iter().enumerate() {
-            let signature = adyen::signature_of(item, i)?;
-            let signed = adyen_signing_string(item);
-            let index = self
-                .find_match(&[signed.as_bytes()], || std::iter::once(signature), Encoding::Base64, 32)
-                .ok_or(VerifyError::Mismatch)?;
-            first_index.get_or_insert(index);
-        }
-        let secret_index = first_index.ok_or(VerifyError::Mismatch)?;
-        Ok(Verified { secret_index, delivery_id: None, timestamp: None })
-    }
-
-    /// Fills in `additionalData.hmacSignature` of every notification item of
-    /// an Adyen notification body, signed with the first configured secret,
-    /// and returns the re-serialised body.
-    ///
-    /// The item's other fields are kept; the JSON is re-encoded (Adyen's
-    /// signature covers fields, not bytes). Fails with
-    /// [`VerifyError::Malformed`] when the body is not an Adyen notification
-    /// with at least one item, or when this verifier is not for
-    /// [`Scheme::Adyen`].
-    pub fn adyen_sign_body(&self, body: &[u8]) -> Result<Vec<u8>, VerifyError> {
-        let (Scheme::Adyen, Some(key)) = (&self.scheme, self.keys.first().and_then(Key::mac)) else {
-            return Err(VerifyError::Malformed("this verifier is not for Adyen".into()));
-        };
-        let mut doc = adyen::parse(body)?;
-        for item in adyen::items_mut(&mut doc)? {
-            let signed = adyen_signing_string(&serde_json::Value::Object(item.clone()));
-            let signature = STANDARD.encode(key.compute(&[signed.as_bytes()]).into_bytes());
-            let additional = item.entry("additionalData").or_insert_with(|| serde_json::json!({}));
-            if !additional.is_object() {
-                *additional = serde_json::json!({});
-            }
-            additional["hmacSignature"] = serde_json::Value::String(signature);
-        }
-        serde_json::to_vec(&doc).map_err(|_| VerifyError::Malformed("cannot re-encode the notification".into()))
+        Ok(Verified { secret_index, delivery_id: Some(id.to_owned()), timestamp: Some(timestamp), nonce: None })
     }
 
     fn verify_hmac(
@@ -738,7 +798,7 @@ impl Verifier {
             .find_match(&parts, || std::iter::once(value), params.encoding, expected)
             .ok_or(VerifyError::Mismatch)?;
         let delivery_id = params.delivery.and_then(|(name, _)| headers.get(name)).map(str::to_owned);
-        Ok(Verified { secret_index, delivery_id, timestamp: None })
+        Ok(Verified { secret_index, delivery_id, timestamp: None, nonce: None })
     }
 
     /// Produces the headers a provider would send for `body`, signed with the
@@ -748,7 +808,10 @@ impl Verifier {
     /// when only public keys are configured the result is empty. A Standard
     /// Webhooks `whsk_` key signs a `v1a` (Ed25519) signature, a `whsec_` key
     /// a `v1` one. [`Scheme::Adyen`] carries no signature header, so the
-    /// result is empty; use [`Verifier::adyen_sign_body`].
+    /// result is empty; use [`Verifier::adyen_sign_body`]. Nor does
+    /// [`Scheme::HttpMessageSignatures`], whose signature covers the method,
+    /// authority and path that this function is not given; use
+    /// [`Verifier::sign_request`].
     ///
     /// `msg_id` becomes the Standard Webhooks `webhook-id`, GitHub's
     /// `X-GitHub-Delivery` and Shopify's `X-Shopify-Webhook-Id`, and is
@@ -759,17 +822,16 @@ impl Verifier {
     /// negative `now_unix` produces a timestamp that [`Verifier::verify`]
     /// rejects as malformed.
     pub fn sign(&self, body: &[u8], now_unix: i64, msg_id: &str) -> Vec<(String, String)> {
-        let Some(first) = self.keys.iter().find(|key| key.ed25519().is_none_or(Ed25519Key::can_sign)) else {
-            // Only public keys are configured (or none, which `new` rejects): nothing can sign.
-            return Vec::new();
-        };
-        let key = match first {
-            Key::Mac(mac) => mac,
-            Key::Ed25519(ed) => return self.sign_standard_v1a(ed, body, now_unix, msg_id),
+        let key = match self.keys.iter().find(|key| key.ed25519().is_none_or(Ed25519Key::can_sign)) {
+            Some(Key::Mac(mac)) => mac,
+            Some(Key::Ed25519(ed)) => return self.sign_standard_v1a(ed, body, now_unix, msg_id),
+            // RFC 9421 signs through `sign_request`, which is told the request line; and when only public keys
+            // are configured nothing can sign.
+            Some(Key::Http { .. }) | None => return Vec::new(),
         };
         match &self.scheme {
             // Adyen's signature lives in the body: see `adyen_sign_body`.
-            Scheme::Adyen => Vec::new(),
+            Scheme::Adyen | Scheme::HttpMessageSignatures => Vec::new(),
             Scheme::Stripe => {
                 let ts = now_unix.to_string();
                 let tag = key.compute(&[ts.as_bytes(), b".", body]);

@@ -69,7 +69,7 @@ fn a_signed_notification_verifies_and_reports_no_delivery_id_or_timestamp() {
     let body = adyen().adyen_sign_body(&notification(&[item(FIELDS)])).unwrap();
     assert_eq!(
         adyen().verify(&[("content-type", "application/json")], &body, 0),
-        Ok(Verified { secret_index: 0, delivery_id: None, timestamp: None })
+        Ok(Verified { secret_index: 0, delivery_id: None, timestamp: None, nonce: None })
     );
     assert_eq!(signatures(&body), ["Ny9gS2veKo5E4w8/OL6xz1/wvT/hYkAXy1xNc/QvO4I="]);
 }
@@ -94,7 +94,7 @@ fn each_item_may_match_a_different_configured_secret() {
     let both = verifier(Scheme::Adyen, &[OTHER_KEY, KEY]);
     assert_eq!(
         both.verify(&[("x", "y")], mixed.to_string().as_bytes(), 0),
-        Ok(Verified { secret_index: 1, delivery_id: None, timestamp: None })
+        Ok(Verified { secret_index: 1, delivery_id: None, timestamp: None, nonce: None })
     );
     assert_eq!(adyen().verify(&[("x", "y")], mixed.to_string().as_bytes(), 0), Err(VerifyError::Mismatch));
 }

@@ -28,7 +28,7 @@ fn whpk() -> String {
 }
 
 fn ok(secret_index: usize, id: &str) -> Result<Verified, VerifyError> {
-    Ok(Verified { secret_index, delivery_id: Some(id.into()), timestamp: Some(NOW) })
+    Ok(Verified { secret_index, delivery_id: Some(id.into()), timestamp: Some(NOW), nonce: None })
 }
 
 #[test]

@@ -35,7 +35,7 @@ fn github_and_shopify_report_their_delivery_header_as_the_delivery_id() {
         let headers = v.sign(BODY, 0, "d-42");
         assert_eq!(
             v.verify(&headers, BODY, 0),
-            Ok(Verified { secret_index: 0, delivery_id: Some("d-42".into()), timestamp: None }),
+            Ok(Verified { secret_index: 0, delivery_id: Some("d-42".into()), timestamp: None, nonce: None }),
             "{scheme:?}"
         );
         let signature_only = &headers[..1];

@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::signature::{Encoding, Scheme, Secret, Verified, Verifier, VerifyError};
+use payhook_core::signature::{Encoding, RequestParts, Scheme, Secret, Verified, Verifier, VerifyError};
 use proptest::prelude::*;
 
 use crate::{github_scheme, header, paystack_scheme, set_header, shopify_scheme};
@@ -78,6 +78,7 @@ impl Kind {
             )
             .then(|| msg_id.to_owned()),
             timestamp: self.timed().then_some(now),
+            nonce: None,
         }
     }
 }
@@ -368,5 +369,55 @@ proptest! {
         bytes[position] ^= 1 << bit;
         *slot = serde_json::Value::String(STANDARD.encode(bytes));
         prop_assert_eq!(v.verify(&[("x", "y")], doc.to_string().as_bytes(), 0), Err(VerifyError::Mismatch));
+    }
+
+    #[test]
+    fn a_signed_http_request_verifies_and_any_bit_flip_of_body_or_signature_fails(
+        key in proptest::collection::vec(any::<u8>(), 1..64),
+        ed25519 in any::<bool>(),
+        seed in proptest::array::uniform32(any::<u8>()),
+        body in proptest::collection::vec(any::<u8>(), 1..256),
+        now in now(),
+        skew in -TOLERANCE..=TOLERANCE,
+        nonce in proptest::option::of("[A-Za-z0-9_]{1,20}"),
+        position in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+    ) {
+        let secret = if ed25519 {
+            format!("ed25519-private:k1:{}", STANDARD.encode(seed))
+        } else {
+            format!("hmac-sha256:k1:{}", STANDARD.encode(&key))
+        };
+        let v = Verifier::new(Scheme::HttpMessageSignatures, &[Secret::new(secret)], TOLERANCE as u64).expect("valid");
+        let base = [("content-type", "application/json")];
+        let parts = RequestParts {
+            method: "POST", scheme: "https", authority: "hooks.example.com", path: "/in", query: None, headers: &base,
+        };
+        let added = v.sign_request(&parts, &body, now, nonce.as_deref());
+        let mut owned: Vec<(&str, &str)> = base.to_vec();
+        owned.extend(added.iter().map(|(k, x)| (k.as_str(), x.as_str())));
+        let request = RequestParts { headers: &owned, ..parts };
+        let verified = v.verify(&request, &body, now + skew);
+        prop_assert_eq!(verified.as_ref().map(|ok| (ok.timestamp, ok.nonce.as_ref().map(|n| n.value.clone()))),
+            Ok((Some(now), nonce.clone())));
+
+        let mut flipped = body.clone();
+        let i = position.index(flipped.len());
+        flipped[i] ^= 1 << bit;
+        prop_assert_eq!(v.verify(&request, &flipped, now), Err(VerifyError::DigestMismatch));
+
+        let signature = header(&added, "signature");
+        let mut bytes = STANDARD.decode(&signature[6..signature.len() - 1]).expect("base64 signature");
+        let j = position.index(bytes.len());
+        bytes[j] ^= 1 << bit;
+        let forged = format!("sig1=:{}:", STANDARD.encode(&bytes));
+        let mut tampered = owned.clone();
+        for entry in &mut tampered {
+            if entry.0.eq_ignore_ascii_case("signature") {
+                entry.1 = &forged;
+            }
+        }
+        let request = RequestParts { headers: &tampered, ..parts };
+        prop_assert_eq!(v.verify(&request, &body, now), Err(VerifyError::Mismatch));
     }
 }

@@ -11,8 +11,18 @@ use crate::header;
 const VECTORS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors/signatures.json");
 
 /// Schemes of the vector file that this module covers; each must have at
-/// least one vector so that a renamed scheme cannot silently skip everything.
-const COVERED: [&str; 6] = ["stripe", "standard-webhooks", "github", "paystack", "shopify", "adyen"];
+/// least one vector so that a renamed scheme cannot silently skip everything,
+/// and the file may hold no other scheme.
+const COVERED: [&str; 8] = [
+    "stripe",
+    "standard-webhooks",
+    "github",
+    "paystack",
+    "shopify",
+    "adyen",
+    "http-message-signatures",
+    "content-digest",
+];
 
 fn scheme_for(name: &str) -> Option<Scheme> {
     match name {
@@ -127,7 +137,11 @@ fn every_shared_vector_of_a_covered_scheme_verifies_as_its_valid_flag_says() {
 }
 
 #[test]
-fn every_covered_scheme_has_vectors() {
+fn every_scheme_in_the_vector_file_is_covered() {
+    for v in raw() {
+        let scheme = v["scheme"].as_str().unwrap_or("<none>");
+        assert!(COVERED.contains(&scheme), "vectors of scheme `{scheme}` are not checked by any test");
+    }
     for scheme in COVERED {
         raw_of(scheme);
     }
@@ -210,4 +224,62 @@ fn signing_reproduces_the_headers_of_every_valid_single_signature_vector() {
         reproduced += 1;
     }
     assert!(reproduced > 0, "no valid single-signature vector was found");
+}
+
+fn header_pairs(v: &Value) -> Vec<(String, String)> {
+    v["headers"]
+        .as_object()
+        .expect("headers object")
+        .iter()
+        .map(|(k, x)| (k.clone(), x.as_str().expect("string header").to_owned()))
+        .collect()
+}
+
+#[test]
+fn http_message_signature_vectors_rebuild_their_signature_base_and_verify_as_their_valid_flag_says() {
+    use payhook_core::signature::{Headers, RequestParts, parse_signature, parse_signature_input, signature_base};
+    for v in raw_of("http-message-signatures") {
+        let valid = v["valid"].as_bool().expect("valid");
+        let key = v["secret_base64"].as_str().expect("secret_base64");
+        let expected_base = v["signature_base"].as_str().expect("signature_base");
+        let given = header_pairs(&v);
+        // The vector's headers plus the RFC test request's fields (Appendix B.2).
+        let mut all: Vec<(&str, &str)> = crate::http_signatures::RFC_HEADERS.to_vec();
+        all.extend(given.iter().map(|(k, x)| (k.as_str(), x.as_str())));
+        let request = RequestParts {
+            method: "POST",
+            scheme: "https",
+            authority: "example.com",
+            path: "/foo",
+            query: Some("param=Value&Pet=dog"),
+            headers: &all,
+        };
+        let input = parse_signature_input(request.get("signature-input").expect("Signature-Input"))
+            .expect("parsable Signature-Input")
+            .remove(0);
+        assert_eq!(signature_base(&input, &request).expect("signature base"), expected_base, "{}", v["source"]);
+        let keyid = input.keyid().expect("keyid");
+        let verifier =
+            Verifier::new(Scheme::HttpMessageSignatures, &[Secret::new(format!("hmac-sha256:{keyid}:{key}"))], 300)
+                .expect("valid key");
+        let signatures = parse_signature(request.get("signature").expect("Signature")).expect("parsable Signature");
+        let (_, signature) = signatures.iter().find(|(label, _)| label == input.label()).expect("signature for label");
+        assert_eq!(verifier.verify_http_signature(&input, signature, &request).is_ok(), valid, "{}", v["source"]);
+    }
+}
+
+#[test]
+fn content_digest_vectors_match_their_body_as_their_valid_flag_says() {
+    for v in raw_of("content-digest") {
+        let body = v["body"].as_str().expect("body");
+        let headers = header_pairs(&v);
+        let digest = &headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-digest")).expect("Content-Digest").1;
+        let valid = v["valid"].as_bool().expect("valid");
+        assert_eq!(
+            payhook_core::signature::check_content_digest(digest, body.as_bytes()).is_ok(),
+            valid,
+            "{}",
+            v["source"]
+        );
+    }
 }
