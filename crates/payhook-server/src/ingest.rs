@@ -3,7 +3,7 @@
 //! Invariant: a 2xx is sent only after the store's commit returned; every verified delivery reaches the store
 //! (parseable or not), so nothing verified is dropped.
 
-use crate::app::{AppState, SourceRuntime, now_ms};
+use crate::app::{AppState, now_ms};
 use crate::error::ApiError;
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -85,7 +85,7 @@ pub(crate) async fn handle<S: Store>(
         parsed,
         raw_body: body.to_vec(),
         headers_json: headers_json(headers),
-        verification: format!("{} (secret #{})", scheme_name(src), verified.secret_index),
+        verification: format!("{} (secret #{})", src.settings.verifier.scheme().name(), verified.secret_index),
     };
     let event_id = delivery.parsed.event_id().as_str().to_owned();
     let recorded = state.store.ingest(delivery).await?;
@@ -122,15 +122,6 @@ fn derived_event_id(delivery_id: Option<&str>, body: &[u8]) -> EventId {
     }
     let digest = hex::encode(Sha256::digest(body));
     EventId::parse(format!("sha256:{digest}")).unwrap_or_else(|_| unreachable!("a hex digest is a valid id"))
-}
-
-fn scheme_name(src: &SourceRuntime) -> &'static str {
-    use payhook_core::signature::Scheme;
-    match src.settings.verifier.scheme() {
-        Scheme::Stripe => "stripe",
-        Scheme::StandardWebhooks => "standard-webhooks",
-        Scheme::Hmac { .. } => "hmac",
-    }
 }
 
 /// The request headers as a JSON object, without credentials.

@@ -3,10 +3,18 @@
 //!
 //! * `vectors`: the shared, provider-derived test vectors.
 //! * `props`: property tests of sign/verify for every scheme.
+//! * `adyen`: Adyen notifications, signed per item inside the body.
+//! * `ed25519`: Standard Webhooks `v1a` with Ed25519 keys, alone and mixed with `whsec_` secrets.
+//! * `http_signatures`: RFC 9421 message signatures and RFC 9530 content digests.
+//! * `named`: the named body-HMAC providers (GitHub, Paystack, Shopify).
 //! * `units`: targeted behaviour (error kinds, header aliases, redaction).
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
 
+mod adyen;
+mod ed25519;
 mod fuzz;
+mod http_signatures;
+mod named;
 mod props;
 mod units;
 mod vectors;

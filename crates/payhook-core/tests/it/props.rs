@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::signature::{Encoding, Scheme, Secret, Verified, Verifier, VerifyError};
+use payhook_core::signature::{Encoding, RequestParts, Scheme, Secret, Verified, Verifier, VerifyError};
 use proptest::prelude::*;
 
 use crate::{github_scheme, header, paystack_scheme, set_header, shopify_scheme};
@@ -16,33 +16,41 @@ const TOLERANCE: i64 = 300;
 enum Kind {
     Stripe,
     Standard,
+    /// Standard Webhooks with an Ed25519 (`whsk_`) key, signing `v1a`.
+    StandardEd25519,
     Github,
     Paystack,
     Shopify,
+    NamedGithub,
+    NamedPaystack,
+    NamedShopify,
 }
 
 impl Kind {
     fn scheme(self) -> Scheme {
         match self {
             Kind::Stripe => Scheme::Stripe,
-            Kind::Standard => Scheme::StandardWebhooks,
+            Kind::Standard | Kind::StandardEd25519 => Scheme::StandardWebhooks,
             Kind::Github => github_scheme(),
             Kind::Paystack => paystack_scheme(),
             Kind::Shopify => shopify_scheme(),
+            Kind::NamedGithub => Scheme::Github,
+            Kind::NamedPaystack => Scheme::Paystack,
+            Kind::NamedShopify => Scheme::Shopify,
         }
     }
 
     fn timed(self) -> bool {
-        matches!(self, Kind::Stripe | Kind::Standard)
+        matches!(self, Kind::Stripe | Kind::Standard | Kind::StandardEd25519)
     }
 
     fn signature_header(self) -> &'static str {
         match self {
             Kind::Stripe => "stripe-signature",
-            Kind::Standard => "webhook-signature",
-            Kind::Github => "x-hub-signature-256",
-            Kind::Paystack => "x-paystack-signature",
-            Kind::Shopify => "x-shopify-hmac-sha256",
+            Kind::Standard | Kind::StandardEd25519 => "webhook-signature",
+            Kind::Github | Kind::NamedGithub => "x-hub-signature-256",
+            Kind::Paystack | Kind::NamedPaystack => "x-paystack-signature",
+            Kind::Shopify | Kind::NamedShopify => "x-shopify-hmac-sha256",
         }
     }
 
@@ -52,9 +60,10 @@ impl Kind {
         let (cut, encoding) = match self {
             Kind::Stripe => (value.find(",v1=").expect("v1 entry") + 4, Encoding::Hex),
             Kind::Standard => (3, Encoding::Base64),
-            Kind::Github => (7, Encoding::Hex),
-            Kind::Paystack => (0, Encoding::Hex),
-            Kind::Shopify => (0, Encoding::Base64),
+            Kind::StandardEd25519 => (4, Encoding::Base64),
+            Kind::Github | Kind::NamedGithub => (7, Encoding::Hex),
+            Kind::Paystack | Kind::NamedPaystack => (0, Encoding::Hex),
+            Kind::Shopify | Kind::NamedShopify => (0, Encoding::Base64),
         };
         let (head, mac) = value.split_at(cut);
         (head, mac, encoding)
@@ -63,18 +72,33 @@ impl Kind {
     fn expected(self, now: i64, msg_id: &str, secret_index: usize) -> Verified {
         Verified {
             secret_index,
-            delivery_id: (self == Kind::Standard).then(|| msg_id.to_owned()),
+            delivery_id: matches!(
+                self,
+                Kind::Standard | Kind::StandardEd25519 | Kind::NamedGithub | Kind::NamedShopify
+            )
+            .then(|| msg_id.to_owned()),
             timestamp: self.timed().then_some(now),
+            nonce: None,
         }
     }
 }
 
 fn kind() -> impl Strategy<Value = Kind> {
-    prop_oneof![Just(Kind::Stripe), Just(Kind::Standard), Just(Kind::Github), Just(Kind::Paystack), Just(Kind::Shopify),]
+    prop_oneof![
+        Just(Kind::Stripe),
+        Just(Kind::Standard),
+        Just(Kind::StandardEd25519),
+        Just(Kind::Github),
+        Just(Kind::Paystack),
+        Just(Kind::Shopify),
+        Just(Kind::NamedGithub),
+        Just(Kind::NamedPaystack),
+        Just(Kind::NamedShopify),
+    ]
 }
 
 fn timed_kind() -> impl Strategy<Value = Kind> {
-    prop_oneof![Just(Kind::Stripe), Just(Kind::Standard)]
+    prop_oneof![Just(Kind::Stripe), Just(Kind::Standard), Just(Kind::StandardEd25519)]
 }
 
 /// A secret as a provider would hand it out for `kind`.
@@ -86,6 +110,9 @@ fn secret(kind: Kind) -> BoxedStrategy<String> {
                 if prefixed { format!("whsec_{b64}") } else { b64 }
             })
             .boxed(),
+        Kind::StandardEd25519 => {
+            proptest::array::uniform32(any::<u8>()).prop_map(|seed| format!("whsk_{}", STANDARD.encode(seed))).boxed()
+        }
         _ => "[ -~]{1,64}".boxed(),
     }
 }
@@ -292,5 +319,105 @@ proptest! {
             v.verify(&headers[..], &body, signed_at + delta),
             Err(VerifyError::Stale { delta_secs: delta, tolerance_secs: TOLERANCE as u64 })
         );
+    }
+
+    #[test]
+    fn a_signed_adyen_notification_verifies_and_changing_any_signed_field_is_a_mismatch(
+        fields in proptest::collection::vec("[ -~]{0,24}", 8),
+        which in 0usize..8,
+        extra in "[a-z]{1,4}",
+        key in proptest::array::uniform32(any::<u8>()),
+    ) {
+        let fields: [&str; 8] = std::array::from_fn(|i| fields[i].as_str());
+        let v = Verifier::new(Scheme::Adyen, &[Secret::new(hex::encode(key))], 300).expect("hex key");
+        let body = v.adyen_sign_body(&crate::adyen::notification(&[crate::adyen::item(fields)])).expect("signable");
+        prop_assert!(v.verify(&[("content-type", "application/json")], &body, 0).is_ok());
+        let mut doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let item = &mut doc["notificationItems"][0]["NotificationRequestItem"];
+        let slot = match which {
+            0 => &mut item["pspReference"],
+            1 => &mut item["originalReference"],
+            2 => &mut item["merchantAccountCode"],
+            3 => &mut item["merchantReference"],
+            4 => &mut item["amount"]["value"],
+            5 => &mut item["amount"]["currency"],
+            6 => &mut item["eventCode"],
+            _ => &mut item["success"],
+        };
+        let changed = match &*slot {
+            serde_json::Value::Null => extra.clone(),
+            serde_json::Value::String(s) => format!("{s}{extra}"),
+            other => format!("{other}{extra}"),
+        };
+        *slot = serde_json::Value::String(changed);
+        let forged = doc.to_string();
+        prop_assert_eq!(v.verify(&[("content-type", "application/json")], forged.as_bytes(), 0), Err(VerifyError::Mismatch));
+    }
+
+    #[test]
+    fn flipping_any_single_bit_of_an_adyen_item_signature_is_a_mismatch(
+        position in 0usize..32,
+        bit in 0u8..8,
+        key in proptest::array::uniform32(any::<u8>()),
+    ) {
+        let v = Verifier::new(Scheme::Adyen, &[Secret::new(hex::encode(key))], 300).expect("hex key");
+        let fields = ["psp", "", "Merchant", "ref", "100", "EUR", "AUTHORISATION", "true"];
+        let body = v.adyen_sign_body(&crate::adyen::notification(&[crate::adyen::item(fields)])).expect("signable");
+        let mut doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let slot = &mut doc["notificationItems"][0]["NotificationRequestItem"]["additionalData"]["hmacSignature"];
+        let mut bytes = STANDARD.decode(slot.as_str().unwrap()).unwrap();
+        bytes[position] ^= 1 << bit;
+        *slot = serde_json::Value::String(STANDARD.encode(bytes));
+        prop_assert_eq!(v.verify(&[("x", "y")], doc.to_string().as_bytes(), 0), Err(VerifyError::Mismatch));
+    }
+
+    #[test]
+    fn a_signed_http_request_verifies_and_any_bit_flip_of_body_or_signature_fails(
+        key in proptest::collection::vec(any::<u8>(), 1..64),
+        ed25519 in any::<bool>(),
+        seed in proptest::array::uniform32(any::<u8>()),
+        body in proptest::collection::vec(any::<u8>(), 1..256),
+        now in now(),
+        skew in -TOLERANCE..=TOLERANCE,
+        nonce in proptest::option::of("[A-Za-z0-9_]{1,20}"),
+        position in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+    ) {
+        let secret = if ed25519 {
+            format!("ed25519-private:k1:{}", STANDARD.encode(seed))
+        } else {
+            format!("hmac-sha256:k1:{}", STANDARD.encode(&key))
+        };
+        let v = Verifier::new(Scheme::HttpMessageSignatures, &[Secret::new(secret)], TOLERANCE as u64).expect("valid");
+        let base = [("content-type", "application/json")];
+        let parts = RequestParts {
+            method: "POST", scheme: "https", authority: "hooks.example.com", path: "/in", query: None, headers: &base,
+        };
+        let added = v.sign_request(&parts, &body, now, nonce.as_deref());
+        let mut owned: Vec<(&str, &str)> = base.to_vec();
+        owned.extend(added.iter().map(|(k, x)| (k.as_str(), x.as_str())));
+        let request = RequestParts { headers: &owned, ..parts };
+        let verified = v.verify(&request, &body, now + skew);
+        prop_assert_eq!(verified.as_ref().map(|ok| (ok.timestamp, ok.nonce.as_ref().map(|n| n.value.clone()))),
+            Ok((Some(now), nonce.clone())));
+
+        let mut flipped = body.clone();
+        let i = position.index(flipped.len());
+        flipped[i] ^= 1 << bit;
+        prop_assert_eq!(v.verify(&request, &flipped, now), Err(VerifyError::DigestMismatch));
+
+        let signature = header(&added, "signature");
+        let mut bytes = STANDARD.decode(&signature[6..signature.len() - 1]).expect("base64 signature");
+        let j = position.index(bytes.len());
+        bytes[j] ^= 1 << bit;
+        let forged = format!("sig1=:{}:", STANDARD.encode(&bytes));
+        let mut tampered = owned.clone();
+        for entry in &mut tampered {
+            if entry.0.eq_ignore_ascii_case("signature") {
+                entry.1 = &forged;
+            }
+        }
+        let request = RequestParts { headers: &tampered, ..parts };
+        prop_assert_eq!(v.verify(&request, &body, now), Err(VerifyError::Mismatch));
     }
 }

@@ -73,7 +73,7 @@ fn standard_webhooks_accepts_svix_header_names_in_any_case() {
         signed.into_iter().map(|(k, v)| (k.replace("webhook-", "Svix-").to_uppercase(), v)).collect();
     assert_eq!(
         standard().verify(&svix, BODY, NOW),
-        Ok(Verified { secret_index: 0, delivery_id: Some("msg_svix".into()), timestamp: Some(NOW) })
+        Ok(Verified { secret_index: 0, delivery_id: Some("msg_svix".into()), timestamp: Some(NOW), nonce: None })
     );
 }
 
@@ -94,7 +94,7 @@ fn stripe_accepts_a_second_v1_signature_during_rotation() {
     let value = format!("t={NOW},v1={},v1={good},v0=abc", "0".repeat(64));
     assert_eq!(
         stripe().verify(&stripe_header(&value), BODY, NOW),
-        Ok(Verified { secret_index: 0, delivery_id: None, timestamp: Some(NOW) })
+        Ok(Verified { secret_index: 0, delivery_id: None, timestamp: Some(NOW), nonce: None })
     );
 }
 
@@ -215,7 +215,7 @@ fn generic_hmac_ignores_the_clock() {
     let headers = v.sign(BODY, 0, "");
     assert_eq!(
         v.verify(&headers, BODY, i64::MAX),
-        Ok(Verified { secret_index: 0, delivery_id: None, timestamp: None })
+        Ok(Verified { secret_index: 0, delivery_id: None, timestamp: None, nonce: None })
     );
 }
 

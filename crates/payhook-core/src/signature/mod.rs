@@ -1,0 +1,868 @@
+//! Webhook signature verification for the schemes payhook understands.
+//!
+//! Payment providers sign every delivery so that a receiver can tell a genuine
+//! event from a forged or replayed one. This module turns a configured
+//! [`Scheme`] plus one or more [`Secret`]s into a [`Verifier`] that checks the
+//! signature headers against the *raw* request body (never a re-serialised
+//! one, because re-encoding JSON changes the bytes and breaks the MAC).
+//!
+//! Design choices, and why:
+//!
+//! * Keys are decoded and the HMAC key schedule is computed once, in
+//!   [`Verifier::new`], because verification sits on the request hot path and
+//!   configuration errors should surface at startup rather than per request.
+//! * Several secrets may be configured so that a secret can be rotated without
+//!   downtime; [`Verified::secret_index`] reports which one matched so that the
+//!   operator can tell when the old secret stops being used.
+//! * Every signature comparison is constant time and requires an exact length
+//!   match, so that an attacker learns nothing from response timing and cannot
+//!   get away with a truncated MAC.
+//! * Timestamps are checked in both directions against a tolerance, so that a
+//!   captured delivery cannot be replayed later and a clock far in the future
+//!   is not trusted either.
+//! * Checks run in a fixed order (header parsing, then freshness, then the
+//!   MAC) so that error codes are stable and cheap rejections happen before
+//!   the comparatively expensive HMAC computation.
+//!
+//! Layout: this file holds the public types and the header-based schemes
+//! (Stripe, Standard Webhooks, body HMACs); `mac` the shared HMAC machinery;
+//! `ed25519` Ed25519 keys; `adyen` Adyen's in-body signatures; `http` RFC 9421
+//! message signatures and RFC 9530 digests, on top of the RFC 8941 parser in
+//! `structured`.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::general_purpose::STANDARD;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+
+mod adyen;
+mod ed25519;
+mod http;
+mod mac;
+mod structured;
+
+use http::{HttpKey, parse_http_key};
+
+pub use adyen::adyen_signing_string;
+pub use http::{
+    DERIVED_COMPONENTS, RequestParts, SignatureInput, check_content_digest, content_digest, parse_signature,
+    parse_signature_input, signature_base,
+};
+
+use ed25519::Ed25519Key;
+use mac::{KeyedMac, SIG_BUF_LEN, decode_signature};
+
+/// Base64 engine used for Standard Webhooks *secrets*: providers are not
+/// consistent about padding their keys, so padding is optional here (it is
+/// still required for signatures, which are always emitted padded).
+const LENIENT_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// Prefix that Standard Webhooks (and Svix) put in front of base64 secrets.
+const WHSEC_PREFIX: &str = "whsec_";
+
+/// Prefix of a Standard Webhooks Ed25519 public key (base64 of 32 bytes).
+const WHPK_PREFIX: &str = "whpk_";
+
+/// Prefix of a Standard Webhooks Ed25519 private key (base64 of a 32-byte seed, or of 64 bytes: seed then public
+/// key).
+const WHSK_PREFIX: &str = "whsk_";
+
+/// Base64 length of a 64-byte Ed25519 signature.
+const ED25519_SIG_B64_LEN: usize = 88;
+
+/// Read access to request headers.
+///
+/// The verifier only needs to look headers up by name, so it takes this small
+/// trait instead of a concrete HTTP type; that keeps the crate free of HTTP
+/// dependencies and lets tests use plain arrays. Implementations must compare
+/// names case-insensitively because HTTP header names are case-insensitive;
+/// callers always pass lowercase names.
+pub trait Headers {
+    /// Returns the value of the first header called `name`, if any.
+    fn get(&self, name: &str) -> Option<&str>;
+
+    /// Returns the value of an RFC 9421 derived component, named with its
+    /// leading `@` (`@method`, `@authority`, `@path`, `@query`,
+    /// `@target-uri`, `@scheme`, `@request-target`; see
+    /// [`RequestParts`] for the exact forms), if the implementation knows
+    /// the request line. Only [`Scheme::HttpMessageSignatures`] asks; the
+    /// default knows nothing, so signatures covering derived components fail
+    /// with [`VerifyError::MissingHeader`] naming the component.
+    fn derived(&self, component: &str) -> Option<Cow<'_, str>> {
+        let _ = component;
+        None
+    }
+}
+
+impl Headers for [(String, String)] {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+impl Headers for Vec<(String, String)> {
+    fn get(&self, name: &str) -> Option<&str> {
+        <[(String, String)] as Headers>::get(self.as_slice(), name)
+    }
+}
+
+impl Headers for [(&str, &str)] {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| *v)
+    }
+}
+
+impl<const N: usize> Headers for [(&str, &str); N] {
+    fn get(&self, name: &str) -> Option<&str> {
+        <[(&str, &str)] as Headers>::get(self.as_slice(), name)
+    }
+}
+
+/// A webhook signing secret exactly as configured (for example `whsec_...`).
+///
+/// It is a newtype rather than a bare `String` so that it cannot end up in
+/// logs by accident: its `Debug` output is always `Secret([redacted])`.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a configured secret string.
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    /// Returns the secret text; named so that every use is easy to audit.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// Hash function used by the generic [`Scheme::Hmac`] scheme, because
+/// providers differ (GitHub and Shopify use SHA-256, Paystack SHA-512).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HmacAlgorithm {
+    /// HMAC-SHA256 (32-byte signatures).
+    Sha256,
+    /// HMAC-SHA512 (64-byte signatures).
+    Sha512,
+}
+
+/// Text encoding of the signature bytes in the header, because providers
+/// differ (GitHub and Paystack use hex, Shopify base64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    /// Lowercase hex when signing; either case is accepted when verifying.
+    Hex,
+    /// Standard base64 alphabet with padding.
+    Base64,
+}
+
+/// A signature scheme: which headers carry what, and which bytes are signed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scheme {
+    /// Stripe's `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>...][,v0=...]`.
+    ///
+    /// The signed payload is `"{t}.{body}"`, HMAC-SHA256 keyed with the
+    /// secret string's bytes exactly as configured (the `whsec_` prefix is
+    /// part of the key, unlike Standard Webhooks). Several `v1` entries may be
+    /// present while Stripe rotates secrets; any one matching is enough.
+    /// Entries with other versions (such as the test-mode `v0`) are ignored.
+    Stripe,
+    /// [Standard Webhooks](https://www.standardwebhooks.com/) (also Svix).
+    ///
+    /// Headers `webhook-id`, `webhook-timestamp` and `webhook-signature`
+    /// (or their `svix-` equivalents); the signature header is a
+    /// space-separated list of `v1,<base64>` (symmetric) and
+    /// `v1a,<base64>` (Ed25519) entries; other versions are ignored. The
+    /// signed content is `"{id}.{timestamp}.{body}"` for both.
+    ///
+    /// Secrets are written as:
+    ///
+    /// * `whsec_<base64>` (or bare base64): an HMAC-SHA256 key, checking `v1`
+    ///   entries;
+    /// * `whpk_<base64 of 32 bytes>`: an Ed25519 public key, checking `v1a`
+    ///   entries (verify only);
+    /// * `whsk_<base64 of a 32-byte seed, or of 64 bytes of seed then public
+    ///   key>`: an Ed25519 private key, signing `v1a` and verifying with its
+    ///   derived public key.
+    ///
+    /// One verifier may mix both kinds while a sender migrates; a `v1`
+    /// signature only ever matches a symmetric secret and a `v1a` signature
+    /// only an Ed25519 one.
+    StandardWebhooks,
+    /// A generic HMAC over the raw body only, with no timestamp (GitHub,
+    /// Shopify, Paystack and many others).
+    ///
+    /// Because nothing but the body is signed, this scheme cannot detect
+    /// replays by itself; deduplication has to happen downstream.
+    Hmac {
+        /// Header carrying the signature (lowercase name).
+        header: String,
+        /// Hash function of the HMAC.
+        algorithm: HmacAlgorithm,
+        /// How the signature bytes are written in the header.
+        encoding: Encoding,
+        /// Literal prefix (such as `sha256=`) that must be present and is
+        /// stripped before decoding.
+        prefix: Option<String>,
+    },
+    /// GitHub: `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA256 of the raw
+    /// body keyed with the secret's bytes.
+    ///
+    /// [`Verified::delivery_id`] is the `X-GitHub-Delivery` header when
+    /// present. GitHub does not sign that header, so it identifies a delivery
+    /// for logs and for storing an unparseable body, but a replayed body could
+    /// carry any value in it.
+    Github,
+    /// Paystack: `x-paystack-signature: <hex>`, HMAC-SHA512 of the raw body
+    /// keyed with the secret key's bytes.
+    Paystack,
+    /// Shopify: `X-Shopify-Hmac-Sha256: <base64>`, HMAC-SHA256 of the raw body
+    /// keyed with the app's client secret bytes.
+    ///
+    /// [`Verified::delivery_id`] is the `X-Shopify-Webhook-Id` header when
+    /// present; like GitHub's delivery id it is not covered by the signature.
+    Shopify,
+    /// Adyen's notification HMAC, carried inside the body rather than in a
+    /// header.
+    ///
+    /// Each `notificationItems[].NotificationRequestItem` has its own
+    /// `additionalData.hmacSignature`: the base64 HMAC-SHA256 of
+    /// [`adyen_signing_string`] of that item, keyed with the *hex-decoded*
+    /// secret (Adyen shows it as 64 hex digits). A delivery verifies only if
+    /// it has at least one item and every item verifies under some configured
+    /// secret; a body that is not JSON or has no items is
+    /// [`VerifyError::Malformed`]. Nothing time-bound is signed, so replays
+    /// are caught by deduplication downstream. Signing is
+    /// [`Verifier::adyen_sign_body`], since the signature changes the body.
+    Adyen,
+    /// [RFC 9421](https://www.rfc-editor.org/rfc/rfc9421) HTTP message
+    /// signatures over the request, with the body bound through an
+    /// [RFC 9530](https://www.rfc-editor.org/rfc/rfc9530) `Content-Digest`.
+    ///
+    /// Keys are configured by `keyid`, one secret each, written as:
+    ///
+    /// * `hmac-sha256:<keyid>:<base64 key>`: a shared HMAC-SHA256 key;
+    /// * `ed25519:<keyid>:<base64 32-byte public key>`: verify only;
+    /// * `ed25519-private:<keyid>:<base64 32-byte seed>`: signs (see
+    ///   [`Verifier::sign_request`]) and verifies.
+    ///
+    /// The keyid is everything between the first and the last `:`; it must be
+    /// non-empty printable ASCII and unique within a verifier.
+    ///
+    /// Of the `Signature-Input` members, the first whose `keyid` is configured
+    /// is checked (an `alg` parameter, if present, must name that key's
+    /// algorithm), and payhook's policy applies to it: `content-digest` must
+    /// be covered and match the body (`sha-256` and/or `sha-512`), `created`
+    /// is required and must lie within the tolerance in either direction, and
+    /// an `expires` in the past is [`VerifyError::Stale`] (with `delta_secs`
+    /// the seconds since expiry and a zero `tolerance_secs`). A `nonce` is
+    /// surfaced as [`Verified::nonce`] for the server to claim; a signature
+    /// without one is accepted, and then replay protection rests on the
+    /// `created`/`expires` window plus event deduplication, because many
+    /// signers (including the RFC's own examples) send none. There is no
+    /// delivery id.
+    HttpMessageSignatures,
+}
+
+impl Scheme {
+    /// A short, stable name for logs, metrics and the stored delivery:
+    /// `stripe`, `standard-webhooks`, `hmac`, `github`, `paystack` or
+    /// `shopify`, `adyen` and `http-message-signatures`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Stripe => "stripe",
+            Self::StandardWebhooks => "standard-webhooks",
+            Self::Hmac { .. } => "hmac",
+            Self::Github => "github",
+            Self::Paystack => "paystack",
+            Self::Shopify => "shopify",
+            Self::Adyen => "adyen",
+            Self::HttpMessageSignatures => "http-message-signatures",
+        }
+    }
+
+    /// The body-only HMAC parameters of [`Scheme::Hmac`] and the named
+    /// providers built on it, or `None` for the other schemes.
+    fn body_hmac(&self) -> Option<BodyHmac<'_>> {
+        Some(match self {
+            Self::Hmac { header, algorithm, encoding, prefix } => BodyHmac {
+                header,
+                canonical_header: header,
+                algorithm: *algorithm,
+                encoding: *encoding,
+                prefix: prefix.as_deref(),
+                delivery: None,
+            },
+            Self::Github => BodyHmac::GITHUB,
+            Self::Paystack => BodyHmac::PAYSTACK,
+            Self::Shopify => BodyHmac::SHOPIFY,
+            Self::Stripe | Self::StandardWebhooks | Self::Adyen | Self::HttpMessageSignatures => return None,
+        })
+    }
+}
+
+/// How a body-only HMAC scheme is carried.
+struct BodyHmac<'s> {
+    /// Signature header, lowercase (for lookups).
+    header: &'s str,
+    /// Signature header as the provider spells it (for signing).
+    canonical_header: &'s str,
+    algorithm: HmacAlgorithm,
+    encoding: Encoding,
+    prefix: Option<&'s str>,
+    /// Unsigned delivery-id header, lowercase and as the provider spells it.
+    delivery: Option<(&'static str, &'static str)>,
+}
+
+impl BodyHmac<'static> {
+    const GITHUB: Self = Self {
+        header: "x-hub-signature-256",
+        canonical_header: "X-Hub-Signature-256",
+        algorithm: HmacAlgorithm::Sha256,
+        encoding: Encoding::Hex,
+        prefix: Some("sha256="),
+        delivery: Some(("x-github-delivery", "X-GitHub-Delivery")),
+    };
+    const PAYSTACK: Self = Self {
+        header: "x-paystack-signature",
+        canonical_header: "x-paystack-signature",
+        algorithm: HmacAlgorithm::Sha512,
+        encoding: Encoding::Hex,
+        prefix: None,
+        delivery: None,
+    };
+    const SHOPIFY: Self = Self {
+        header: "x-shopify-hmac-sha256",
+        canonical_header: "X-Shopify-Hmac-Sha256",
+        algorithm: HmacAlgorithm::Sha256,
+        encoding: Encoding::Base64,
+        prefix: None,
+        delivery: Some(("x-shopify-webhook-id", "X-Shopify-Webhook-Id")),
+    };
+}
+
+/// What a successful verification tells the pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Index into the verifier's secrets of the secret that matched, so that
+    /// operators can see when a rotated-out secret is no longer in use.
+    pub secret_index: usize,
+    /// The provider's delivery/message id when the scheme carries one, else
+    /// `None`. Standard Webhooks' `webhook-id` / `svix-id` is covered by the
+    /// signature and therefore safe to deduplicate on; GitHub's
+    /// `X-GitHub-Delivery` and Shopify's `X-Shopify-Webhook-Id` are not signed
+    /// by those providers, so they only label the delivery.
+    pub delivery_id: Option<String>,
+    /// The signed timestamp (unix seconds) when the scheme has one (RFC 9421:
+    /// `created`).
+    pub timestamp: Option<i64>,
+    /// The signer's nonce (RFC 9421 `nonce` parameter), for the server to
+    /// claim once; `None` for every other scheme and for RFC 9421 signatures
+    /// that carry none.
+    pub nonce: Option<Nonce>,
+}
+
+/// A signed, single-use value that a server claims in its nonce table to
+/// reject replays within the signature's validity window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nonce {
+    /// The key that signed it; nonces are unique per signer, not globally.
+    pub keyid: String,
+    /// The nonce as sent.
+    pub value: String,
+    /// Unix seconds after which the nonce can be forgotten, because no
+    /// signature carrying it can verify any more: `created + tolerance`, or
+    /// `expires` when that is later.
+    pub expires_at: i64,
+}
+
+/// Why a delivery was rejected.
+///
+/// The variants are coarse on purpose: callers map them to a response and a
+/// metric label (see [`VerifyError::code`]) and should not leak more detail
+/// than this to the sender.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum VerifyError {
+    /// A header the scheme requires is absent (the lowercase name is given).
+    #[error("missing header {0}")]
+    MissingHeader(String),
+    /// A header is present but cannot be parsed.
+    #[error("malformed signature header: {0}")]
+    Malformed(String),
+    /// The signed timestamp is too far from the verifier's clock, in either
+    /// direction; `delta_secs` is `now - timestamp`.
+    #[error("timestamp outside the tolerance of {tolerance_secs} s (delta {delta_secs} s)")]
+    Stale {
+        /// `now - timestamp` in seconds (negative when the timestamp is in
+        /// the future).
+        delta_secs: i64,
+        /// The configured tolerance in seconds.
+        tolerance_secs: u64,
+    },
+    /// The headers are well formed but no signature matches any secret.
+    #[error("no signature matches any configured secret")]
+    Mismatch,
+    /// The signature verifies but the body does not match its signed
+    /// `Content-Digest` (RFC 9530): the body changed after signing.
+    #[error("the body does not match its signed content digest")]
+    DigestMismatch,
+}
+
+impl VerifyError {
+    /// A short, stable machine code for metrics and logs:
+    /// `"missing_header"`, `"malformed"`, `"stale"`, `"mismatch"` or
+    /// `"digest_mismatch"`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::MissingHeader(_) => "missing_header",
+            Self::Malformed(_) => "malformed",
+            Self::Stale { .. } => "stale",
+            Self::Mismatch => "mismatch",
+            Self::DigestMismatch => "digest_mismatch",
+        }
+    }
+}
+
+/// Why a [`Verifier`] could not be built from the configured secrets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The secret at `index` (0-based, in configuration order) is unusable.
+    #[error("secret #{index}: {reason}")]
+    Invalid {
+        /// Position of the offending secret in the list.
+        index: usize,
+        /// Human-readable reason; never contains key material.
+        reason: String,
+    },
+    /// No secret was configured, which would make every delivery fail.
+    #[error("at least one secret is required")]
+    Empty,
+}
+
+/// Parses a signed timestamp, which must be a plain run of ASCII digits
+/// (no sign, no whitespace, no fraction) so that the signed text and the
+/// value we check can never disagree.
+fn parse_timestamp(s: &str) -> Result<i64, VerifyError> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(VerifyError::Malformed("timestamp is not a plain unix time in seconds".into()));
+    }
+    s.parse().map_err(|_| VerifyError::Malformed("timestamp is out of range".into()))
+}
+
+fn missing(name: &str) -> VerifyError {
+    VerifyError::MissingHeader(name.to_owned())
+}
+
+/// Iterates the `v1` values of a `Stripe-Signature` header.
+fn stripe_v1_values(header: &str) -> impl Iterator<Item = &str> {
+    header.split(',').filter_map(|item| match item.trim().split_once('=') {
+        Some(("v1", v)) => Some(v),
+        _ => None,
+    })
+}
+
+/// Iterates the values of one version (`v1` or `v1a`) of a Standard Webhooks signature header.
+fn standard_values<'h>(header: &'h str, version: &'static str) -> impl Iterator<Item = &'h str> {
+    header.split(' ').filter_map(move |entry| match entry.split_once(',') {
+        Some((v, value)) if v == version => Some(value),
+        _ => None,
+    })
+}
+
+/// Checks webhook signatures for one configured source.
+///
+/// Built once per source at startup (decoding keys there, so that a bad
+/// secret fails fast) and then shared; [`Verifier::verify`] takes `&self` and
+/// allocates only for the returned delivery id.
+#[derive(Clone)]
+pub struct Verifier {
+    scheme: Scheme,
+    keys: Vec<Key>,
+    tolerance_secs: u64,
+}
+
+/// One configured secret, decoded for its scheme.
+#[derive(Clone)]
+enum Key {
+    /// A symmetric key with its HMAC schedule.
+    Mac(KeyedMac),
+    /// An Ed25519 key (Standard Webhooks `v1a`).
+    Ed25519(Ed25519Key),
+    /// An RFC 9421 key and the `keyid` it is known by.
+    Http {
+        /// The `keyid` parameter that selects this key.
+        keyid: String,
+        /// The key.
+        key: HttpKey,
+    },
+}
+
+impl Key {
+    fn mac(&self) -> Option<&KeyedMac> {
+        match self {
+            Self::Mac(mac) => Some(mac),
+            Self::Ed25519(_) | Self::Http { .. } => None,
+        }
+    }
+
+    fn ed25519(&self) -> Option<&Ed25519Key> {
+        match self {
+            Self::Ed25519(key) => Some(key),
+            Self::Mac(_) | Self::Http { .. } => None,
+        }
+    }
+
+    fn http(&self) -> Option<(&str, &HttpKey)> {
+        match self {
+            Self::Http { keyid, key } => Some((keyid, key)),
+            Self::Mac(_) | Self::Ed25519(_) => None,
+        }
+    }
+}
+
+/// Decodes one configured secret for `scheme`; the error is a reason without key material.
+fn parse_key(scheme: &Scheme, text: &str) -> Result<Key, &'static str> {
+    if text.is_empty() {
+        return Err("secret is empty");
+    }
+    let sha256 =
+        |key: &[u8]| KeyedMac::new(HmacAlgorithm::Sha256, key).map(Key::Mac).map_err(|_| "unusable key length");
+    match scheme {
+        Scheme::StandardWebhooks => {
+            if let Some(b64) = text.strip_prefix(WHPK_PREFIX) {
+                let bytes = LENIENT_BASE64.decode(b64).map_err(|_| "not valid base64 (expected whpk_<base64>)")?;
+                return Ed25519Key::from_public(&bytes).map(Key::Ed25519);
+            }
+            if let Some(b64) = text.strip_prefix(WHSK_PREFIX) {
+                let bytes = LENIENT_BASE64.decode(b64).map_err(|_| "not valid base64 (expected whsk_<base64>)")?;
+                return Ed25519Key::from_private(&bytes).map(Key::Ed25519);
+            }
+            let b64 = text.strip_prefix(WHSEC_PREFIX).unwrap_or(text);
+            let decoded = LENIENT_BASE64.decode(b64).map_err(|_| "not valid base64 (expected whsec_<base64>)")?;
+            if decoded.is_empty() {
+                return Err("secret decodes to an empty key");
+            }
+            sha256(&decoded)
+        }
+        Scheme::Stripe => sha256(text.as_bytes()),
+        Scheme::HttpMessageSignatures => parse_http_key(text),
+        Scheme::Adyen => {
+            let key = hex::decode(text).map_err(|_| "not valid hex (Adyen HMAC keys are hex)")?;
+            sha256(&key)
+        }
+        Scheme::Hmac { .. } | Scheme::Github | Scheme::Paystack | Scheme::Shopify => {
+            let algorithm = scheme.body_hmac().map_or(HmacAlgorithm::Sha256, |h| h.algorithm);
+            KeyedMac::new(algorithm, text.as_bytes()).map(Key::Mac).map_err(|_| "unusable key length")
+        }
+    }
+}
+
+impl fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Key material is deliberately left out; the count is enough to debug
+        // a rotation setup.
+        f.debug_struct("Verifier")
+            .field("scheme", &self.scheme)
+            .field("secrets", &self.keys.len())
+            .field("tolerance_secs", &self.tolerance_secs)
+            .finish()
+    }
+}
+
+impl Verifier {
+    /// Builds a verifier for `scheme` accepting any of `secrets`.
+    ///
+    /// `tolerance_secs` bounds how far the signed timestamp may be from the
+    /// verifier's clock, in either direction; it is ignored by
+    /// [`Scheme::Hmac`], which has no timestamp.
+    ///
+    /// Fails with [`KeyError::Empty`] when no secret is given, and with
+    /// [`KeyError::Invalid`] when a secret is empty or (Standard Webhooks)
+    /// is not valid base64 after its `whsec_` prefix.
+    pub fn new(scheme: Scheme, secrets: &[Secret], tolerance_secs: u64) -> Result<Self, KeyError> {
+        if secrets.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        let keys = secrets
+            .iter()
+            .enumerate()
+            .map(|(index, secret)| {
+                parse_key(&scheme, secret.expose()).map_err(|reason| KeyError::Invalid { index, reason: reason.into() })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for (index, key) in keys.iter().enumerate() {
+            let Some((keyid, _)) = key.http() else { continue };
+            if keys[..index].iter().any(|k| k.http().is_some_and(|(other, _)| other == keyid)) {
+                return Err(KeyError::Invalid { index, reason: "this keyid is already configured".into() });
+            }
+        }
+        Ok(Self { scheme, keys, tolerance_secs })
+    }
+
+    /// The scheme this verifier checks.
+    pub fn scheme(&self) -> &Scheme {
+        &self.scheme
+    }
+
+    /// The Standard Webhooks headers with one `v1a` signature.
+    fn sign_standard_v1a(&self, key: &Ed25519Key, body: &[u8], now_unix: i64, msg_id: &str) -> Vec<(String, String)> {
+        let ts = now_unix.to_string();
+        let message = [msg_id.as_bytes(), b".", ts.as_bytes(), b".", body].concat();
+        let Some(signature) = key.sign(&message) else {
+            return Vec::new();
+        };
+        vec![
+            ("webhook-id".to_owned(), msg_id.to_owned()),
+            ("webhook-timestamp".to_owned(), ts),
+            ("webhook-signature".to_owned(), format!("v1a,{}", STANDARD.encode(signature))),
+        ]
+    }
+
+    /// Verifies a delivery given its headers and raw body bytes.
+    ///
+    /// Every configured secret is tried against every signature in the
+    /// header (the MAC is computed once per secret), with constant-time,
+    /// exact-length comparisons. Errors are reported in a fixed order:
+    /// missing or unparsable headers first, then a timestamp more than the
+    /// tolerance away from `now_unix` in either direction ([`VerifyError::Stale`]),
+    /// then [`VerifyError::Mismatch`]. Signature values that are not valid
+    /// hex/base64 simply do not match; a header with no signature of the
+    /// expected version at all is [`VerifyError::Malformed`].
+    pub fn verify(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<Verified, VerifyError> {
+        match &self.scheme {
+            Scheme::Stripe => self.verify_stripe(headers, body, now_unix),
+            Scheme::StandardWebhooks => self.verify_standard(headers, body, now_unix),
+            Scheme::Hmac { header, algorithm, encoding, prefix } => {
+                let params = BodyHmac {
+                    header,
+                    canonical_header: header,
+                    algorithm: *algorithm,
+                    encoding: *encoding,
+                    prefix: prefix.as_deref(),
+                    delivery: None,
+                };
+                self.verify_hmac(headers, body, &params)
+            }
+            Scheme::Adyen => self.verify_adyen(body),
+            Scheme::HttpMessageSignatures => self.verify_http(headers, body, now_unix),
+            Scheme::Github => self.verify_hmac(headers, body, &BodyHmac::GITHUB),
+            Scheme::Paystack => self.verify_hmac(headers, body, &BodyHmac::PAYSTACK),
+            Scheme::Shopify => self.verify_hmac(headers, body, &BodyHmac::SHOPIFY),
+        }
+    }
+
+    fn check_fresh(&self, timestamp: i64, now_unix: i64) -> Result<(), VerifyError> {
+        let delta = now_unix.saturating_sub(timestamp);
+        if delta.unsigned_abs() > self.tolerance_secs {
+            return Err(VerifyError::Stale { delta_secs: delta, tolerance_secs: self.tolerance_secs });
+        }
+        Ok(())
+    }
+
+    /// Tries each secret's MAC of `parts` against each candidate signature.
+    fn find_match<'h, I>(
+        &self,
+        parts: &[&[u8]],
+        candidates: impl Fn() -> I,
+        encoding: Encoding,
+        expected: usize,
+    ) -> Option<usize>
+    where
+        I: Iterator<Item = &'h str>,
+    {
+        let mut buf = [0u8; SIG_BUF_LEN];
+        self.keys.iter().position(|key| {
+            let Some(key) = key.mac() else {
+                return false;
+            };
+            let tag = key.compute(parts);
+            candidates()
+                .any(|value| decode_signature(encoding, value, expected, &mut buf).is_some_and(|sig| tag.matches(sig)))
+        })
+    }
+
+    fn verify_stripe(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<Verified, VerifyError> {
+        const NAME: &str = "stripe-signature";
+        let header = headers.get(NAME).ok_or_else(|| missing(NAME))?;
+        let mut ts_text = None;
+        for item in header.split(',') {
+            if let Some(("t", v)) = item.trim().split_once('=')
+                && ts_text.replace(v).is_some()
+            {
+                return Err(VerifyError::Malformed("more than one t= entry".into()));
+            }
+        }
+        let ts_text = ts_text.ok_or_else(|| VerifyError::Malformed("no t= timestamp".into()))?;
+        let timestamp = parse_timestamp(ts_text)?;
+        if stripe_v1_values(header).next().is_none() {
+            return Err(VerifyError::Malformed("no v1= signature".into()));
+        }
+        self.check_fresh(timestamp, now_unix)?;
+        let parts: [&[u8]; 3] = [ts_text.as_bytes(), b".", body];
+        let secret_index =
+            self.find_match(&parts, || stripe_v1_values(header), Encoding::Hex, 32).ok_or(VerifyError::Mismatch)?;
+        Ok(Verified { secret_index, delivery_id: None, timestamp: Some(timestamp), nonce: None })
+    }
+
+    fn verify_standard(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<Verified, VerifyError> {
+        // Use the svix- names only when the delivery really is in that
+        // family, so that the three values always come from one consistent set.
+        let [id_name, ts_name, sig_name] =
+            if headers.get("webhook-signature").is_none() && headers.get("svix-signature").is_some() {
+                ["svix-id", "svix-timestamp", "svix-signature"]
+            } else {
+                ["webhook-id", "webhook-timestamp", "webhook-signature"]
+            };
+        let id = headers.get(id_name).ok_or_else(|| missing(id_name))?;
+        let ts_text = headers.get(ts_name).ok_or_else(|| missing(ts_name))?;
+        let header = headers.get(sig_name).ok_or_else(|| missing(sig_name))?;
+        if id.is_empty() {
+            return Err(VerifyError::Malformed(format!("{id_name} is empty")));
+        }
+        let timestamp = parse_timestamp(ts_text)?;
+        // Only versions that some configured secret can check count, so a verifier of symmetric secrets still
+        // calls a header of nothing but `v1a` entries malformed.
+        let checks_v1 = self.keys.iter().any(|k| k.mac().is_some()) && standard_values(header, "v1").next().is_some();
+        let checks_v1a =
+            self.keys.iter().any(|k| k.ed25519().is_some()) && standard_values(header, "v1a").next().is_some();
+        if !checks_v1 && !checks_v1a {
+            return Err(VerifyError::Malformed("no v1 signature (or v1a, for Ed25519 secrets)".into()));
+        }
+        self.check_fresh(timestamp, now_unix)?;
+        let parts: [&[u8]; 5] = [id.as_bytes(), b".", ts_text.as_bytes(), b".", body];
+        let mut secret_index = self.find_match(&parts, || standard_values(header, "v1"), Encoding::Base64, 32);
+        if secret_index.is_none() && checks_v1a {
+            let message = parts.concat();
+            secret_index = self.keys.iter().position(|key| {
+                key.ed25519().is_some_and(|key| {
+                    standard_values(header, "v1a").any(|value| {
+                        value.len() == ED25519_SIG_B64_LEN
+                            && STANDARD.decode(value).is_ok_and(|sig| key.verify(&message, &sig))
+                    })
+                })
+            });
+        }
+        let secret_index = secret_index.ok_or(VerifyError::Mismatch)?;
+        Ok(Verified { secret_index, delivery_id: Some(id.to_owned()), timestamp: Some(timestamp), nonce: None })
+    }
+
+    fn verify_hmac(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        params: &BodyHmac<'_>,
+    ) -> Result<Verified, VerifyError> {
+        let raw = headers.get(params.header).ok_or_else(|| missing(params.header))?.trim();
+        let value = match params.prefix {
+            Some(p) => raw
+                .strip_prefix(p)
+                .ok_or_else(|| VerifyError::Malformed(format!("signature does not start with {p:?}")))?,
+            None => raw,
+        };
+        let expected = match params.algorithm {
+            HmacAlgorithm::Sha256 => 32,
+            HmacAlgorithm::Sha512 => 64,
+        };
+        let parts: [&[u8]; 1] = [body];
+        let secret_index = self
+            .find_match(&parts, || std::iter::once(value), params.encoding, expected)
+            .ok_or(VerifyError::Mismatch)?;
+        let delivery_id = params.delivery.and_then(|(name, _)| headers.get(name)).map(str::to_owned);
+        Ok(Verified { secret_index, delivery_id, timestamp: None, nonce: None })
+    }
+
+    /// Produces the headers a provider would send for `body`, signed with the
+    /// FIRST configured secret that can sign at time `now_unix`.
+    ///
+    /// Every secret can sign except public keys (Standard Webhooks `whpk_`);
+    /// when only public keys are configured the result is empty. A Standard
+    /// Webhooks `whsk_` key signs a `v1a` (Ed25519) signature, a `whsec_` key
+    /// a `v1` one. [`Scheme::Adyen`] carries no signature header, so the
+    /// result is empty; use [`Verifier::adyen_sign_body`]. Nor does
+    /// [`Scheme::HttpMessageSignatures`], whose signature covers the method,
+    /// authority and path that this function is not given; use
+    /// [`Verifier::sign_request`].
+    ///
+    /// `msg_id` becomes the Standard Webhooks `webhook-id`, GitHub's
+    /// `X-GitHub-Delivery` and Shopify's `X-Shopify-Webhook-Id`, and is
+    /// ignored by the other schemes. Header names use the provider's canonical
+    /// casing (`Stripe-Signature`, `webhook-id`, `X-Hub-Signature-256`, ...;
+    /// the configured name for [`Scheme::Hmac`]). This exists so that `payhook send`, the benchmark
+    /// and the tests generate deliveries exactly the way providers do; a
+    /// negative `now_unix` produces a timestamp that [`Verifier::verify`]
+    /// rejects as malformed.
+    pub fn sign(&self, body: &[u8], now_unix: i64, msg_id: &str) -> Vec<(String, String)> {
+        let key = match self.keys.iter().find(|key| key.ed25519().is_none_or(Ed25519Key::can_sign)) {
+            Some(Key::Mac(mac)) => mac,
+            Some(Key::Ed25519(ed)) => return self.sign_standard_v1a(ed, body, now_unix, msg_id),
+            // RFC 9421 signs through `sign_request`, which is told the request line; and when only public keys
+            // are configured nothing can sign.
+            Some(Key::Http { .. }) | None => return Vec::new(),
+        };
+        match &self.scheme {
+            // Adyen's signature lives in the body: see `adyen_sign_body`.
+            Scheme::Adyen | Scheme::HttpMessageSignatures => Vec::new(),
+            Scheme::Stripe => {
+                let ts = now_unix.to_string();
+                let tag = key.compute(&[ts.as_bytes(), b".", body]);
+                vec![("Stripe-Signature".to_owned(), format!("t={ts},v1={}", hex::encode(tag.into_bytes())))]
+            }
+            Scheme::StandardWebhooks => {
+                let ts = now_unix.to_string();
+                let tag = key.compute(&[msg_id.as_bytes(), b".", ts.as_bytes(), b".", body]);
+                let signature = format!("v1,{}", STANDARD.encode(tag.into_bytes()));
+                vec![
+                    ("webhook-id".to_owned(), msg_id.to_owned()),
+                    ("webhook-timestamp".to_owned(), ts),
+                    ("webhook-signature".to_owned(), signature),
+                ]
+            }
+            Scheme::Hmac { .. } | Scheme::Github | Scheme::Paystack | Scheme::Shopify => {
+                let Some(params) = self.scheme.body_hmac() else {
+                    return Vec::new();
+                };
+                let bytes = key.compute(&[body]).into_bytes();
+                let encoded = match params.encoding {
+                    Encoding::Hex => hex::encode(bytes),
+                    Encoding::Base64 => STANDARD.encode(bytes),
+                };
+                let value = format!("{}{encoded}", params.prefix.unwrap_or(""));
+                let mut out = vec![(params.canonical_header.to_owned(), value)];
+                if let Some((_, name)) = params.delivery {
+                    out.push((name.to_owned(), msg_id.to_owned()));
+                }
+                out
+            }
+        }
+    }
+}
