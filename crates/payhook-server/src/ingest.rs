@@ -14,21 +14,56 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use payhook_core::event::EventId;
 use payhook_core::signature::Headers;
-use payhook_store::{Alert, Delivery, Parsed, Store};
+use payhook_store::{Alert, Delivery, NonceClaim, NonceClaimed, Parsed, Store};
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Headers never stored with a delivery: they carry credentials of their own.
 const UNSTORED_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
 
-/// Adapts `http`'s header map to the core's header lookup.
-struct HttpHeaders<'a>(&'a HeaderMap);
+/// Adapts the request's head to the core's header lookup, including the derived components of RFC 9421
+/// (`@method`, `@authority`, `@path`, …) that HTTP Message Signatures cover.
+///
+/// `@authority` is the `Host` header as received and `@scheme` is `https` when a proxy says so in
+/// `X-Forwarded-Proto`: a proxy in front of payhook must keep the host and path the provider signed.
+struct HttpHeaders<'a>(&'a axum::http::request::Parts);
+
+impl HttpHeaders<'_> {
+    fn authority(&self) -> &str {
+        let host = self.0.headers.get(header::HOST).and_then(|v| v.to_str().ok());
+        host.or_else(|| self.0.uri.authority().map(|a| a.as_str())).unwrap_or("")
+    }
+
+    fn scheme(&self) -> &str {
+        match self.0.headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()) {
+            Some(p) if p.eq_ignore_ascii_case("https") => "https",
+            _ => self.0.uri.scheme_str().unwrap_or("http"),
+        }
+    }
+}
 
 impl Headers for HttpHeaders<'_> {
     fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).and_then(|v| v.to_str().ok())
+        self.0.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn derived(&self, component: &str) -> Option<Cow<'_, str>> {
+        let uri = &self.0.uri;
+        let path = if uri.path().is_empty() { "/" } else { uri.path() };
+        let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+        Some(match component {
+            "@method" => Cow::Borrowed(self.0.method.as_str()),
+            "@authority" => Cow::Borrowed(self.authority()),
+            "@scheme" => Cow::Borrowed(self.scheme()),
+            "@path" => Cow::Borrowed(path),
+            "@query" => Cow::Owned(if query.is_empty() { "?".to_owned() } else { query }),
+            "@target-uri" => Cow::Owned(format!("{}://{}{path}{query}", self.scheme(), self.authority())),
+            "@request-target" => Cow::Owned(format!("{path}{query}")),
+            _ => return None,
+        })
     }
 }
 
@@ -45,7 +80,7 @@ pub(crate) async fn handle<S: Store>(
     };
     let body = read_body(headers, body, state.settings.body_limit_bytes, state.settings.body_timeout_ms).await?;
     let received_at_ms = now_ms();
-    let verified = match src.settings.verifier.verify(&HttpHeaders(headers), &body, received_at_ms / 1000) {
+    let verified = match src.settings.verifier.verify(&HttpHeaders(&parts), &body, received_at_ms / 1000) {
         Ok(v) => v,
         Err(e) => {
             src.metrics.verification_failed(e.code());
@@ -71,6 +106,24 @@ pub(crate) async fn handle<S: Store>(
             });
         }
     };
+    if let Some(nonce) = &verified.nonce {
+        let claim = NonceClaim {
+            keyid: nonce.keyid.clone(),
+            nonce: nonce.value.clone(),
+            body_sha256: hex::encode(Sha256::digest(&body)),
+            expires_at: nonce.expires_at,
+            now: received_at_ms / 1000,
+        };
+        if state.store.claim_nonce(claim).await? == NonceClaimed::Replayed {
+            src.metrics.verification_failed("replayed");
+            tracing::warn!(source = %src.settings.name, keyid = %nonce.keyid, "signature nonce replayed");
+            return Err(ApiError::Unauthorized {
+                reason: "replayed",
+                message: "signature verification failed: this signature's nonce was already used for another request"
+                    .into(),
+            });
+        }
+    }
 
     let parsed = match src.settings.format.parse(&body) {
         Ok(event) => Parsed::Event(event),

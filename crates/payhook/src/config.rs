@@ -416,21 +416,34 @@ fn resolve_source(s: RawSource) -> Result<SourceSettings> {
         }
         Ok(())
     };
-    let scheme = match s.scheme.as_str() {
-        "stripe" | "standard-webhooks" => {
+    let named = match s.scheme.as_str() {
+        "stripe" => Some(Scheme::Stripe),
+        "standard-webhooks" => Some(Scheme::StandardWebhooks),
+        "github" => Some(Scheme::Github),
+        "paystack" => Some(Scheme::Paystack),
+        "shopify" => Some(Scheme::Shopify),
+        "adyen" => Some(Scheme::Adyen),
+        "http-message-signatures" => Some(Scheme::HttpMessageSignatures),
+        _ => None,
+    };
+    let scheme = match (named, s.scheme.as_str()) {
+        (Some(scheme), _) => {
             hmac_only("header", s.header.is_some())?;
             hmac_only("algorithm", s.algorithm.is_some())?;
             hmac_only("encoding", s.encoding.is_some())?;
             hmac_only("prefix", s.prefix.is_some())?;
-            if s.scheme == "stripe" { Scheme::Stripe } else { Scheme::StandardWebhooks }
+            scheme
         }
-        "hmac" => Scheme::Hmac {
+        (None, "hmac") => Scheme::Hmac {
             header: s.header.context("header: the hmac scheme needs the signature header's name")?.to_ascii_lowercase(),
             algorithm: s.algorithm.unwrap_or(HmacAlgorithm::Sha256),
             encoding: s.encoding.unwrap_or(Encoding::Hex),
             prefix: s.prefix.filter(|p| !p.is_empty()),
         },
-        other => bail!("scheme: unknown scheme {other:?} (expected hmac, stripe or standard-webhooks)"),
+        (None, other) => bail!(
+            "scheme: unknown scheme {other:?} (expected stripe, standard-webhooks, github, paystack, shopify, adyen, \
+             http-message-signatures or hmac)"
+        ),
     };
     let mut secrets: Vec<Secret> = s.secrets.into_iter().map(Secret::new).collect();
     if let Some(var) = &s.secrets_env {

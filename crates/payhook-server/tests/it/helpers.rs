@@ -24,6 +24,13 @@ pub const STRIPE_SECRET: &str = "whsec_stripe_test_secret";
 pub const STANDARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// A valid Standard Webhooks secret that is not the configured one.
 pub const OTHER_STANDARD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+pub const PAYSTACK_SECRET: &str = "sk_test_paystack_secret";
+pub const SHOPIFY_SECRET: &str = "shpss_test_secret";
+/// Adyen HMAC keys are hex.
+pub const ADYEN_SECRET: &str = "DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00";
+pub const GITHUB_SECRET: &str = "github-test-secret";
+/// An HTTP Message Signatures key: `hmac-sha256:<keyid>:<base64 key>`.
+pub const SIGNED_SECRET: &str = "hmac-sha256:payhook-test:c2VjcmV0LWtleS1vZi10aGUtcHJvdmlkZXItMDEyMzQ1Njc4OQ==";
 /// The production signature tolerance.
 pub const TOLERANCE_SECS: u64 = 300;
 
@@ -38,6 +45,11 @@ pub fn scheme(source: &str) -> Scheme {
         },
         "stripe" => Scheme::Stripe,
         "standard" => Scheme::StandardWebhooks,
+        "paystack" => Scheme::Paystack,
+        "shopify" => Scheme::Shopify,
+        "adyen" => Scheme::Adyen,
+        "github" => Scheme::Github,
+        "signed" => Scheme::HttpMessageSignatures,
         other => panic!("no test source {other:?}"),
     }
 }
@@ -53,6 +65,11 @@ pub fn secret(source: &str) -> &'static str {
         "payments" => PAYMENTS_SECRET,
         "stripe" => STRIPE_SECRET,
         "standard" => STANDARD_SECRET,
+        "paystack" => PAYSTACK_SECRET,
+        "shopify" => SHOPIFY_SECRET,
+        "adyen" => ADYEN_SECRET,
+        "github" => GITHUB_SECRET,
+        "signed" => SIGNED_SECRET,
         other => panic!("no test source {other:?}"),
     }
 }
@@ -132,6 +149,11 @@ impl TestApp {
             source_settings("payments", Format::Generic),
             source_settings("stripe", Format::Stripe),
             source_settings("standard", Format::Generic),
+            source_settings("paystack", Format::Paystack),
+            source_settings("shopify", Format::Shopify),
+            source_settings("adyen", Format::Adyen),
+            source_settings("github", Format::Generic),
+            source_settings("signed", Format::Generic),
         ]);
         settings.api_token = Some(Secret::new(API_TOKEN));
         settings.worker.enabled = false;
