@@ -4,7 +4,11 @@
 //! [`Effect::Ignored`]; a body that cannot be understood at all is a [`ParseError`], which the pipeline keeps as a
 //! dead letter (the delivery verified, so payhook owns it).
 
-use crate::event::{Currency, Effect, Event, EventId, InvalidValue, Money, OrderAction, OrderId};
+mod common;
+mod generic;
+mod stripe;
+
+use crate::event::{Event, InvalidValue, OrderAction};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -37,129 +41,10 @@ impl Format {
     pub fn parse(self, body: &[u8]) -> Result<Event, ParseError> {
         let root: Value = serde_json::from_slice(body).map_err(|e| ParseError::Json(e.to_string()))?;
         match self {
-            Format::Generic => parse_generic(&root),
-            Format::Stripe => parse_stripe(&root),
+            Format::Generic => generic::parse(&root),
+            Format::Stripe => stripe::parse(&root),
         }
     }
-}
-
-fn str_at<'a>(v: &'a Value, pointer: &'static str) -> Result<&'a str, ParseError> {
-    v.pointer(pointer).and_then(Value::as_str).ok_or(ParseError::Missing(pointer))
-}
-
-fn int_at(v: &Value, pointer: &'static str) -> Result<i64, ParseError> {
-    v.pointer(pointer).and_then(Value::as_i64).ok_or(ParseError::Missing(pointer))
-}
-
-/// Reads `amount` and `currency` when both are there; neither there is `None`, one without the other an error.
-fn money_at(v: &Value, amount: &'static str, currency: &'static str) -> Result<Option<Money>, ParseError> {
-    match (v.pointer(amount), v.pointer(currency)) {
-        (None, None) => Ok(None),
-        _ => {
-            let amount = int_at(v, amount)?;
-            let currency = Currency::parse(str_at(v, currency)?)?;
-            Ok(Some(Money::new(amount, currency)?))
-        }
-    }
-}
-
-struct Envelope {
-    event_id: EventId,
-    event_type: String,
-    occurred_at: i64,
-}
-
-fn envelope(root: &Value) -> Result<Envelope, ParseError> {
-    Ok(Envelope {
-        event_id: EventId::parse(str_at(root, "/id")?)?,
-        event_type: str_at(root, "/type")?.to_owned(),
-        occurred_at: int_at(root, "/created")?,
-    })
-}
-
-impl Envelope {
-    fn ignored(self) -> Event {
-        let business_key = format!("{}:{}", self.event_type, self.event_id);
-        Event {
-            event_id: self.event_id,
-            event_type: self.event_type,
-            occurred_at: self.occurred_at,
-            business_key,
-            effect: Effect::Ignored,
-        }
-    }
-
-    fn order(self, business_key: String, order_id: OrderId, action: OrderAction, money: Option<Money>) -> Event {
-        Event {
-            event_id: self.event_id,
-            event_type: self.event_type,
-            occurred_at: self.occurred_at,
-            business_key,
-            effect: Effect::Order { order_id, action, money },
-        }
-    }
-}
-
-fn parse_generic(root: &Value) -> Result<Event, ParseError> {
-    let env = envelope(root)?;
-    let action = match env.event_type.as_str() {
-        "payment.succeeded" => OrderAction::Pay,
-        "payment.failed" => OrderAction::Fail,
-        "payment.refunded" => OrderAction::Refund,
-        "payment.disputed" => OrderAction::Dispute,
-        _ => return Ok(env.ignored()),
-    };
-    let order_id = OrderId::parse(str_at(root, "/data/order_id")?)?;
-    let money = money_at(root, "/data/amount", "/data/currency")?;
-    if action == OrderAction::Pay && money.is_none() {
-        return Err(ParseError::Missing("/data/amount"));
-    }
-    let key = format!("{}:{}", env.event_type, order_id);
-    Ok(env.order(key, order_id, action, money))
-}
-
-fn parse_stripe(root: &Value) -> Result<Event, ParseError> {
-    let env = envelope(root)?;
-    let object = root.pointer("/data/object").ok_or(ParseError::Missing("/data/object"))?;
-    let (action, order_id, money) = match env.event_type.as_str() {
-        "payment_intent.succeeded" => {
-            let amount = if object.get("amount_received").is_some() { "/amount_received" } else { "/amount" };
-            (OrderAction::Pay, str_at(object, "/metadata/order_id")?, money_at(object, amount, "/currency")?)
-        }
-        "payment_intent.payment_failed" => {
-            (OrderAction::Fail, str_at(object, "/metadata/order_id")?, money_at(object, "/amount", "/currency")?)
-        }
-        "charge.refunded" => (
-            OrderAction::Refund,
-            str_at(object, "/metadata/order_id")?,
-            money_at(object, "/amount_refunded", "/currency")?,
-        ),
-        "charge.dispute.created" => {
-            // A dispute names its charge; the order id lives in the charge's metadata when the charge is
-            // expanded, and in the dispute's own metadata when the merchant copied it there.
-            let order_id = str_at(object, "/charge/metadata/order_id")
-                .or_else(|_| str_at(object, "/metadata/order_id"))
-                .map_err(|_| ParseError::Missing("/data/object/charge/metadata/order_id"))?;
-            (OrderAction::Dispute, order_id, money_at(object, "/amount", "/currency")?)
-        }
-        "checkout.session.completed" => {
-            // Delayed payment methods complete the session before the money arrives; only a paid session
-            // (or one that needs no payment) pays the order.
-            match object.get("payment_status").and_then(Value::as_str) {
-                Some("paid") | Some("no_payment_required") | None => {}
-                Some(_) => return Ok(env.ignored()),
-            }
-            (OrderAction::Pay, str_at(object, "/client_reference_id")?, money_at(object, "/amount_total", "/currency")?)
-        }
-        _ => return Ok(env.ignored()),
-    };
-    if action == OrderAction::Pay && money.is_none() {
-        return Err(ParseError::Missing("/data/object/amount"));
-    }
-    let order_id = OrderId::parse(order_id)?;
-    let object_id = str_at(object, "/id")?;
-    let key = format!("{}:{}", env.event_type, object_id);
-    Ok(env.order(key, order_id, action, money))
 }
 
 /// An event to encode the way a provider would send it: for `payhook send`, the benchmark and tests.
@@ -253,6 +138,7 @@ impl Format {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Effect;
     use serde_json::json;
 
     fn parse(format: Format, v: Value) -> Result<Event, ParseError> {
