@@ -1,14 +1,25 @@
-//! Payload formats: a provider's JSON, already verified, becomes an [`Event`].
+//! Payload formats: a provider's delivery, already verified, becomes one or more [`Event`]s.
 //!
 //! A format decides the event id, the business key and the effect. Types a format does not know become
 //! [`Effect::Ignored`]; a body that cannot be understood at all is a [`ParseError`], which the pipeline keeps as a
 //! dead letter (the delivery verified, so payhook owns it).
+//!
+//! Layout: one file per provider ([`generic`](Format::Generic), [`stripe`](Format::Stripe),
+//! [`paystack`](Format::Paystack), [`shopify`](Format::Shopify), [`adyen`](Format::Adyen)), each with its
+//! `parse` and `encode`, and `common` for the field readers, ISO 8601 timestamps and decimal amounts they share.
+//! Each provider's file documents its event-id and business-key rules.
+//!
+//! [`Effect::Ignored`]: crate::event::Effect::Ignored
 
+mod adyen;
 mod common;
 mod generic;
+mod paystack;
+mod shopify;
 mod stripe;
 
 use crate::event::{Event, InvalidValue, OrderAction};
+use crate::signature::Headers;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -16,10 +27,20 @@ use serde_json::Value;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Format {
-    /// `{"id","type","created","data":{"order_id","amount","currency"}}` with `payment.*` types.
+    /// `{"id","type","created","data":{...}}` with `payment.*`, `subscription.*` and `invoice.*` types.
     Generic,
-    /// Stripe's event objects (`payment_intent.*`, `charge.*`, `checkout.session.completed`).
+    /// Stripe's event objects (`payment_intent.*`, `charge.*`, `checkout.session.completed`,
+    /// `customer.subscription.*`, `invoice.*`).
     Stripe,
+    /// Paystack's `{"event","data"}` bodies, which carry no event id (`charge.success`, `refund.processed`,
+    /// `charge.dispute.create`, `subscription.*`, `invoice.*`).
+    Paystack,
+    /// Shopify's resource bodies; the topic and the event id travel in `X-Shopify-*` headers (`orders/paid`,
+    /// `orders/cancelled`, `refunds/create`, `disputes/create`).
+    Shopify,
+    /// Adyen's standard notifications: a batch of `NotificationRequestItem`s, one event each (`AUTHORISATION`,
+    /// `REFUND`, `CHARGEBACK`).
+    Adyen,
 }
 
 /// Why a verified body could not be turned into an event. The message is stored as the dead letter's reason.
@@ -31,19 +52,52 @@ pub enum ParseError {
     /// A field the format needs is absent or has the wrong JSON type.
     #[error("missing or mistyped field `{0}`")]
     Missing(&'static str),
+    /// A header the format needs is absent (Shopify sends its topic and event id in headers).
+    #[error("missing header `{0}`")]
+    MissingHeader(&'static str),
+    /// The body holds several events (an Adyen batch) where exactly one was expected.
+    #[error("the body holds {0} events where one was expected; read it with `Format::parse_delivery`")]
+    NotSingle(usize),
     /// A field is present but its value is not acceptable.
     #[error("invalid value: {0}")]
     Invalid(#[from] InvalidValue),
 }
 
 impl Format {
-    /// Parses a verified body.
-    pub fn parse(self, body: &[u8]) -> Result<Event, ParseError> {
+    /// Every format, for tests and listings.
+    pub const ALL: [Format; 5] = [Format::Generic, Format::Stripe, Format::Paystack, Format::Shopify, Format::Adyen];
+
+    /// Parses a verified delivery, its headers (looked up by lowercase name) and its body, into the events it
+    /// carries: always at least one, several for an Adyen batch, in the order of the body.
+    pub fn parse_delivery(self, headers: &(impl Headers + ?Sized), body: &[u8]) -> Result<Vec<Event>, ParseError> {
         let root: Value = serde_json::from_slice(body).map_err(|e| ParseError::Json(e.to_string()))?;
         match self {
-            Format::Generic => generic::parse(&root),
-            Format::Stripe => stripe::parse(&root),
+            Format::Generic => generic::parse(&root).map(|e| vec![e]),
+            Format::Stripe => stripe::parse(&root).map(|e| vec![e]),
+            Format::Paystack => paystack::parse(&root).map(|e| vec![e]),
+            Format::Shopify => shopify::parse(headers, &root).map(|e| vec![e]),
+            Format::Adyen => adyen::parse(&root),
         }
+    }
+
+    /// Parses a verified body that carries exactly one event, without headers. Shopify always needs its headers
+    /// ([`ParseError::MissingHeader`]); an Adyen batch of several items is [`ParseError::NotSingle`].
+    pub fn parse(self, body: &[u8]) -> Result<Event, ParseError> {
+        let no_headers: [(&str, &str); 0] = [];
+        let mut events = self.parse_delivery(&no_headers, body)?;
+        match events.pop() {
+            Some(event) if events.is_empty() => Ok(event),
+            _ => Err(ParseError::NotSingle(events.len() + 1)),
+        }
+    }
+
+    /// Whether the provider has an event for `action`, so that [`Format::encode`] writes this format's body.
+    ///
+    /// Paystack and Shopify send no webhook for a failed payment: for `Fail` they encode the generic format's
+    /// body instead (which a source of that format rejects as unreadable), so that `payhook send` and the
+    /// benchmark can still exercise the pipeline.
+    pub fn encodes(self, action: OrderAction) -> bool {
+        !matches!((self, action), (Format::Paystack | Format::Shopify, OrderAction::Fail))
     }
 }
 
@@ -82,56 +136,28 @@ impl OrderAction {
 }
 
 impl Format {
-    /// Encodes `e` as this format's JSON body; `parse` reads it back to the same effect.
+    /// Encodes `e` as this format's JSON body, the way the provider would send it; [`Format::parse_delivery`]
+    /// with [`Format::encode_headers`] reads it back to the same order effect. Adyen bodies come out unsigned
+    /// (signing them is the signature module's job). An action the provider has no event for (see
+    /// [`Format::encodes`]) is encoded in the generic format.
     pub fn encode(self, e: &Outgoing<'_>) -> Vec<u8> {
         let v = match self {
-            Format::Generic => serde_json::json!({
-                "id": e.event_id,
-                "type": e.action.generic_type(),
-                "created": e.created,
-                "data": { "order_id": e.order_id, "amount": e.amount_minor, "currency": e.currency },
-            }),
-            Format::Stripe => {
-                let (ty, object) = match e.action {
-                    OrderAction::Pay => (
-                        "payment_intent.succeeded",
-                        serde_json::json!({
-                            "id": format!("pi_{}", e.order_id), "object": "payment_intent",
-                            "amount": e.amount_minor, "amount_received": e.amount_minor, "currency": e.currency,
-                            "metadata": { "order_id": e.order_id },
-                        }),
-                    ),
-                    OrderAction::Fail => (
-                        "payment_intent.payment_failed",
-                        serde_json::json!({
-                            "id": format!("pi_{}", e.order_id), "object": "payment_intent",
-                            "amount": e.amount_minor, "currency": e.currency, "metadata": { "order_id": e.order_id },
-                        }),
-                    ),
-                    OrderAction::Refund => (
-                        "charge.refunded",
-                        serde_json::json!({
-                            "id": format!("ch_{}", e.order_id), "object": "charge",
-                            "amount_refunded": e.amount_minor, "currency": e.currency,
-                            "metadata": { "order_id": e.order_id },
-                        }),
-                    ),
-                    OrderAction::Dispute => (
-                        "charge.dispute.created",
-                        serde_json::json!({
-                            "id": format!("dp_{}", e.order_id), "object": "dispute",
-                            "amount": e.amount_minor, "currency": e.currency,
-                            "charge": { "id": format!("ch_{}", e.order_id), "metadata": { "order_id": e.order_id } },
-                        }),
-                    ),
-                };
-                serde_json::json!({
-                    "id": e.event_id, "object": "event", "type": ty, "created": e.created,
-                    "data": { "object": object },
-                })
-            }
+            Format::Generic => Some(generic::encode(e)),
+            Format::Stripe => Some(stripe::encode(e)),
+            Format::Paystack => paystack::encode(e),
+            Format::Shopify => shopify::encode(e),
+            Format::Adyen => Some(adyen::encode(e)),
         };
-        v.to_string().into_bytes()
+        v.unwrap_or_else(|| generic::encode(e)).to_string().into_bytes()
+    }
+
+    /// The headers the provider would send with [`Format::encode`]'s body, signature aside: Shopify's topic, event
+    /// id and trigger time; nothing for the other formats.
+    pub fn encode_headers(self, e: &Outgoing<'_>) -> Vec<(String, String)> {
+        match self {
+            Format::Shopify if self.encodes(e.action) => shopify::encode_headers(e),
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -146,8 +172,8 @@ mod tests {
     }
 
     #[test]
-    fn encode_then_parse_gives_back_the_same_effect_in_every_format() {
-        for format in [Format::Generic, Format::Stripe] {
+    fn encode_then_parse_delivery_gives_back_the_same_effect_in_every_format() {
+        for format in Format::ALL {
             for action in [OrderAction::Pay, OrderAction::Fail, OrderAction::Refund, OrderAction::Dispute] {
                 let out = Outgoing {
                     event_id: "evt_x",
@@ -155,16 +181,49 @@ mod tests {
                     order_id: "ord_x",
                     amount_minor: 42,
                     currency: "usd",
-                    created: 7,
+                    created: 1_700_000_007,
                 };
-                let e = format.parse(&format.encode(&out)).unwrap();
-                assert_eq!(e.event_id.as_str(), "evt_x");
-                assert_eq!(e.occurred_at, 7);
-                let Effect::Order { order_id, action: got, money } = e.effect else { panic!("{format:?} {action:?}") };
-                assert_eq!((order_id.as_str(), got), ("ord_x", action));
-                assert_eq!(money.map(|m| m.amount_minor), Some(42));
+                let headers = format.encode_headers(&out);
+                let parsed = format.parse_delivery(&headers, &format.encode(&out));
+                if !format.encodes(action) {
+                    assert!(headers.is_empty(), "{format:?} {action:?}");
+                    assert!(parsed.is_err(), "{format:?} has no {action:?} event: its source rejects the body");
+                    continue;
+                }
+                let events = parsed.unwrap_or_else(|err| panic!("{format:?} {action:?}: {err}"));
+                let [e] = &events[..] else { panic!("{format:?} {action:?}: {events:?}") };
+                assert!(e.event_id.as_str().contains("evt_x"), "{format:?} {action:?}: {}", e.event_id);
+                assert_eq!(e.occurred_at, 1_700_000_007, "{format:?} {action:?}");
+                let Effect::Order { order_id, action: got, money } = &e.effect else { panic!("{format:?} {action:?}") };
+                assert_eq!((order_id.as_str(), *got), ("ord_x", action), "{format:?}");
+                let money = money.as_ref().unwrap_or_else(|| panic!("{format:?} {action:?}: no money"));
+                assert_eq!((money.amount_minor, money.currency.as_str()), (42, "usd"), "{format:?} {action:?}");
             }
         }
+    }
+
+    #[test]
+    fn shopify_encodes_numeric_order_ids_as_shopify_does() {
+        let out = Outgoing {
+            event_id: "evt_y",
+            action: OrderAction::Pay,
+            order_id: "820982911946154508",
+            amount_minor: 1980,
+            currency: "jpy",
+            created: 7,
+        };
+        let body: Value = serde_json::from_slice(&Format::Shopify.encode(&out)).unwrap();
+        assert_eq!(body["id"], serde_json::json!(820982911946154508_u64));
+        assert_eq!(body["current_total_price"], "1980");
+        let e = Format::Shopify.parse_delivery(&Format::Shopify.encode_headers(&out), &Format::Shopify.encode(&out));
+        let Effect::Order { order_id, money, .. } = &e.unwrap()[0].effect else { panic!() };
+        assert_eq!((order_id.as_str(), money.as_ref().unwrap().amount_minor), ("820982911946154508", 1980));
+    }
+
+    #[test]
+    fn formats_are_named_in_kebab_case() {
+        let names: Vec<String> = Format::ALL.iter().map(|f| serde_json::to_string(f).unwrap()).collect();
+        assert_eq!(names, ["\"generic\"", "\"stripe\"", "\"paystack\"", "\"shopify\"", "\"adyen\""]);
     }
 
     #[test]
