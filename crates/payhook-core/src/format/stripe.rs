@@ -169,3 +169,135 @@ pub(super) fn encode(e: &Outgoing<'_>) -> Value {
         "data": { "object": object },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Format;
+    use serde_json::json;
+
+    fn event(ty: &str, id: &str, created: i64, object: Value) -> Result<Event, ParseError> {
+        let v = json!({"id":id,"object":"event","api_version":"2024-06-20","created":created,"livemode":false,
+                       "pending_webhooks":1,"type":ty,"data":{"object":object}});
+        Format::Stripe.parse(v.to_string().as_bytes())
+    }
+
+    /// A subscription object as Stripe documents it, trimmed; `current_period_end` on the object (API versions
+    /// before 2025-03-31).
+    fn subscription_object(status: &str) -> Value {
+        json!({"id":"sub_1MowQVLkdIwHu7ixeRlqHVzs","object":"subscription","billing_cycle_anchor":1679609767,
+               "cancel_at_period_end":false,"collection_method":"charge_automatically","created":1679609767,
+               "currency":"usd","current_period_end":1682288167,"current_period_start":1679609767,
+               "customer":"cus_Na6dX7aXxi11N4","items":{"object":"list","data":[{"id":"si_Na6dzxczY5fwHx",
+               "object":"subscription_item","price":{"id":"price_1MowQULkdIwHu7ixraBm864M"},"quantity":1}]},
+               "latest_invoice":"in_1MowQWLkdIwHu7ixuzkSPfKd","livemode":false,"status":status})
+    }
+
+    fn subscription_of(e: &Event) -> &SubscriptionChange {
+        let Effect::Subscription(c) = &e.effect else { panic!("not a subscription: {e:?}") };
+        c
+    }
+
+    fn invoice_of(e: &Event) -> &InvoiceChange {
+        let Effect::Invoice(c) = &e.effect else { panic!("not an invoice: {e:?}") };
+        c
+    }
+
+    #[test]
+    fn subscription_created_and_updated_carry_the_whole_subscription() {
+        let e = event("customer.subscription.created", "evt_1", 1679609768, subscription_object("incomplete")).unwrap();
+        assert_eq!(e.business_key, "customer.subscription.created:sub_1MowQVLkdIwHu7ixeRlqHVzs:1679609768");
+        let c = subscription_of(&e);
+        assert_eq!((c.action, c.status.as_str(), c.full_object), (SubscriptionAction::Created, "incomplete", true));
+        assert_eq!(c.customer_id.as_ref().unwrap().as_str(), "cus_Na6dX7aXxi11N4");
+        assert_eq!(c.current_period_end, Some(1_682_288_167));
+        let e = event("customer.subscription.updated", "evt_2", 1679609790, subscription_object("active")).unwrap();
+        assert_eq!(
+            (subscription_of(&e).action, subscription_of(&e).status.as_str()),
+            (SubscriptionAction::Updated, "active")
+        );
+    }
+
+    #[test]
+    fn newer_api_versions_put_the_period_end_on_the_items() {
+        let mut object = subscription_object("active");
+        object.as_object_mut().unwrap().remove("current_period_end");
+        object["items"]["data"][0]["current_period_end"] = json!(1_700_000_000);
+        let e = event("customer.subscription.updated", "evt_3", 5, object).unwrap();
+        assert_eq!(subscription_of(&e).current_period_end, Some(1_700_000_000));
+        let mut object = subscription_object("active");
+        object["status"] = Value::Null;
+        assert_eq!(event("customer.subscription.updated", "evt_4", 5, object), Err(ParseError::Missing("/status")));
+    }
+
+    #[test]
+    fn subscription_deleted_keeps_an_ended_status_and_defaults_to_canceled() {
+        let e = event("customer.subscription.deleted", "evt_5", 9, subscription_object("incomplete_expired")).unwrap();
+        assert_eq!(subscription_of(&e).status.as_str(), "incomplete_expired");
+        assert_eq!(subscription_of(&e).action, SubscriptionAction::Deleted);
+        let mut object = subscription_object("canceled");
+        object.as_object_mut().unwrap().remove("status");
+        let e = event("customer.subscription.deleted", "evt_6", 9, object).unwrap();
+        assert_eq!(subscription_of(&e).status.as_str(), "canceled");
+    }
+
+    /// An invoice object as Stripe documents it, trimmed.
+    fn invoice_object() -> Value {
+        json!({"id":"in_1MtHbELkdIwHu7ixl4OzzPMv","object":"invoice","account_country":"US","amount_due":2000,
+               "amount_paid":2000,"amount_remaining":0,"attempt_count":1,"attempted":true,
+               "billing_reason":"subscription_cycle","currency":"usd","customer":"cus_NeZwdNtLEOXuvB",
+               "paid":true,"status":"paid","subscription":"sub_1MowQVLkdIwHu7ixeRlqHVzs"})
+    }
+
+    #[test]
+    fn invoice_paid_and_payment_succeeded_are_one_fact() {
+        let a = event("invoice.paid", "evt_a", 10, invoice_object()).unwrap();
+        let b = event("invoice.payment_succeeded", "evt_b", 10, invoice_object()).unwrap();
+        assert_eq!(a.business_key, "invoice.paid:in_1MtHbELkdIwHu7ixl4OzzPMv");
+        assert_eq!(a.business_key, b.business_key);
+        assert_eq!(a.effect, b.effect);
+        let c = invoice_of(&a);
+        assert_eq!(c.action, InvoiceAction::Paid);
+        assert_eq!(c.customer_id.as_ref().unwrap().as_str(), "cus_NeZwdNtLEOXuvB");
+        assert_eq!(c.subscription_id.as_ref().unwrap().as_str(), "sub_1MowQVLkdIwHu7ixeRlqHVzs");
+        assert_eq!(c.money.as_ref().unwrap().amount_minor, 2000);
+    }
+
+    #[test]
+    fn newer_invoices_name_their_subscription_under_parent() {
+        let mut object = invoice_object();
+        object.as_object_mut().unwrap().remove("subscription");
+        object["parent"] = json!({"type":"subscription_details","quote_details":null,
+            "subscription_details":{"metadata":{},"subscription":"sub_new"}});
+        let e = event("invoice.paid", "evt_c", 10, object).unwrap();
+        assert_eq!(invoice_of(&e).subscription_id.as_ref().unwrap().as_str(), "sub_new");
+    }
+
+    #[test]
+    fn invoice_payment_failed_is_keyed_per_attempt() {
+        let mut object = invoice_object();
+        object["attempt_count"] = json!(2);
+        object["amount_paid"] = json!(0);
+        let e = event("invoice.payment_failed", "evt_f", 10, object).unwrap();
+        assert_eq!(e.business_key, "invoice.payment_failed:in_1MtHbELkdIwHu7ixl4OzzPMv:2");
+        let c = invoice_of(&e);
+        assert_eq!((c.action, c.money.as_ref().unwrap().amount_minor), (InvoiceAction::PaymentFailed, 2000));
+    }
+
+    #[test]
+    fn a_refunded_invoice_charge_revokes_the_invoice_and_an_order_charge_refunds_the_order() {
+        let charge = json!({"id":"ch_3MmlLrLkdIwHu7ix0snN0B15","object":"charge","amount":2000,"amount_refunded":2000,
+                            "currency":"usd","customer":"cus_NeZwdNtLEOXuvB","invoice":"in_1MtHbELkdIwHu7ixl4OzzPMv",
+                            "metadata":{},"paid":true,"refunded":true});
+        let e = event("charge.refunded", "evt_r", 20, charge.clone()).unwrap();
+        assert_eq!(e.business_key, "invoice.refunded:in_1MtHbELkdIwHu7ixl4OzzPMv");
+        let c = invoice_of(&e);
+        assert_eq!((c.invoice_id.as_str(), c.action), ("in_1MtHbELkdIwHu7ixl4OzzPMv", InvoiceAction::Refunded));
+        assert_eq!(c.money.as_ref().unwrap().amount_minor, 2000);
+        let mut with_order = charge;
+        with_order["metadata"] = json!({"order_id":"ord_1"});
+        let e = event("charge.refunded", "evt_o", 20, with_order).unwrap();
+        assert_eq!(e.business_key, "charge.refunded:ch_3MmlLrLkdIwHu7ix0snN0B15");
+        assert!(matches!(e.effect, Effect::Order { action: OrderAction::Refund, .. }));
+    }
+}
