@@ -4,7 +4,7 @@
 //! every backend and runtime:
 //!
 //! - [`signature`]: signature schemes, verified on the raw bytes in constant time.
-//! - [`mod@format`]: provider payload formats, turning verified bytes into an [`event::Event`].
+//! - [`mod@format`]: provider payload formats, turning a verified delivery into [`event::Event`]s.
 //! - [`event`]: the normalized event and the newtypes that carry its checks (`EventId`, `OrderId`, `Money`, …).
 //! - [`ledger`]: the order state machine; turns an effect into a guarded [`ledger::Plan`] and explains a guard
 //!   that matched nothing.

@@ -76,28 +76,71 @@ proptest! {
     }
 
     #[test]
-    fn no_body_makes_a_format_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
-        for format in [Format::Generic, Format::Stripe] {
+    fn no_body_makes_a_format_panic(
+        body in proptest::collection::vec(any::<u8>(), 0..512),
+        topic in shopify_topic(), id in any::<String>(), at in timestamp(),
+    ) {
+        let headers = shopify_headers(&topic, &id, &at);
+        for format in Format::ALL {
             let _ = format.parse(&body);
+            if let Ok(events) = format.parse_delivery(&headers, &body) {
+                prop_assert!(!events.is_empty());
+            }
         }
     }
 
     #[test]
     fn no_json_document_makes_a_format_panic(
-        id in any::<String>(), ty in prop_oneof![
-            Just("payment.succeeded".to_owned()), Just("payment_intent.succeeded".to_owned()),
-            Just("charge.dispute.created".to_owned()), Just("checkout.session.completed".to_owned()),
-            any::<String>()],
+        id in any::<String>(), ty in event_type(),
         created in any::<i64>(), amount in any::<i64>(), currency in any::<String>(), order in any::<String>(),
+        at in timestamp(), price in decimal(), success in prop_oneof![Just("true".to_owned()), Just("false".to_owned()), any::<String>()],
+        topic in shopify_topic(),
     ) {
-        let doc = serde_json::json!({
-            "id": id, "type": ty, "created": created,
-            "data": { "order_id": order, "amount": amount, "currency": currency,
-                      "object": { "id": id, "amount": amount, "currency": currency, "metadata": { "order_id": order },
-                                  "client_reference_id": order, "charge": { "metadata": { "order_id": order } } } },
+        let object = serde_json::json!({
+            "id": id, "amount": amount, "currency": currency, "metadata": { "order_id": order },
+            "client_reference_id": order, "charge": { "metadata": { "order_id": order } },
+            "status": success, "customer": order, "invoice": id, "amount_paid": amount,
+            "items": { "data": [{ "current_period_end": created }] },
         });
-        for format in [Format::Generic, Format::Stripe] {
-            let _ = format.parse(doc.to_string().as_bytes());
+        let data = serde_json::json!({
+            "id": id, "order_id": order, "amount": amount, "currency": currency, "reference": order,
+            "transaction_reference": order, "subscription_code": id, "invoice_code": id, "status": success,
+            "paid": true, "paid_at": at, "created_at": at, "updated_at": at, "next_payment_date": at,
+            "subscription_id": id, "invoice_id": id, "customer_id": order,
+            "customer": { "customer_code": order }, "subscription": { "subscription_code": id },
+            "transaction": { "reference": order, "currency": currency, "amount": amount },
+            "object": object,
+        });
+        let item = serde_json::json!({
+            "eventCode": ty, "success": success, "pspReference": id, "merchantReference": order,
+            "amount": { "value": amount, "currency": currency }, "eventDate": at,
+        });
+        let doc = serde_json::json!({
+            "id": id, "type": ty, "event": ty, "created": created, "data": data,
+            "order_id": order, "currency": currency, "current_total_price": price, "total_price": price,
+            "updated_at": at,
+            "transactions": [{ "kind": "refund", "status": "success", "amount": price, "currency": currency }],
+            "notificationItems": [{ "NotificationRequestItem": item }],
+        });
+        let body = doc.to_string().into_bytes();
+        let headers = shopify_headers(&topic, &id, &at);
+        for format in Format::ALL {
+            let _ = format.parse(&body);
+            if let Ok(events) = format.parse_delivery(&headers, &body) {
+                prop_assert!(!events.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn no_arbitrary_json_value_makes_a_format_panic(doc in json_value(), topic in shopify_topic(), at in timestamp()) {
+        let body = doc.to_string().into_bytes();
+        let headers = shopify_headers(&topic, "evt", &at);
+        for format in Format::ALL {
+            let _ = format.parse(&body);
+            if let Ok(events) = format.parse_delivery(&headers, &body) {
+                prop_assert!(!events.is_empty());
+            }
         }
     }
 
@@ -178,4 +221,95 @@ fn sf_value() -> impl Strategy<Value = String> {
         0..16,
     )
     .prop_map(|parts| parts.concat())
+}
+
+/// Event types every format knows, and anything else.
+fn event_type() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("payment.succeeded".to_owned()),
+        Just("payment_intent.succeeded".to_owned()),
+        Just("charge.dispute.created".to_owned()),
+        Just("checkout.session.completed".to_owned()),
+        Just("charge.refunded".to_owned()),
+        Just("subscription.created".to_owned()),
+        Just("subscription.deleted".to_owned()),
+        Just("invoice.paid".to_owned()),
+        Just("invoice.payment_failed".to_owned()),
+        Just("customer.subscription.updated".to_owned()),
+        Just("charge.success".to_owned()),
+        Just("refund.processed".to_owned()),
+        Just("charge.dispute.create".to_owned()),
+        Just("subscription.create".to_owned()),
+        Just("subscription.disable".to_owned()),
+        Just("invoice.update".to_owned()),
+        Just("AUTHORISATION".to_owned()),
+        Just("REFUND".to_owned()),
+        Just("CHARGEBACK".to_owned()),
+        any::<String>(),
+    ]
+}
+
+fn shopify_topic() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("orders/paid".to_owned()),
+        Just("orders/cancelled".to_owned()),
+        Just("refunds/create".to_owned()),
+        Just("disputes/create".to_owned()),
+        any::<String>(),
+    ]
+}
+
+/// Timestamps near the accepted shape, so the cases reach deep into the date parser.
+fn timestamp() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?(Z|[+-][0-9]{2}(:?[0-9]{2})?)?",
+        any::<String>(),
+    ]
+}
+
+/// Decimal-looking amounts, valid or not.
+fn decimal() -> impl Strategy<Value = String> {
+    prop_oneof!["[0-9]{0,22}(\\.[0-9]{0,6})?", "-?[0-9.,e+]{0,12}", any::<String>()]
+}
+
+/// Any JSON value, nested a few levels.
+fn json_value() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::Value;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        any::<String>().prop_map(Value::String),
+        event_type().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 64, 8, |inner| {
+        let key = prop_oneof![
+            Just("id".to_owned()),
+            Just("type".to_owned()),
+            Just("event".to_owned()),
+            Just("data".to_owned()),
+            Just("object".to_owned()),
+            Just("created".to_owned()),
+            Just("amount".to_owned()),
+            Just("currency".to_owned()),
+            Just("notificationItems".to_owned()),
+            Just("NotificationRequestItem".to_owned()),
+            Just("transactions".to_owned()),
+            any::<String>(),
+        ];
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            proptest::collection::btree_map(key, inner, 0..8).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn shopify_headers(topic: &str, id: &str, at: &str) -> Vec<(String, String)> {
+    vec![
+        ("x-shopify-topic".to_owned(), topic.to_owned()),
+        ("x-shopify-event-id".to_owned(), id.to_owned()),
+        ("x-shopify-triggered-at".to_owned(), at.to_owned()),
+    ]
 }
