@@ -393,7 +393,7 @@ async fn replay_view<S: Store>(
         return Err(AdminError::NotDeadLetter { event: key, status: view.status });
     }
     let config = configured_source(settings, view.source.as_str())?;
-    let parsed = reparse(config, &view.event_id, &view.raw_body);
+    let parsed = reparse(config, &view.event_id, &view.headers_json, &view.raw_body);
     let replayed_as = Some(parsed.event_id()).filter(|id| **id != view.event_id).map(|id| id.as_str().to_owned());
     match store.replay(&view.source, &view.event_id, parsed, now_ms).await? {
         Replayed::Done(recorded) => Ok(ReplayReport {
@@ -410,9 +410,19 @@ async fn replay_view<S: Store>(
 }
 
 /// What the current format makes of stored bytes; a body it still cannot read stays under its stored id.
-fn reparse(source: &SourceSettings, event_id: &EventId, raw: &[u8]) -> Parsed {
-    match source.format.parse(raw) {
-        Ok(event) => Parsed::Event(event),
+///
+/// Formats that read headers (Shopify's topic) get the stored ones; of a batch (an Adyen notification), the event
+/// stored under this id is the one replayed.
+fn reparse(source: &SourceSettings, event_id: &EventId, headers_json: &str, raw: &[u8]) -> Parsed {
+    let headers: Vec<(String, String)> =
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(headers_json)
+            .map(|map| map.into_iter().filter_map(|(k, v)| Some((k, v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default();
+    match source.format.parse_delivery(&headers, raw) {
+        Ok(mut events) => {
+            let index = events.iter().position(|e| e.event_id == *event_id).unwrap_or(0);
+            Parsed::Event(events.swap_remove(index))
+        }
         Err(e) => Parsed::Unparseable { event_id: event_id.clone(), reason: e.to_string() },
     }
 }

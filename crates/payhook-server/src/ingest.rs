@@ -13,8 +13,9 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use payhook_core::event::EventId;
+use payhook_core::format::Format;
 use payhook_core::signature::Headers;
-use payhook_store::{Alert, Delivery, NonceClaim, NonceClaimed, Parsed, Store};
+use payhook_store::{Alert, Delivery, NonceClaim, NonceClaimed, Parsed, Store, StoreError};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
@@ -125,30 +126,67 @@ pub(crate) async fn handle<S: Store>(
         }
     }
 
-    let parsed = match src.settings.format.parse(&body) {
-        Ok(event) => Parsed::Event(event),
-        Err(e) => Parsed::Unparseable {
+    // A delivery is one event, except for formats that batch (an Adyen notification carries several items): each
+    // event is recorded as its own delivery of the same bytes, and the answer waits for all of them.
+    let parsed: Vec<Parsed> = match src.settings.format.parse_delivery(&HttpHeaders(&parts), &body) {
+        Ok(events) => events.into_iter().map(Parsed::Event).collect(),
+        Err(e) => vec![Parsed::Unparseable {
             event_id: derived_event_id(verified.delivery_id.as_deref(), &body),
             reason: e.to_string(),
-        },
+        }],
     };
-    let delivery = Delivery {
-        source: src.settings.name.clone(),
-        received_at_ms,
-        parsed,
-        raw_body: body.to_vec(),
-        headers_json: headers_json(headers),
-        verification: format!("{} (secret #{})", src.settings.verifier.scheme().name(), verified.secret_index),
-    };
-    let event_id = delivery.parsed.event_id().as_str().to_owned();
-    let recorded = state.store.ingest(delivery).await?;
-    src.metrics.recorded(recorded.outcome);
-    tracing::debug!(source = %src.settings.name, event_id, outcome = recorded.outcome.as_str(), "delivery recorded");
-    let mut answer = json!({ "status": recorded.outcome.as_str(), "event_id": event_id });
-    if let Some(detail) = recorded.detail {
-        answer["detail"] = detail.into();
+    let headers_json = headers_json(headers);
+    let verification = format!("{} (secret #{})", src.settings.verifier.scheme().name(), verified.secret_index);
+    let mut pending = tokio::task::JoinSet::new();
+    for (index, parsed) in parsed.into_iter().enumerate() {
+        let delivery = Delivery {
+            source: src.settings.name.clone(),
+            received_at_ms,
+            parsed,
+            raw_body: body.to_vec(),
+            headers_json: headers_json.clone(),
+            verification: verification.clone(),
+        };
+        let store = Arc::clone(&state.store);
+        pending.spawn(async move {
+            let event_id = delivery.parsed.event_id().as_str().to_owned();
+            (index, event_id, store.ingest(delivery).await)
+        });
     }
-    Ok(Json(answer).into_response())
+    let mut answers = Vec::with_capacity(pending.len());
+    let mut failure = None;
+    while let Some(joined) = pending.join_next().await {
+        // A task that did not finish recorded nothing the answer could vouch for: the provider retries.
+        let (index, event_id, recorded) = joined.map_err(|e| ApiError::Store(StoreError::Unavailable(Box::new(e))))?;
+        match recorded {
+            Ok(recorded) => {
+                src.metrics.recorded(recorded.outcome);
+                tracing::debug!(
+                    source = %src.settings.name, event_id, outcome = recorded.outcome.as_str(), "delivery recorded"
+                );
+                let mut answer = json!({ "status": recorded.outcome.as_str(), "event_id": event_id });
+                if let Some(detail) = recorded.detail {
+                    answer["detail"] = detail.into();
+                }
+                answers.push((index, answer));
+            }
+            // The events recorded before the failure are kept; the provider's retry deduplicates them.
+            Err(e) => failure = Some(e),
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    if src.settings.format == Format::Adyen {
+        // Adyen treats any other answer as a failure and retries.
+        return Ok(([(header::CONTENT_TYPE, "text/plain")], "[accepted]").into_response());
+    }
+    answers.sort_by_key(|(index, _)| *index);
+    let mut answers: Vec<serde_json::Value> = answers.into_iter().map(|(_, a)| a).collect();
+    if answers.len() == 1 {
+        return Ok(Json(answers.remove(0)).into_response());
+    }
+    Ok(Json(json!({ "status": "accepted", "events": answers })).into_response())
 }
 
 /// Reads the body, refusing it as soon as it passes the limit (whatever Content-Length claimed) or takes too long.

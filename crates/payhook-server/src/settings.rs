@@ -182,3 +182,42 @@ impl Settings {
         routing
     }
 }
+
+impl SourceSettings {
+    /// The body and headers this source's provider would send for `event` to `url`, signed at `now_unix`: the
+    /// format's body and headers (Shopify's topic), then the scheme's signature — in the body for Adyen, over the
+    /// request for HTTP Message Signatures (`msg_id` is its nonce), in headers for the others.
+    pub fn provider_delivery(
+        &self,
+        event: &payhook_core::format::Outgoing<'_>,
+        url: &reqwest::Url,
+        now_unix: i64,
+        msg_id: &str,
+    ) -> Result<(Vec<u8>, Vec<(String, String)>), payhook_core::signature::VerifyError> {
+        use payhook_core::signature::{RequestParts, Scheme};
+        let mut body = self.format.encode(event);
+        let mut headers = self.format.encode_headers(event);
+        headers.push(("content-type".to_owned(), "application/json".to_owned()));
+        match self.verifier.scheme() {
+            Scheme::Adyen => body = self.verifier.adyen_sign_body(&body)?,
+            Scheme::HttpMessageSignatures => {
+                let authority = match (url.host_str(), url.port()) {
+                    (Some(host), Some(port)) => format!("{host}:{port}"),
+                    (Some(host), None) => host.to_owned(),
+                    (None, _) => String::new(),
+                };
+                let parts = RequestParts {
+                    method: "POST",
+                    scheme: url.scheme(),
+                    authority: &authority,
+                    path: url.path(),
+                    query: url.query(),
+                    headers: &[("content-type", "application/json")],
+                };
+                headers.extend(self.verifier.sign_request(&parts, &body, now_unix, Some(msg_id)));
+            }
+            _ => headers.extend(self.verifier.sign(&body, now_unix, msg_id)),
+        }
+        Ok((body, headers))
+    }
+}

@@ -85,6 +85,25 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
         bail!("--dup must be in [0, 1) and --refund in [0, 1]");
     }
     let src = source(&cfg, &args.source)?.clone();
+    {
+        use payhook_core::signature::Scheme;
+        let in_body = matches!(src.verifier.scheme(), Scheme::Adyen | Scheme::HttpMessageSignatures);
+        let probe = Outgoing {
+            event_id: "e",
+            action: OrderAction::Pay,
+            order_id: "o",
+            amount_minor: 1,
+            currency: "usd",
+            created: 0,
+        };
+        if in_body || !src.format.encode_headers(&probe).is_empty() || !src.format.encodes(OrderAction::Refund) {
+            bail!(
+                "--source: bench drives sources whose provider signs in headers and needs no other headers \
+                 (stripe, standard-webhooks, hmac, github, paystack); {} is not one",
+                src.name
+            );
+        }
+    }
     let bases: Vec<String> = match args.url.as_deref() {
         Some(list) => list.split(',').map(|u| base_url(&cfg, Some(u.trim()))).collect(),
         None => vec![base_url(&cfg, None)],

@@ -56,19 +56,24 @@ pub async fn run(cfg: Config, args: SendArgs) -> Result<()> {
     };
     let event_id = args.event_id.clone().unwrap_or_else(|| format!("evt_{:016x}", fastrand::u64(..)));
     let now = payhook_server::now_ms() / 1000;
-    let body = src.format.encode(&Outgoing {
+    let outgoing = Outgoing {
         event_id: &event_id,
         action,
         order_id: &args.order,
         amount_minor: args.amount,
         currency: &args.currency,
         created: now,
-    });
+    };
+    if !src.format.encodes(action) {
+        bail!("--type: the {:?} format has no event for {}", src.format, args.event_type);
+    }
     let url = format!("{}/webhooks/{}", base_url(&cfg, args.url.as_deref()), src.name);
-    let headers = src.verifier.sign(&body, now, &event_id);
+    let parsed_url = reqwest::Url::parse(&url).with_context(|| format!("--url: {url} is not a URL"))?;
+    let (body, headers) =
+        src.provider_delivery(&outgoing, &parsed_url, now, &event_id).context("signing the test event")?;
     let client = reqwest::Client::new();
     for attempt in 1..=args.repeat.max(1) {
-        let mut req = client.post(&url).header("content-type", "application/json").body(body.clone());
+        let mut req = client.post(&url).body(body.clone());
         for (name, value) in &headers {
             req = req.header(name, value);
         }

@@ -8,5 +8,6 @@ mod hostile;
 mod ingest;
 mod lifecycle;
 mod orders;
+mod providers;
 mod verification;
 mod worker;
