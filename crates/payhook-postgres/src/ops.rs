@@ -907,8 +907,9 @@ async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Resul
     let leased = client.prepare_cached(LEASED_SQL).await?;
     let key: [&(dyn ToSql + Sync); 3] = [&c.source.as_str(), &c.event_id.as_str(), &c.row_id];
 
-    // The stored event names its order, whose lock comes before the inbox row's (see the schema's locking
-    // protocol), so it is read first, without a lock: a row's event never changes while it is deferred.
+    // The stored event names its order (or its billing objects), whose lock comes before the inbox row's (see the
+    // schema's locking protocol), so it is read first, without a lock: a row's event never changes while it is
+    // deferred.
     let Some(row) = client.query_opt(&stored, &key).await? else {
         return Ok(Retried::LeaseLost);
     };
