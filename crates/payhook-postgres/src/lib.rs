@@ -14,6 +14,9 @@
 //!   connection was lost before `COMMIT`, are run again whole.
 //! - `ops`: what each operation sends to the schema's SQL functions, the ledger decisions taken in Rust, the
 //!   worker's operations (`claim_due` with `FOR UPDATE SKIP LOCKED`, `retry` under its lease) and `replay`.
+//! - `billing`: subscription and invoice effects (decided by `payhook_core::billing` from rows read under their
+//!   advisory locks, applied after the batch function recorded them, in the same transaction), the subscription
+//!   and entitlement reads, and signature nonce claims.
 //! - `outbox`: the dispatchers' claims (`FOR UPDATE SKIP LOCKED` under a lease), outcomes recorded by the lease
 //!   holder only, re-queueing dead rows, and alerts (`payhook_raise_alert`, race-free across instances).
 //! - `read`: queries and listings; an order and its history, an event and what it caused, come from one snapshot.
@@ -35,6 +38,7 @@
 //! commit (`on`, PostgreSQL's default: flushed to the WAL on disk; with synchronous replicas, on them too).
 //! payhook does not change that setting.
 
+mod billing;
 mod error;
 mod migrate;
 mod ops;
@@ -48,11 +52,12 @@ pub use error::PgError;
 pub use writer::{BatchFailed, BatchStats};
 
 use deadpool_postgres::Pool;
-use payhook_core::event::{EventId, OrderId, SourceName};
+use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, SubscriptionId};
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
-    Alert, Claim, Claimed, Delivery, Dispatched, EventFilter, EventSummary, EventView, NewOrder, OrderView,
-    OutboxFilter, OutboxJob, OutboxView, Parsed, Recorded, Registered, Replayed, Retried, Stats, Store, StoreError,
+    Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, NewOrder,
+    NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, Recorded, Registered, Replayed,
+    Retried, Stats, Store, StoreError, SubscriptionView,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -303,6 +308,21 @@ impl Store for PgStore {
     async fn raise_alert(&self, alert: Alert) -> Result<(), StoreError> {
         let _turn = self.turn().await?;
         outbox::raise(&self.pool, &self.ctx, &alert).await
+    }
+
+    async fn subscription(&self, id: &SubscriptionId) -> Result<Option<SubscriptionView>, StoreError> {
+        let _turn = self.turn().await?;
+        billing::subscription(&self.pool, id).await
+    }
+
+    async fn entitlements(&self, customer: &CustomerId) -> Result<Vec<EntitlementView>, StoreError> {
+        let _turn = self.turn().await?;
+        billing::entitlements(&self.pool, customer).await
+    }
+
+    async fn claim_nonce(&self, claim: NonceClaim) -> Result<NonceClaimed, StoreError> {
+        let _turn = self.turn().await?;
+        billing::claim_nonce(&self.pool, &claim).await
     }
 
     /// Not behind the limit on non-batch connections: readiness must not look like an outage while queries wait.

@@ -8,8 +8,11 @@ use crate::error::PgError;
 use deadpool_postgres::Object;
 
 /// The migrations in order; migration `i` moves the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] =
-    &[include_str!("../migrations/0001_init.sql"), include_str!("../migrations/0002_outbox_dispatch.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_init.sql"),
+    include_str!("../migrations/0002_outbox_dispatch.sql"),
+    include_str!("../migrations/0003_billing.sql"),
+];
 
 /// Brings the schema up to date. Returns the number of migrations applied.
 pub(crate) async fn run(client: &mut Object) -> Result<usize, PgError> {

@@ -8,6 +8,7 @@
 //! Routing (which sinks get an effect's outbox rows, which sources are forwarded, where alerts go) is this
 //! instance's configuration: it travels with each call into the SQL functions, in the effect's transaction.
 
+use crate::billing;
 use crate::error::{PgError, corrupt};
 use crate::pipeline::{none, pipeline};
 use crate::pool;
@@ -54,6 +55,10 @@ const REPLAY_RECORD_SQL: &str = "INSERT INTO inbox (source, event_id, event_type
      FROM inbox WHERE source = $1 AND event_id = $2
      ON CONFLICT (source, event_id) DO NOTHING
      RETURNING id";
+
+/// The status that asks `payhook_ingest_batch` to record a billing delivery without applying it (its outcome).
+const BILLING: &str = "billing";
+const DELETE_INBOX_SQL: &str = "DELETE FROM inbox WHERE source = $1 AND event_id = $2 AND id = $3";
 
 /// What the write operations need besides their arguments: the retry policy of deferred events and the routing.
 #[derive(Debug)]
@@ -134,12 +139,15 @@ pub(crate) struct IngestCall {
     headers: String,
     body: Vec<u8>,
     change: Option<Change>,
+    /// A subscription or invoice event: applied after the batch function recorded it (see `crate::billing`).
+    billing: Option<Box<Event>>,
     forward: Option<Box<ForwardDraft>>,
 }
 
 impl IngestCall {
     /// Mirrors the SQLite backend: an ignored type is recorded `ignored`, an unparseable body `dead_lettered`
-    /// with its reason, an order event `processed` unless applying its effect says otherwise.
+    /// with its reason, an order event `processed` unless applying its effect says otherwise; a billing event is
+    /// recorded by the batch function and applied after it, in the same transaction.
     pub(crate) fn new(d: Delivery, routing: &Routing) -> Result<Self, StoreError> {
         let forward = routing.forwards.get(d.source.as_str()).filter(|sinks| !sinks.is_empty()).map(|sinks| {
             let event = match &d.parsed {
@@ -173,6 +181,7 @@ impl IngestCall {
             headers: d.headers_json,
             body: d.raw_body,
             change: None,
+            billing: None,
             forward,
         };
         match d.parsed {
@@ -180,15 +189,20 @@ impl IngestCall {
             Parsed::Event(event) => {
                 call.status = match event.effect {
                     Effect::Ignored => Outcome::Ignored.as_str(),
-                    _ => Outcome::Processed.as_str(),
+                    Effect::Order { .. } => Outcome::Processed.as_str(),
+                    Effect::Subscription(_) | Effect::Invoice(_) => BILLING,
                 };
-                if let effect @ Effect::Order { .. } = &event.effect {
-                    call.effect = Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+                if event.effect != Effect::Ignored {
+                    let json = serde_json::to_string(&event.effect).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                    call.effect = Some(json);
                 }
                 call.change = ledger::plan(&event.effect).map(Change::new);
-                call.event_type = Some(event.event_type);
+                call.event_type = Some(event.event_type.clone());
                 call.occurred_at = Some(event.occurred_at);
-                call.business_key = Some(event.business_key);
+                call.business_key = Some(event.business_key.clone());
+                if billing::is_billing(&event.effect) {
+                    call.billing = Some(Box::new(event));
+                }
             }
         }
         Ok(call)
@@ -211,6 +225,10 @@ impl IngestCall {
         let row_id: Option<i64> = row.try_get(2).map_err(|e| corrupt("payhook_ingest_batch row id", e))?;
         match outcome.as_str() {
             "failed" => Ok(Landed::Failed(detail.unwrap_or_default())),
+            "billing" => match (&self.billing, row_id) {
+                (Some(_), Some(row_id)) => Ok(Landed::Billing { row_id }),
+                _ => Err(corrupt("payhook_ingest_batch", "a billing outcome without a billing event or a row")),
+            },
             "unapplied" => {
                 let change =
                     self.change.as_ref().ok_or_else(|| corrupt("payhook_ingest_batch", "a miss without a plan"))?;
@@ -229,12 +247,50 @@ impl IngestCall {
         }
     }
 
+    /// Applies a billing delivery that landed as [`Landed::Billing`] (row `row_id`), in a savepoint of its own; the
+    /// caller holds its billing locks (see `crate::billing`). A failure other than a deadlock, a serialization
+    /// failure or a broken connection rolls back the savepoint and deletes the delivery's inbox row, so that
+    /// nothing of it is stored, as when the batch function's own savepoint fails; its batch-mates go on.
+    pub(crate) async fn apply_billing(&self, client: &Object, ctx: &Ctx, row_id: i64) -> Result<Landed, Failure> {
+        let event = self.billing.as_deref().ok_or_else(|| corrupt("billing delivery", "no billing event"))?;
+        match billing::apply(client, ctx, &self.source, event, self.received_at_ms, true).await {
+            Ok(raw) if raw.outcome == Outcome::Processed && raw.detail.is_none() => {
+                // The row was recorded as processed: the common path costs no second write.
+                Ok(Landed::Done { recorded: raw, inserted: true })
+            }
+            Ok(raw) => {
+                let target = Settle::new(&self.source, &self.event_id, row_id, 1, self.received_at_ms);
+                let (recorded, settle) = settle_billing(raw, target, &ctx.retry);
+                Ok(Landed::Settle(recorded, settle))
+            }
+            Err(Failure::Pg(e)) if !e.is_conflict() && !e.breaks_connection() => {
+                let detail = match &e {
+                    PgError::Db(db) => match db.as_db_error() {
+                        Some(d) => format!("{}: {}", d.code().code(), d.message()),
+                        None => db.to_string(),
+                    },
+                    other => other.to_string(),
+                };
+                client.batch_execute("ROLLBACK TO SAVEPOINT billing; RELEASE SAVEPOINT billing").await?;
+                let delete = client.prepare_cached(DELETE_INBOX_SQL).await?;
+                client.execute(&delete, &[&self.source, &self.event_id, &row_id]).await?;
+                Ok(Landed::Failed(detail))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The billing locks of this delivery (none for anything but a billing event).
+    pub(crate) fn billing_locks(&self) -> Vec<i64> {
+        self.billing.as_ref().map(|e| billing::locks(&e.effect)).unwrap_or_default()
+    }
+
     /// What a delivery that landed still writes in its batch's second statement: its forwarded copies (a new
     /// delivery of a forwarded source) and the alert of a dead letter.
     pub(crate) fn follow_ups(&self, landed: &Landed, routing: &Routing, out: &mut FollowUps) {
         let recorded = match landed {
             Landed::Done { recorded, inserted: true } | Landed::Settle(recorded, _) => recorded,
-            Landed::Done { inserted: false, .. } | Landed::Failed(_) => return,
+            Landed::Done { inserted: false, .. } | Landed::Failed(_) | Landed::Billing { .. } => return,
         };
         if let Some(draft) = &self.forward {
             let mut payload = draft.payload.clone();
@@ -394,6 +450,9 @@ pub(crate) enum Landed {
     Settle(Recorded, Settle),
     /// The delivery's savepoint rolled back; nothing of it is stored.
     Failed(String),
+    /// A billing event recorded as row `row_id` and not applied yet: [`IngestCall::apply_billing`] turns it into
+    /// one of the others before the batch settles anything.
+    Billing { row_id: i64 },
 }
 
 /// The final state of an attempt that was not simply applied: one element of `payhook_settle_batch`.
@@ -622,6 +681,32 @@ fn decide(plan: &Plan, order: Option<&OrderSnapshot>, mut settle: Settle, policy
     (recorded, settle)
 }
 
+/// The settlement of a billing event's attempt from what applying it came to (see `crate::billing::apply`): a
+/// no-op keeps its business key, a duplicate has none of its own; a deferral releases the key and is retried per
+/// `policy`, or dead-lettered once the budget is spent.
+pub(crate) fn settle_billing(raw: Recorded, mut settle: Settle, policy: &RetryPolicy) -> (Recorded, Settle) {
+    let attempts = u32::try_from(settle.attempts).unwrap_or(u32::MAX);
+    let recorded = if raw.outcome == Outcome::Deferred {
+        settle.release_key = true;
+        let why = raw.detail.unwrap_or_else(|| "deferred".to_owned());
+        match policy.next(attempts, settle.now_ms, fastrand::f64()) {
+            Next::RetryAt(at) => {
+                settle.next_attempt_at = Some(at);
+                Recorded { outcome: Outcome::Deferred, detail: Some(why) }
+            }
+            Next::DeadLetter => Recorded {
+                outcome: Outcome::DeadLettered,
+                detail: Some(format!("retry budget spent after {attempts} attempts: {why}")),
+            },
+        }
+    } else {
+        raw
+    };
+    settle.status = recorded.outcome.as_str();
+    settle.reason.clone_from(&recorded.detail);
+    (recorded, settle)
+}
+
 /// What `payhook_register_batch` answered for one order: its registration, or why its savepoint failed.
 pub(crate) fn registered(order: &NewOrder, row: &Row) -> Result<Result<Registered, String>, StoreError> {
     let outcome: String = row.try_get(0).map_err(|e| corrupt("payhook_register_batch outcome", e))?;
@@ -822,8 +907,9 @@ async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Resul
     let leased = client.prepare_cached(LEASED_SQL).await?;
     let key: [&(dyn ToSql + Sync); 3] = [&c.source.as_str(), &c.event_id.as_str(), &c.row_id];
 
-    // The stored event names its order, whose lock comes before the inbox row's (see the schema's locking
-    // protocol), so it is read first, without a lock: a row's event never changes while it is deferred.
+    // The stored event names its order (or its billing objects), whose lock comes before the inbox row's (see the
+    // schema's locking protocol), so it is read first, without a lock: a row's event never changes while it is
+    // deferred.
     let Some(row) = client.query_opt(&stored, &key).await? else {
         return Ok(Retried::LeaseLost);
     };
@@ -834,14 +920,20 @@ async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Resul
     let effect: Effect =
         serde_json::from_str(effect.as_deref().unwrap_or("null")).map_err(|e| corrupt("stored effect", e))?;
     let event = Event { event_id: c.event_id.clone(), event_type, occurred_at, business_key, effect };
-    let Some(change) = ledger::plan(&event.effect).map(Change::new) else {
-        return Err(corrupt("stored effect", "a deferred event without an order change").into());
+    // An order event takes its order's lock; a billing event the locks of its subscription or invoice.
+    let change = ledger::plan(&event.effect).map(Change::new);
+    let billing_locks = billing::locks(&event.effect);
+    let lock_all = client.prepare_cached(billing::LOCK_ALL_SQL).await?;
+    let (lock, lock_param): (_, &(dyn ToSql + Sync)) = match &change {
+        Some(change) => (&lock, &change.lock),
+        None if !billing_locks.is_empty() => (&lock_all, &billing_locks),
+        None => return Err(corrupt("stored effect", "a deferred event without an order change").into()),
     };
 
     let lease: [&(dyn ToSql + Sync); 4] = [&c.source.as_str(), &c.event_id.as_str(), &c.row_id, &c.owner];
     let (begun, mut rows, _) = pipeline(
         Some(client.batch_execute("BEGIN")),
-        vec![client.query_opt(&lock, &[&change.lock]), client.query_opt(&leased, &lease)],
+        vec![client.query_opt(lock, &[lock_param]), client.query_opt(&leased, &lease)],
         none(),
     )
     .await;
@@ -854,7 +946,13 @@ async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Resul
     }
 
     let target = Settle::new(c.source.as_str(), c.event_id.as_str(), c.row_id, c.attempts + 1, now_ms);
-    let (recorded, settlement) = reapply(client, ctx, c.source.as_str(), &event, &change, target).await?;
+    let (recorded, settlement) = match &change {
+        Some(change) => reapply(client, ctx, c.source.as_str(), &event, change, target).await?,
+        None => {
+            let raw = billing::apply(client, ctx, c.source.as_str(), &event, now_ms, false).await?;
+            settle_billing(raw, target, &ctx.retry)
+        }
+    };
     let mut follow = FollowUps::default();
     follow.dead_letter(&ctx.routing, c.source.as_str(), c.event_id.as_str(), &recorded, now_ms);
     settle_and_commit(client, ctx, &[settlement], follow).await?;
@@ -863,7 +961,7 @@ async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Resul
 
 /// Replays a dead-lettered event in its own transaction (see [`payhook_store::Store::replay`]).
 ///
-/// Locks as every transaction does: the order of the re-parsed event first, then its inbox row (`FOR UPDATE`, so
+/// Locks as every transaction does: the order (or the billing objects) of the re-parsed event first, then its inbox row (`FOR UPDATE`, so
 /// that concurrent replays of one event queue up and the later one finds it no longer dead), then the keys it
 /// writes.
 pub(crate) async fn replay(
@@ -893,14 +991,19 @@ async fn replay_on(
         Parsed::Unparseable { .. } => None,
     };
     let change = event.and_then(|e| ledger::plan(&e.effect)).map(Change::new);
+    let billing_locks = event.map(|e| billing::locks(&e.effect)).unwrap_or_default();
     let lock = client.prepare_cached(LOCK_SQL).await?;
+    let lock_all = client.prepare_cached(billing::LOCK_ALL_SQL).await?;
     let row = client.prepare_cached(REPLAY_ROW_SQL).await?;
     let lock_key = change.as_ref().map(|c| c.lock);
     let lock_params: [&(dyn ToSql + Sync); 1] = [&lock_key];
+    let billing_params: [&(dyn ToSql + Sync); 1] = [&billing_locks];
     let key: [&(dyn ToSql + Sync); 2] = [&source, &event_id];
     let mut reads = Vec::new();
     if lock_key.is_some() {
         reads.push(client.query_opt(&lock, &lock_params));
+    } else if !billing_locks.is_empty() {
+        reads.push(client.query_opt(&lock_all, &billing_params));
     }
     reads.push(client.query_opt(&row, &key));
     let (begun, mut rows, _) = pipeline(Some(client.batch_execute("BEGIN")), reads, none()).await;
@@ -982,6 +1085,10 @@ async fn replay_on(
     let target = Settle::new(source, event.event_id.as_str(), target_row, attempt, now_ms);
     let (recorded, settle) = match &change {
         Some(change) => reapply(client, ctx, source, event, change, target).await?,
+        None if billing::is_billing(&event.effect) => {
+            let raw = billing::apply(client, ctx, source, event, now_ms, false).await?;
+            settle_billing(raw, target, &ctx.retry)
+        }
         None => {
             let ignored = Recorded { outcome: Outcome::Ignored, detail: None };
             let settle = Settle { status: ignored.outcome.as_str(), ..target };

@@ -365,11 +365,46 @@ fn answer(reply: Reply, pending: Pending) {
             .send(match landed {
                 Landed::Done { recorded, .. } | Landed::Settle(recorded, _) => Ok(recorded),
                 Landed::Failed(detail) => Err(savepoint(detail)),
+                Landed::Billing { .. } => Err(StoreError::Corrupt("a billing delivery was not applied".into())),
             })
             .is_ok(),
         (Reply::Register(reply), Pending::Register(registered)) => reply.send(registered.map_err(savepoint)).is_ok(),
         (reply, pending) => unreachable!("job and result kinds match by construction: {reply:?} {pending:?}"),
     };
+}
+
+/// The batch's billing deliveries (recorded by the batch function, not applied yet): their billing locks, all at
+/// once and ascending, after every delivery took its order lock and event keys; then each in batch order, in a
+/// savepoint of its own (see `crate::billing`).
+async fn apply_billing(
+    client: &Object,
+    jobs: &[Job],
+    pending: &mut [Pending],
+    config: &WriterConfig,
+) -> Result<(), BatchError> {
+    let mut locks = Vec::new();
+    for (job, p) in jobs.iter().zip(pending.iter()) {
+        if let (Work::Ingest(call), Pending::Ingest(Landed::Billing { .. })) = (&job.work, p) {
+            locks.extend(call.billing_locks());
+        }
+    }
+    if locks.is_empty() {
+        return Ok(());
+    }
+    locks.sort_unstable();
+    locks.dedup();
+    let lock_all = client.prepare_cached(crate::billing::LOCK_ALL_SQL).await?;
+    client.execute(&lock_all, &[&locks]).await?;
+    for (job, p) in jobs.iter().zip(pending.iter_mut()) {
+        if let (Work::Ingest(call), Pending::Ingest(Landed::Billing { row_id })) = (&job.work, &*p) {
+            let landed = call.apply_billing(client, &config.ctx, *row_id).await.map_err(|e| match e {
+                ops::Failure::Pg(e) => BatchError::Pg(e),
+                ops::Failure::Corrupt(e) => BatchError::Corrupt(e.to_string()),
+            })?;
+            *p = Pending::Ingest(landed);
+        }
+    }
+    Ok(())
 }
 
 /// One attempt at a batch, on one pooled connection.
@@ -425,6 +460,8 @@ async fn transact(
             Work::Register(order) => Pending::Register(ops::registered(order, row)?),
         });
     }
+
+    apply_billing(client, jobs, &mut pending, config).await?;
 
     let mut follow = ops::FollowUps::default();
     for (job, p) in jobs.iter().zip(&pending) {

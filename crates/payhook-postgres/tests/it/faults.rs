@@ -1,13 +1,15 @@
-//! Faults inside a batch: a delivery whose write fails, a deadlock with another session, a statement timeout.
+//! Faults inside a batch: a delivery whose write fails (an order's or a billing effect's), a deadlock with another
+//! session, a statement timeout.
 //!
 //! Batches are shaped with a side session holding `LOCK TABLE inbox`: with one writer, the first delivery is taken
 //! alone and blocks on the lock, and everything queued meanwhile forms the next batch together.
 
 use crate::{TempStore, eventually, test_url, waiting_for_locks};
+use payhook_core::billing::InvoiceAction;
 use payhook_core::ledger::OrderStatus;
 use payhook_store::contract::{
-    T0, event_view, ignored, ingest, new_order, order_view, paid_rows, pay, processed, register_new, source,
-    test_policy,
+    T0, entitlements_of, event_view, ignored, ingest, invoice_event, new_order, order_view, paid_rows, pay, processed,
+    register_new, source, test_policy,
 };
 use payhook_store::{Delivery, Outcome, Recorded, Store, StoreError};
 use std::time::Duration;
@@ -102,6 +104,64 @@ async fn a_failing_delivery_rolls_back_its_own_savepoint_only_and_its_batch_mate
     let bad = deliveries[N / 2].clone();
     assert_eq!(ingest(&store, bad).await, processed(), "the provider's retry goes through");
     assert_eq!(paid_rows(&store).await, N as u64);
+}
+
+/// A billing effect is applied after the batch function recorded its delivery, in a savepoint of its own: when it
+/// fails, its savepoint and its inbox row are rolled back, and its batch-mates commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_billing_delivery_rolls_back_its_own_row_only_and_its_batch_mates_commit() {
+    let Some(url) = test_url() else { return };
+    const N: usize = 12;
+    let store = TempStore::open_with(&url, test_policy(), |o| o.writers = 1).await;
+    let side = store.schema().side().await;
+    side.batch_execute(
+        "CREATE FUNCTION fail_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.invoice_id = 'in_bad' THEN RAISE EXCEPTION 'injected failure'; END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER fail_bad BEFORE INSERT ON entitlements FOR EACH ROW EXECUTE FUNCTION fail_bad();",
+    )
+    .await
+    .expect("plant the failing trigger");
+    let invoices: Vec<String> =
+        (0..N).map(|i| if i == N / 2 { "in_bad".to_owned() } else { format!("in_{i}") }).collect();
+
+    let jam = Jam::start(&store).await;
+    let first = store.ingest(ignored("evt_first", "customer.created", T0));
+    until_waiting(&store, &side, 1).await;
+    let deliveries: Vec<Delivery> =
+        invoices.iter().map(|inv| invoice_event(&format!("evt_{inv}"), inv, None, InvoiceAction::Paid, 100)).collect();
+    let pending: Vec<_> = deliveries.iter().map(|d| store.ingest(d.clone())).collect();
+    jam.release().await;
+    assert_eq!(first.await.expect("the first batch commits").outcome, Outcome::Ignored);
+    let mut results = Vec::new();
+    for future in pending {
+        results.push(future.await);
+    }
+    for (invoice, (delivery, result)) in invoices.iter().zip(deliveries.iter().zip(results)) {
+        if invoice == "in_bad" {
+            match result {
+                Err(StoreError::Unavailable(cause)) => {
+                    assert!(cause.to_string().contains("injected failure"), "unexpected cause: {cause}");
+                }
+                other => panic!("the bad delivery must fail on its own, got {other:?}"),
+            }
+            not_stored(&store, delivery).await;
+        } else {
+            assert_eq!(result.expect("batch-mates commit"), processed(), "{invoice}");
+        }
+    }
+    let stats = store.pg().batch_stats();
+    assert_eq!(stats.failed_batches, 0, "no batch failed as a whole: {stats:?}");
+    let keys: i64 = side.query_one("SELECT count(*) FROM business_keys", &[]).await.unwrap().get(0);
+    assert_eq!(keys, N as i64 - 1, "the failed delivery's business key was rolled back with it");
+    assert_eq!(entitlements_of(&store).await.len(), N - 1);
+
+    side.batch_execute("DROP TRIGGER fail_bad ON entitlements").await.expect("drop the trigger");
+    let bad = deliveries[N / 2].clone();
+    assert_eq!(ingest(&store, bad).await, processed(), "the provider's retry goes through");
+    assert_eq!(entitlements_of(&store).await.len(), N);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,6 +2,7 @@
 //! (e.g. `postgres://postgres@127.0.0.1:5432/test`). Each test works in a fresh schema of its own, dropped at the
 //! end. Without the variable, every test says it was skipped and passes.
 //!
+//! * `billing`: payments racing a subscription's end on several instances; a billing dead letter replayed.
 //! * `contract`: the store contract every backend must pass (`payhook_store::contract`), with group commit and
 //!   with one commit per event.
 //! * `faults`: a failing delivery rolls back only its own savepoint; a deadlocked batch is run again whole; a
@@ -12,6 +13,7 @@
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
 //! * `upgrade`: a database of the previous schema version, upgraded in place.
 
+mod billing;
 #[cfg(payhook_test_postgres)]
 mod contract;
 mod faults;
