@@ -183,6 +183,9 @@ impl Settings {
     }
 }
 
+/// A request as a provider sends it: body and headers.
+pub type ProviderRequest = (Vec<u8>, Vec<(String, String)>);
+
 impl SourceSettings {
     /// The body and headers this source's provider would send for `event` to `url`, signed at `now_unix`: the
     /// format's body and headers (Shopify's topic), then the scheme's signature — in the body for Adyen, over the
@@ -193,7 +196,7 @@ impl SourceSettings {
         url: &reqwest::Url,
         now_unix: i64,
         msg_id: &str,
-    ) -> Result<(Vec<u8>, Vec<(String, String)>), payhook_core::signature::VerifyError> {
+    ) -> Result<ProviderRequest, payhook_core::signature::VerifyError> {
         use payhook_core::signature::{RequestParts, Scheme};
         let mut body = self.format.encode(event);
         let mut headers = self.format.encode_headers(event);

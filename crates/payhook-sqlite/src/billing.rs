@@ -351,11 +351,14 @@ pub(crate) fn claim_nonce(conn: &Connection, claim: &NonceClaim) -> Result<Nonce
     let inserted = conn
         .prepare_cached(
             "INSERT INTO signature_nonces (keyid, nonce, body_sha256, expires_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (keyid, nonce) DO NOTHING",
+             ON CONFLICT (keyid, nonce) DO UPDATE SET body_sha256 = excluded.body_sha256,
+                                                      expires_at = excluded.expires_at
+             WHERE signature_nonces.expires_at < ?5",
         )
         .db()?
-        .execute(params![claim.keyid, claim.nonce, claim.body_sha256, claim.expires_at])
+        .execute(params![claim.keyid, claim.nonce, claim.body_sha256, claim.expires_at, claim.now])
         .db()?;
+    // A row that expired before now is taken over: its window has passed.
     if inserted == 1 {
         return Ok(NonceClaimed::New);
     }
