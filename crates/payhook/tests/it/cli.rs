@@ -222,3 +222,49 @@ async fn bench_reports_throughput_and_verifies_the_final_state() {
     let refunded = count(&db, "SELECT COUNT(*) FROM orders WHERE status = 'refunded'");
     assert_eq!(count(&db, "SELECT COUNT(*) FROM inbox"), 300 + refunded, "one inbox row per unique event");
 }
+
+/// `payhook send` speaks each provider's dialect: Shopify's topic headers, Adyen's signature inside the body (and
+/// its `[accepted]` answer), RFC 9421 signatures over the request with a nonce; all configured from TOML.
+#[tokio::test]
+async fn payhook_send_signs_the_way_each_configured_provider_does() {
+    let dir = TestDir::new();
+    let extra = r#"
+[[sources]]
+name = "shopify"
+scheme = "shopify"
+format = "shopify"
+secrets = ["shpss_cli_secret"]
+
+[[sources]]
+name = "adyen"
+scheme = "adyen"
+format = "adyen"
+secrets = ["DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00"]
+
+[[sources]]
+name = "signed"
+scheme = "http-message-signatures"
+format = "generic"
+secrets = ["hmac-sha256:cli-key:c2VjcmV0LWtleS1vZi10aGUtcHJvdmlkZXItMDEyMzQ1Njc4OQ=="]
+"#;
+    let server = Server::start_with(&dir, extra).await;
+    let config = server.config.to_str().unwrap();
+    for (source, order, expected) in [
+        ("shopify", "1001", "\"processed\""),
+        ("adyen", "o-adyen", "[accepted]"),
+        ("signed", "o-signed", "\"processed\""),
+    ] {
+        let (status, answer) = server.register_order(order, AMOUNT).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        let out = dir.run(&["--config", config, "send", "--source", source, "--order", order, "--repeat", "2"]);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "send to {source}: {}\n{stdout}{}", out.status, text(&out.stderr));
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "{stdout}");
+        assert!(lines.iter().all(|l| l.contains(" 200 OK ")), "{source}: {stdout}");
+        assert!(lines[0].contains(expected), "{source}: {stdout}");
+        let (_, view) = server.order(order).await;
+        assert_eq!(view["status"], "paid", "{source}: {view}\n{}", server.log());
+        assert_eq!(paid_receipts(&view), 1, "{source}: {view}");
+    }
+}
