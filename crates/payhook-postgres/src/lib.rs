@@ -46,6 +46,7 @@ mod outbox;
 mod pipeline;
 mod pool;
 mod read;
+mod retention;
 mod writer;
 
 pub use error::PgError;
@@ -56,8 +57,8 @@ use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, Subscription
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
     Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, NewOrder,
-    NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, Recorded, Registered, Replayed,
-    Retried, Stats, Store, StoreError, SubscriptionView,
+    NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, PruneRequest, Pruned, Recorded,
+    Registered, Replayed, Retried, Stats, Store, StoreError, SubscriptionView,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -323,6 +324,11 @@ impl Store for PgStore {
     async fn claim_nonce(&self, claim: NonceClaim) -> Result<NonceClaimed, StoreError> {
         let _turn = self.turn().await?;
         billing::claim_nonce(&self.pool, &claim).await
+    }
+
+    async fn prune(&self, request: PruneRequest) -> Result<Pruned, StoreError> {
+        let _turn = self.turn().await?;
+        retention::prune(&self.pool, &request).await
     }
 
     /// Not behind the limit on non-batch connections: readiness must not look like an outage while queries wait.

@@ -12,6 +12,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_init.sql"),
     include_str!("../migrations/0002_outbox_dispatch.sql"),
     include_str!("../migrations/0003_billing.sql"),
+    include_str!("../migrations/0004_retention.sql"),
 ];
 
 /// Brings the schema up to date. Returns the number of migrations applied.

@@ -127,6 +127,7 @@ pub struct Running<S> {
     server: JoinHandle<std::io::Result<()>>,
     worker_task: Option<JoinHandle<()>>,
     dispatcher_task: Option<JoinHandle<()>>,
+    prune_task: Option<JoinHandle<()>>,
 }
 
 /// Starts serving on `listener`, with the retry worker unless the settings disable it.
@@ -167,7 +168,10 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     let dispatcher = Dispatcher::new(Arc::clone(&state.store), &state.settings, Arc::clone(&state.dispatcher_wake));
     let dispatcher_task =
         state.settings.dispatcher.enabled.then(|| tokio::spawn(dispatcher.clone().run(cancel.clone())));
-    Ok(Running { addr, state, worker, dispatcher, cancel, server, worker_task, dispatcher_task })
+    let prune_task = state.settings.retention.enabled.then(|| {
+        tokio::spawn(crate::retention::run(Arc::clone(&state.store), state.settings.retention.clone(), cancel.clone()))
+    });
+    Ok(Running { addr, state, worker, dispatcher, cancel, server, worker_task, dispatcher_task, prune_task })
 }
 
 impl<S: Store> Running<S> {
@@ -180,6 +184,9 @@ impl<S: Store> Running<S> {
         }
         if let Some(dispatcher) = self.dispatcher_task {
             let _ = dispatcher.await;
+        }
+        if let Some(prune) = self.prune_task {
+            let _ = prune.await;
         }
         served
     }

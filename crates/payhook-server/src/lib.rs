@@ -8,6 +8,7 @@
 //! - [`worker`]: the retry worker for deferred events.
 //! - [`dispatcher`]: delivers outbox rows to sinks (and alerts), one loop per sink.
 //! - `error`: [`ApiError`], the one place where failures become status codes.
+//! - [`retention`]: the pruning task and `prune_all`, shared with `payhook prune`.
 //! - [`settings`]: the resolved settings the binary hands over.
 //!
 //! Boundary: this is the only crate that knows axum; it talks to storage only through [`payhook_store::Store`].
@@ -20,6 +21,7 @@ pub mod dispatcher;
 mod error;
 mod ingest;
 mod metrics;
+pub mod retention;
 pub mod settings;
 pub mod worker;
 
@@ -27,4 +29,4 @@ pub use api::parse_order;
 pub use app::{AppState, Running, SourceRuntime, now_ms, router, start};
 pub use error::ApiError;
 pub use metrics::SourceMetrics;
-pub use settings::{Settings, SourceSettings, WorkerSettings};
+pub use settings::{RetentionSettings, Settings, SourceSettings, WorkerSettings};

@@ -25,6 +25,32 @@ pub struct Settings {
     pub dispatcher: DispatcherSettings,
     /// Limits of bulk replay.
     pub replay: ReplaySettings,
+    /// How long settled events keep their payloads and dedup keys.
+    pub retention: RetentionSettings,
+}
+
+/// How long settled events (processed, duplicate, ignored) keep their payloads and their dedup keys. Dead letters
+/// and deferred events are never pruned.
+#[derive(Debug, Clone)]
+pub struct RetentionSettings {
+    /// Run the pruning task in this process.
+    pub enabled: bool,
+    /// Raw bodies and headers are cleared after this many milliseconds.
+    pub payloads_ms: i64,
+    /// Events and their event-id and business keys are deleted after this many milliseconds: a provider's
+    /// redelivery older than this is no longer recognised by id (the ledger's guards still stop a second effect).
+    pub keys_ms: i64,
+    /// Time between two pruning runs, in milliseconds.
+    pub interval_ms: u64,
+    /// Events per pruning step (one short transaction).
+    pub batch: u32,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        const DAY_MS: i64 = 86_400_000;
+        Self { enabled: true, payloads_ms: 7 * DAY_MS, keys_ms: 30 * DAY_MS, interval_ms: 3_600_000, batch: 1_000 }
+    }
 }
 
 /// An HTTP endpoint of the merchant's that receives outbox rows.
@@ -152,6 +178,7 @@ impl Settings {
             alerts: None,
             dispatcher: DispatcherSettings::default(),
             replay: ReplaySettings::default(),
+            retention: RetentionSettings::default(),
         }
     }
 }

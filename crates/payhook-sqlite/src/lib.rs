@@ -15,14 +15,15 @@ mod checkpoint;
 mod migrate;
 mod ops;
 mod read;
+mod retention;
 mod writer;
 
 use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, SubscriptionId};
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
     Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, NewOrder,
-    NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, Recorded, Registered, Replayed,
-    Retried, Routing, Stats, Store, StoreError, SubscriptionView,
+    NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, PruneRequest, Pruned, Recorded,
+    Registered, Replayed, Retried, Routing, Stats, Store, StoreError, SubscriptionView,
 };
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
@@ -260,6 +261,10 @@ impl Store for SqliteStore {
 
     fn claim_nonce(&self, claim: NonceClaim) -> impl Future<Output = Result<NonceClaimed, StoreError>> + Send {
         self.writer.submit(move |conn| billing::claim_nonce(conn, &claim))
+    }
+
+    fn prune(&self, request: PruneRequest) -> impl Future<Output = Result<Pruned, StoreError>> + Send {
+        self.writer.submit(move |conn| retention::prune(conn, &request))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

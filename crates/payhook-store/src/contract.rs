@@ -91,6 +91,7 @@ macro_rules! store_contract_tests {
                 a_refund_revokes_and_a_refund_before_payment_grants_nothing,
                 the_end_of_a_subscription_revokes_its_entitlements,
                 a_signature_nonce_is_claimed_once_and_forgotten_after_its_window,
+                pruning_removes_only_settled_events_older_than_the_retention,
             ],
             $crate::contract::setup($crate::contract::two_attempt_policy(), $crate::contract::test_routing()) => [
                 a_deferred_event_is_dead_lettered_when_its_retry_budget_is_spent,

@@ -129,6 +129,10 @@ pub trait Store: Send + Sync + 'static {
     /// Claims a signature nonce, durably, pruning nonces whose window has passed.
     fn claim_nonce(&self, claim: NonceClaim) -> impl Future<Output = Result<NonceClaimed, StoreError>> + Send;
 
+    /// One bounded pruning step of the retention policy. A dedup key (an event's row, its business key) younger
+    /// than `keys_before_ms` is never removed.
+    fn prune(&self, request: PruneRequest) -> impl Future<Output = Result<Pruned, StoreError>> + Send;
+
     /// Checks that the database answers.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

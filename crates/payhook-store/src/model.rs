@@ -565,3 +565,40 @@ pub enum NonceClaimed {
     /// Seen before with another body: a replayed signature, to be refused.
     Replayed,
 }
+
+/// One bounded pruning step (see [`crate::Store::prune`]). Only settled events (processed, duplicate, ignored) are
+/// touched: dead letters and deferred events keep everything until an operator or the worker is done with them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneRequest {
+    /// Settled events received before this (unix ms) are deleted with their event-id and business keys: the key
+    /// retention. Nothing received at or after it is deleted.
+    pub keys_before_ms: i64,
+    /// Settled events received in `[payloads_from_ms, payloads_before_ms)` lose their raw body and headers: the
+    /// payload retention. The caller passes the previous cut as `payloads_from_ms` so that a step never rescans
+    /// what an earlier one cleared.
+    pub payloads_from_ms: i64,
+    /// See `payloads_from_ms`.
+    pub payloads_before_ms: i64,
+    /// At most this many events of each kind per step, so a step is a short transaction.
+    pub limit: u32,
+    /// When pruning happens, unix ms (recorded on cleared rows).
+    pub now_ms: i64,
+}
+
+/// What one pruning step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    /// Events deleted, with their event-id keys.
+    pub events_deleted: u64,
+    /// Business keys deleted with them.
+    pub business_keys_deleted: u64,
+    /// Events whose raw body and headers were cleared.
+    pub payloads_cleared: u64,
+}
+
+impl Pruned {
+    /// True when the step hit its limit somewhere: there may be more to prune.
+    pub fn more(&self, limit: u32) -> bool {
+        self.events_deleted >= u64::from(limit) || self.payloads_cleared >= u64::from(limit)
+    }
+}

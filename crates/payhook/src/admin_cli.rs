@@ -39,6 +39,10 @@ pub enum AdminCommand {
     },
     /// Events, orders and outbox rows by status, and the age of the oldest waiting work.
     Stats(JsonFlag),
+    /// Apply the retention policy now (what the server's pruning task does every `retention.interval_secs`):
+    /// settled events lose their payloads after `retention.payloads_days` and their dedup keys after
+    /// `retention.keys_days`. Dead letters and deferred events are never pruned.
+    Prune(JsonFlag),
 }
 
 #[derive(Debug, Subcommand)]
@@ -272,6 +276,15 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
         AdminCommand::Stats(out) => {
             let stats = admin::stats(store, now_ms()).await?;
             print_or(out.json, &stats, || print_stats(&stats))
+        }
+        AdminCommand::Prune(out) => {
+            let pruned = payhook_server::retention::prune_all(store, &settings.retention, now_ms(), 0).await?;
+            print_or(out.json, &pruned, || {
+                println!(
+                    "pruned: {} events deleted with {} business keys; {} payloads cleared",
+                    pruned.events_deleted, pruned.business_keys_deleted, pruned.payloads_cleared
+                );
+            })
         }
     }
 }

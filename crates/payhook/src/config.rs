@@ -9,7 +9,7 @@ use payhook_core::retry::RetryPolicy;
 use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
 use payhook_postgres::PgOptions;
 use payhook_server::settings::{AlertSettings, DispatcherSettings, ReplaySettings, SinkSettings};
-use payhook_server::{Settings, SourceSettings, WorkerSettings};
+use payhook_server::{RetentionSettings, Settings, SourceSettings, WorkerSettings};
 use payhook_sqlite::{CommitSync, SqliteOptions};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -27,6 +27,7 @@ struct RawConfig {
     worker: RawWorker,
     dispatcher: RawDispatcher,
     replay: RawReplay,
+    retention: RawRetention,
     alerts: Option<RawAlerts>,
     #[serde(default)]
     sources: Vec<RawSource>,
@@ -41,6 +42,16 @@ struct RawDispatcher {
     poll_interval_ms: u64,
     lease_ms: i64,
     retry: RetryPolicy,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    enabled: bool,
+    payloads_days: u32,
+    keys_days: u32,
+    interval_secs: u64,
+    batch: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -207,17 +218,148 @@ impl Config {
             None => String::new(),
         };
         let name = path.as_ref().map_or_else(|| "<defaults>".to_owned(), |p| p.display().to_string());
-        Self::from_toml(&text, &name, path)
+        Self::from_toml_and_env(&text, &name, path, std::env::vars())
     }
 
-    /// Resolves `text` (the user's file, named `name` in messages) over the defaults.
+    /// Resolves `text` (the user's file, named `name` in messages) over the defaults, without the environment.
+    #[cfg(test)]
     pub fn from_toml(text: &str, name: &str, file: Option<PathBuf>) -> Result<Self> {
+        Self::from_toml_and_env(text, name, file, std::iter::empty())
+    }
+
+    /// Resolves `text` over the defaults, then the `PAYHOOK_<TABLE>__<KEY>` overrides found in `env`.
+    ///
+    /// A problem is reported with the file, the line and the key it concerns (or the environment variable that
+    /// set it).
+    pub fn from_toml_and_env(
+        text: &str,
+        name: &str,
+        file: Option<PathBuf>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self> {
         let mut merged: toml::Table = toml::from_str(DEFAULT_TOML).context("the built-in defaults do not parse")?;
         let user: toml::Table = toml::from_str(text).map_err(|e| anyhow::anyhow!("{name}: {}", located(text, &e)))?;
         merge(&mut merged, user);
-        let raw: RawConfig = RawConfig::deserialize(merged).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-        resolve(raw, file).with_context(|| format!("{name}: invalid configuration"))
+        let overrides = env_overrides(env)?;
+        for (var, path, value) in &overrides {
+            set_path(&mut merged, path, value.clone()).with_context(|| format!("environment variable {var}"))?;
+        }
+        let blame = |message: String| -> anyhow::Error {
+            let key = key_path_in(&message);
+            // serde names an unknown field alone: match it against an override's last segment too.
+            let from_env = |k: &String| overrides.iter().find(|(_, p, _)| p.join(".") == *k || p.last() == Some(k));
+            if let Some((var, _, _)) = key.as_ref().and_then(from_env) {
+                return anyhow::anyhow!("environment variable {var}: {message}");
+            }
+            match key.as_deref().and_then(|k| line_of_key(text, k)) {
+                Some(line) => anyhow::anyhow!("{name}:{line}: {message}"),
+                None => anyhow::anyhow!("{name}: {message}"),
+            }
+        };
+        let raw: RawConfig = RawConfig::deserialize(merged).map_err(|e| blame(e.to_string()))?;
+        resolve(raw, file).map_err(|e| blame(format!("{e:#}")))
     }
+}
+
+/// `PAYHOOK_SERVER__LISTEN=0.0.0.0:8080` → (`server`, `listen`) = `"0.0.0.0:8080"`. A value that reads as a TOML
+/// value (a number, a boolean, an array) is taken as one; anything else is a string. Variables without `__` (such
+/// as `PAYHOOK_API_TOKEN` and `PAYHOOK_LOG`) are not overrides.
+fn env_overrides(env: impl IntoIterator<Item = (String, String)>) -> Result<Vec<(String, Vec<String>, toml::Value)>> {
+    let mut out = Vec::new();
+    for (var, value) in env {
+        let Some(rest) = var.strip_prefix("PAYHOOK_") else { continue };
+        if !rest.contains("__") {
+            continue;
+        }
+        let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+        if path.iter().any(String::is_empty) || path[0] == "sources" || path[0] == "sinks" {
+            bail!("environment variable {var}: not a [table] key (sources and sinks are configured in the file)");
+        }
+        let parsed = toml::from_str::<toml::Table>(&format!("v = {value}")).ok().and_then(|mut t| t.remove("v"));
+        out.push((var, path, parsed.unwrap_or(toml::Value::String(value))));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<()> {
+    let (last, parents) = path.split_last().context("empty key")?;
+    let mut at = table;
+    for key in parents {
+        let entry = at.entry(key.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        at = entry.as_table_mut().with_context(|| format!("{key} is not a table"))?;
+    }
+    at.insert(last.clone(), value);
+    Ok(())
+}
+
+/// The key a message is about: `server.listen: …`, `sources[1] (stripe): secrets: …`, or serde's "unknown field
+/// `urll`" (the bare key).
+fn key_path_in(message: &str) -> Option<String> {
+    if let Some(rest) = message.split("unknown field `").nth(1) {
+        return rest.split('`').next().map(str::to_owned);
+    }
+    let mut path = Vec::new();
+    for layer in message.split(": ") {
+        let token: String = layer
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | '[' | ']'))
+            .collect();
+        let rest = &layer[token.len()..];
+        if token.is_empty() || !(rest.is_empty() || rest.starts_with(" (")) {
+            break;
+        }
+        path.push(token);
+    }
+    (!path.is_empty()).then(|| path.join("."))
+}
+
+/// The 1-based line where `key` (`server.listen`, `sources[1].secrets`, or a bare key that serde named alone) is
+/// written in `text`; for a key the file does not set, the line of the closest table it is in.
+fn line_of_key(text: &str, key: &str) -> Option<usize> {
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let line = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
+    if !key.contains('.') && !key.contains('[') {
+        return find_key(doc.as_table(), key).map(line);
+    }
+    let mut table: &toml_edit::Table = doc.as_table();
+    let mut found = None;
+    for segment in key.split('.') {
+        let (name, index) = match segment.split_once('[') {
+            Some((n, i)) => (n, i.trim_end_matches(']').parse::<usize>().ok()),
+            None => (segment, None),
+        };
+        let Some((k, item)) = table.get_key_value(name) else { break };
+        found = k.span().map(|s| s.start).or(found);
+        match (index, item) {
+            (Some(n), toml_edit::Item::ArrayOfTables(array)) => {
+                let Some(t) = array.get(n) else { break };
+                found = t.span().map(|s| s.start).or(found);
+                table = t;
+            }
+            (None, toml_edit::Item::Table(t)) => table = t,
+            _ => break,
+        }
+    }
+    found.map(line)
+}
+
+/// The offset of the first place `name` is written as a key, in any table.
+fn find_key(table: &toml_edit::Table, name: &str) -> Option<usize> {
+    for (k, item) in table.iter() {
+        if k == name {
+            return table.key(k).and_then(|key| key.span()).map(|s| s.start);
+        }
+        let inner = match item {
+            toml_edit::Item::Table(t) => find_key(t, name),
+            toml_edit::Item::ArrayOfTables(a) => a.iter().find_map(|t| find_key(t, name)),
+            _ => None,
+        };
+        if inner.is_some() {
+            return inner;
+        }
+    }
+    None
 }
 
 /// A TOML error with its line and column.
@@ -289,6 +431,7 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
     };
     settings.replay =
         ReplaySettings { max_per_call: raw.replay.max_per_call.max(1), per_second: raw.replay.per_second.max(1) };
+    settings.retention = resolve_retention(&raw.retention)?;
     for (i, sink) in raw.sinks.into_iter().enumerate() {
         let label = format!("sinks[{i}] ({})", sink.name);
         let sink = resolve_sink(sink).with_context(|| label.clone())?;
@@ -408,6 +551,26 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
     Ok(StorageConfig::Postgres(options))
 }
 
+fn resolve_retention(r: &RawRetention) -> Result<RetentionSettings> {
+    const DAY_MS: i64 = 86_400_000;
+    if r.keys_days < 3 {
+        bail!("retention.keys_days: must be at least 3, as providers redeliver for up to 3 days");
+    }
+    if r.payloads_days == 0 || r.payloads_days > r.keys_days {
+        bail!("retention.payloads_days: must be between 1 and retention.keys_days ({})", r.keys_days);
+    }
+    if r.interval_secs == 0 || r.batch == 0 {
+        bail!("retention.interval_secs and retention.batch must be positive");
+    }
+    Ok(RetentionSettings {
+        enabled: r.enabled,
+        payloads_ms: i64::from(r.payloads_days) * DAY_MS,
+        keys_ms: i64::from(r.keys_days) * DAY_MS,
+        interval_ms: r.interval_secs.saturating_mul(1000),
+        batch: r.batch,
+    })
+}
+
 fn resolve_source(s: RawSource) -> Result<SourceSettings> {
     let name = SourceName::parse(s.name).context("name")?;
     let hmac_only = |key: &str, present: bool| -> Result<()> {
@@ -479,6 +642,64 @@ mod tests {
     fn a_syntax_error_names_its_line() {
         let err = Config::from_toml("[server]\nlisten = \n", "f.toml", None).unwrap_err().to_string();
         assert!(err.contains("f.toml") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn problems_name_the_file_line_and_key() {
+        let text = "[server]\nlisten = \"127.0.0.1:8080\"\n\n[storage]\nurll = \"x\"\n";
+        let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+        assert!(err.starts_with("f.toml:5: ") && err.contains("urll"), "{err}");
+
+        let text = "[server]\nbody_limit_bytes = 10\nlisten = \"nowhere\"\n";
+        let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+        assert!(err.starts_with("f.toml:3: server.listen"), "{err}");
+
+        let text = "[[sources]]\nname = \"a\"\nscheme = \"stripe\"\nformat = \"stripe\"\nsecrets = [\"s\"]\n\n\
+                    [[sources]]\nname = \"b\"\nscheme = \"nope\"\nformat = \"stripe\"\nsecrets = [\"s\"]\n";
+        let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+        assert!(err.starts_with("f.toml:9: sources[1] (b): scheme"), "{err}");
+    }
+
+    #[test]
+    fn environment_overrides_apply_over_the_file_and_are_blamed_by_name() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        };
+        let text = "[server]\nlisten = \"127.0.0.1:8080\"\n";
+        let c = Config::from_toml_and_env(
+            text,
+            "f.toml",
+            None,
+            env(&[
+                ("PAYHOOK_SERVER__LISTEN", "0.0.0.0:9090"),
+                ("PAYHOOK_WORKER__CLAIM_BATCH", "7"),
+                ("PAYHOOK_RETENTION__ENABLED", "false"),
+                ("PAYHOOK_API_TOKEN", "not-an-override"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9090");
+        assert_eq!(c.settings.worker.claim_batch, 7);
+        assert!(!c.settings.retention.enabled);
+
+        let err = format!(
+            "{:#}",
+            Config::from_toml_and_env(text, "f.toml", None, env(&[("PAYHOOK_SERVER__LISTEN", "nowhere")])).unwrap_err()
+        );
+        assert!(err.starts_with("environment variable PAYHOOK_SERVER__LISTEN: server.listen"), "{err}");
+        let err = format!(
+            "{:#}",
+            Config::from_toml_and_env(text, "f.toml", None, env(&[("PAYHOOK_SOURCES__NAME", "x")])).unwrap_err()
+        );
+        assert!(err.contains("PAYHOOK_SOURCES__NAME"), "{err}");
+    }
+
+    #[test]
+    fn retention_must_outlast_provider_redeliveries() {
+        let err = format!("{:#}", Config::from_toml("[retention]\nkeys_days = 1\n", "f.toml", None).unwrap_err());
+        assert!(err.contains("f.toml:2: retention.keys_days"), "{err}");
+        let c = Config::from_toml("", "f.toml", None).unwrap();
+        assert_eq!((c.settings.retention.payloads_ms, c.settings.retention.keys_ms), (7 * 86_400_000, 30 * 86_400_000));
     }
 
     #[test]

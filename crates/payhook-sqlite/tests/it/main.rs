@@ -166,6 +166,13 @@ impl Store for TempStore {
         self.store.claim_nonce(claim)
     }
 
+    fn prune(
+        &self,
+        request: payhook_store::PruneRequest,
+    ) -> impl Future<Output = Result<payhook_store::Pruned, StoreError>> + Send {
+        self.store.prune(request)
+    }
+
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.store.ping()
     }

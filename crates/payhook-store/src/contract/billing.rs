@@ -2,7 +2,7 @@
 
 use super::{T0, claim, claim_due, count, event_id, ingest, ingest_concurrently, processed, retry, source};
 use crate::{
-    Delivery, EntitlementView, NonceClaim, NonceClaimed, OutboxFilter, Outcome, Parsed, Retried, Store,
+    Delivery, EntitlementView, NonceClaim, NonceClaimed, OutboxFilter, Outcome, Parsed, PruneRequest, Retried, Store,
     SubscriptionView,
 };
 use payhook_core::billing::{
@@ -244,4 +244,65 @@ pub async fn a_signature_nonce_is_claimed_once_and_forgotten_after_its_window<S:
     // After its window the nonce is pruned: the signature itself is refused as stale by then, so nothing is lost.
     assert_eq!(claim(nonce("n2", "cc", 3_000, 2_000)).await.expect("claim"), NonceClaimed::New);
     assert_eq!(claim(nonce("n1", "bb", 3_000, 2_001)).await.expect("claim"), NonceClaimed::New);
+}
+
+fn pruned_nothing() -> crate::Pruned {
+    crate::Pruned::default()
+}
+
+/// Retention: settled events older than the key retention go with their keys; younger ones keep theirs; payloads
+/// in the payload window are cleared; dead letters keep everything; a step never exceeds its limit.
+pub async fn pruning_removes_only_settled_events_older_than_the_retention<S: Store>(store: S) {
+    use super::{new_order, pay, register_new, unparseable};
+    const DAY: i64 = 86_400_000;
+    for (i, at) in [T0, T0 + DAY, T0 + 20 * DAY, T0 + 40 * DAY].into_iter().enumerate() {
+        register_new(&store, new_order(&format!("ord_r{i}"), 100, at)).await;
+        assert_eq!(ingest(&store, pay(&format!("evt_r{i}"), &format!("ord_r{i}"), 100, at + 1)).await, processed());
+    }
+    let dead = ingest(&store, unparseable("evt_dead", b"{not json", "not JSON", T0 + 2)).await;
+    assert_eq!(dead.outcome, Outcome::DeadLettered);
+
+    // Keys kept 30 days, payloads 7, as of day 41; one event of each kind per step.
+    let now = T0 + 41 * DAY;
+    let step = |payloads_from_ms| PruneRequest {
+        keys_before_ms: now - 30 * DAY,
+        payloads_from_ms,
+        payloads_before_ms: now - 7 * DAY,
+        limit: 1,
+        now_ms: now,
+    };
+    let first = store.prune(step(0)).await.expect("prune");
+    assert_eq!((first.events_deleted, first.business_keys_deleted), (1, 1), "{first:?}");
+    assert!(first.more(1));
+    let second = store.prune(step(0)).await.expect("prune");
+    assert_eq!(second.events_deleted, 1, "{second:?}");
+    for _ in 0..10 {
+        let next = store.prune(step(0)).await.expect("prune");
+        assert_eq!(next.events_deleted, 0, "only two events are older than 30 days: {next:?}");
+        if !next.more(1) {
+            break;
+        }
+    }
+    // A later step starting where this one's payload window ended finds nothing left to clear.
+    let later = store.prune(PruneRequest { payloads_from_ms: now - 7 * DAY, ..step(0) }).await.expect("prune");
+    assert_eq!(later, pruned_nothing(), "{later:?}");
+
+    for gone in ["evt_r0", "evt_r1"] {
+        assert!(store.event(&source(), &event_id(gone)).await.expect("event").is_none(), "{gone} is pruned");
+    }
+    let day10 = super::event_view(&store, "evt_r2").await;
+    assert!(day10.raw_body.is_empty(), "the payload of a 21-day-old event is cleared");
+    let day40 = super::event_view(&store, "evt_r3").await;
+    assert!(!day40.raw_body.is_empty(), "a day-old event keeps its payload");
+    let dead = super::event_view(&store, "evt_dead").await;
+    assert_eq!((dead.status, dead.raw_body.as_slice()), (Outcome::DeadLettered, &b"{not json"[..]));
+
+    // The young event's key still deduplicates; the pruned one's redelivery is recorded anew, and the order's own
+    // state keeps it from paying twice.
+    let young = ingest(&store, pay("evt_r3", "ord_r3", 100, now)).await;
+    assert_eq!(young.outcome, Outcome::Duplicate, "{young:?}");
+    let old = ingest(&store, pay("evt_r0", "ord_r0", 100, now)).await;
+    assert_eq!(old.outcome, Outcome::Processed, "{old:?}");
+    assert!(old.detail.is_some(), "a no-op: the order is already paid: {old:?}");
+    assert_eq!(super::paid_rows(&store).await, 4);
 }

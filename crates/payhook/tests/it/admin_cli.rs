@@ -230,3 +230,39 @@ async fn outbox_list_and_retry_requeue_a_dead_row_once() {
     assert!(fails(&dir, config, &["outbox", "retry", &id]).contains("not dead"));
     assert!(fails(&dir, config, &["outbox", "retry", "987654"]).contains("no outbox row"));
 }
+
+/// `payhook prune` applies the retention policy: a settled event older than `keys_days` goes with its key, a
+/// younger one stays, a dead letter of any age stays.
+#[tokio::test]
+async fn prune_removes_settled_events_past_the_retention_and_nothing_younger() {
+    let dir = TestDir::new();
+    let server = Server::start_with(&dir, ONE_ATTEMPT).await;
+    for (event, order) in [("evt_old", "ord_old"), ("evt_young", "ord_young")] {
+        server.register_order(order, AMOUNT).await;
+        assert_eq!(deliver(&server, &payment(event, order)).await, "processed");
+    }
+    assert_eq!(deliver(&server, &payment("evt_dead", "ord_missing")).await, "dead_lettered");
+    server.stop();
+    // Age two of them by 40 days, as if the file had been running that long.
+    let db = dir.open_db();
+    let forty_days_ms: i64 = 40 * 86_400_000;
+    db.execute(
+        "UPDATE inbox SET received_at = received_at - ?1 WHERE event_id IN ('evt_old', 'evt_dead')",
+        [forty_days_ms],
+    )
+    .expect("age rows");
+    drop(db);
+
+    let config = dir.path().join("payhook-prune.toml");
+    std::fs::write(&config, config_toml(free_port()) + ONE_ATTEMPT).expect("write config");
+    let config = config.to_str().unwrap();
+    let pruned = json(&dir, config, &["prune"]);
+    assert_eq!(pruned["events_deleted"], 1, "{pruned}");
+    assert_eq!(pruned["business_keys_deleted"], 1, "{pruned}");
+    let listing = json(&dir, config, &["events", "list"]);
+    let mut ids = event_ids(&listing);
+    ids.sort_unstable();
+    assert_eq!(ids, ["evt_dead", "evt_young"], "{listing}");
+    let again = json(&dir, config, &["prune"]);
+    assert_eq!(again["events_deleted"], 0, "{again}");
+}
