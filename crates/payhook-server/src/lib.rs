@@ -8,6 +8,7 @@
 //! - [`worker`]: the retry worker for deferred events.
 //! - [`dispatcher`]: delivers outbox rows to sinks (and alerts), one loop per sink.
 //! - `error`: [`ApiError`], the one place where failures become status codes.
+//! - `ui`: the operator dashboard under `/ui`, server-rendered behind the API token.
 //! - [`settings`]: the resolved settings the binary hands over.
 //!
 //! Boundary: this is the only crate that knows axum; it talks to storage only through [`payhook_store::Store`].
@@ -21,6 +22,7 @@ mod error;
 mod ingest;
 mod metrics;
 pub mod settings;
+mod ui;
 pub mod worker;
 
 pub use api::parse_order;
