@@ -176,7 +176,7 @@ pub(crate) fn time(ms: i64) -> String {
 
 /// Deliveries per minute as bars and their mean latency as a line, over the minutes given (oldest first).
 pub(crate) fn throughput_chart(minutes: &[Minute]) -> Markup {
-    const W: f64 = 600.0;
+    const W: f64 = 900.0;
     const H: f64 = 160.0;
     const TOP: f64 = 14.0;
     let n = minutes.len().max(1) as f64;
