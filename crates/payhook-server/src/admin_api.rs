@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use payhook_store::{Outcome, Store};
+use payhook_store::{OutboxView, Outcome, Store};
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -59,14 +59,23 @@ pub(crate) async fn replay_event<S: Store>(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (source, event_id) = path(p)?;
-    let report = admin::replay_event(&*state.store, &state.settings, &source, &event_id, now_ms()).await?;
+    Ok(Json(replay_one(&state, &source, &event_id).await?).into_response())
+}
+
+/// Replays one dead letter and wakes whoever has work from it: the API's and the dashboard's action.
+pub(crate) async fn replay_one<S: Store>(
+    state: &AppState<S>,
+    source: &str,
+    event_id: &str,
+) -> Result<admin::ReplayReport, ApiError> {
+    let report = admin::replay_event(&*state.store, &state.settings, source, event_id, now_ms()).await?;
     tracing::info!(source, event_id, outcome = report.status.as_str(), "dead letter replayed");
     // A replay may have written outbox rows (a receipt) or deferred the event again.
     state.dispatcher_wake.notify_waiters();
     if report.status == Outcome::Deferred {
         state.worker_wake.notify_one();
     }
-    Ok(Json(report).into_response())
+    Ok(report)
 }
 
 pub(crate) async fn list_dead_letters<S: Store>(
@@ -95,7 +104,17 @@ pub(crate) async fn bulk_replay<S: Store>(
         let preview = admin::preview_replay(&*state.store, &state.settings, &req.filter, req.max).await?;
         return Ok(Json(preview).into_response());
     }
-    // One bulk replay at a time per process: two at once would double the rate meant to protect live traffic.
+    Ok(Json(replay_many(&state, &req.filter, req.max).await?).into_response())
+}
+
+/// Replays the dead letters `filter` selects, one bulk replay at a time per process: the API's and the
+/// dashboard's action.
+pub(crate) async fn replay_many<S: Store>(
+    state: &AppState<S>,
+    filter: &ReplayFilter,
+    max: Option<u32>,
+) -> Result<admin::BulkReport, ApiError> {
+    // Two at once would double the rate meant to protect live traffic.
     let Ok(_running) = state.bulk_replay.try_lock() else {
         return Err(ApiError::WrongState {
             code: "replay_in_progress",
@@ -105,12 +124,12 @@ pub(crate) async fn bulk_replay<S: Store>(
     };
     // Receipts written by the replays go out while the rest are still being replayed.
     let progress = |_, _| state.dispatcher_wake.notify_waiters();
-    let report = admin::bulk_replay(&*state.store, &state.settings, &req.filter, req.max, now_ms, progress).await?;
+    let report = admin::bulk_replay(&*state.store, &state.settings, filter, max, now_ms, progress).await?;
     tracing::info!(matched = report.matched, outcomes = ?report.outcomes, "dead letters replayed in bulk");
     if report.outcomes.get(Outcome::Deferred.as_str()).is_some_and(|n| *n > 0) {
         state.worker_wake.notify_one();
     }
-    Ok(Json(report).into_response())
+    Ok(report)
 }
 
 pub(crate) async fn list_outbox<S: Store>(
@@ -126,10 +145,15 @@ pub(crate) async fn retry_outbox<S: Store>(
     p: Result<Path<i64>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let id = path(p)?;
+    Ok(Json(retry_one_outbox(&state, id).await?).into_response())
+}
+
+/// Re-queues a dead outbox row and wakes the dispatcher: the API's and the dashboard's action.
+pub(crate) async fn retry_one_outbox<S: Store>(state: &AppState<S>, id: i64) -> Result<OutboxView, ApiError> {
     let row = admin::retry_outbox(&*state.store, id, now_ms()).await?;
     state.dispatcher_wake.notify_waiters();
     tracing::info!(id, sink = row.sink, kind = row.kind, "dead outbox row re-queued");
-    Ok(Json(row).into_response())
+    Ok(row)
 }
 
 pub(crate) async fn stats<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, ApiError> {

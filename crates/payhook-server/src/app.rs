@@ -5,7 +5,7 @@ use crate::error::ApiError;
 use crate::metrics::{self, SourceMetrics};
 use crate::settings::{Settings, SourceSettings};
 use crate::worker::RetryWorker;
-use crate::{admin_api, api, ingest};
+use crate::{admin_api, api, ingest, ui};
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -62,6 +62,10 @@ pub struct AppState<S> {
     pub(crate) dispatcher_wake: Arc<Notify>,
     /// Held while a bulk replay runs, so that this process runs one at a time.
     pub(crate) bulk_replay: tokio::sync::Mutex<()>,
+    /// Deliveries per minute over the last hour, for the dashboard's chart.
+    pub(crate) throughput: metrics::Throughput,
+    /// The dashboard's logged-in sessions.
+    pub(crate) ui_sessions: ui::Sessions,
 }
 
 impl<S> AppState<S> {
@@ -90,6 +94,7 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
     Router::new()
         .route("/webhooks/{source}", post(ingest::handle::<S>))
         .nest("/v1", v1)
+        .nest("/ui", ui::router(Arc::clone(&state)))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(metrics_text::<S>))
@@ -157,6 +162,8 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         worker_wake,
         dispatcher_wake,
         bulk_replay: tokio::sync::Mutex::new(()),
+        throughput: metrics::Throughput::default(),
+        ui_sessions: ui::Sessions::default(),
     });
     let cancel = CancellationToken::new();
     let app = router(Arc::clone(&state));

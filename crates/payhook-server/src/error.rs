@@ -109,10 +109,12 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, code) = self.parts();
-        let message = match &self {
+impl ApiError {
+    /// The status code and the sentence a caller is shown. A store failure is logged here with its cause; the
+    /// caller only learns whether to retry.
+    pub(crate) fn status_and_message(&self) -> (StatusCode, String) {
+        let (status, _) = self.parts();
+        let message = match self {
             ApiError::Store(e) => {
                 tracing::warn!(error = %e, cause = ?std::error::Error::source(e), "store error answered {status}");
                 match e {
@@ -122,6 +124,14 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
+        (status, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (_, code) = self.parts();
+        let (status, message) = self.status_and_message();
         let mut body = json!({ "error": code, "message": message });
         if let ApiError::Conflict { existing, .. } = &self {
             body["existing"] = existing.clone();

@@ -9,6 +9,7 @@
 //! - [`dispatcher`]: delivers outbox rows to sinks (and alerts), one loop per sink.
 //! - `error`: [`ApiError`], the one place where failures become status codes.
 //! - [`retention`]: the pruning task and `prune_all`, shared with `payhook prune`.
+//! - `ui`: the operator dashboard under `/ui`, server-rendered behind the API token.
 //! - [`settings`]: the resolved settings the binary hands over.
 //!
 //! Boundary: this is the only crate that knows axum; it talks to storage only through [`payhook_store::Store`].
@@ -23,6 +24,7 @@ mod ingest;
 mod metrics;
 pub mod retention;
 pub mod settings;
+mod ui;
 pub mod worker;
 
 pub use api::parse_order;

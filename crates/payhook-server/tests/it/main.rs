@@ -9,5 +9,7 @@ mod ingest;
 mod lifecycle;
 mod orders;
 mod providers;
+mod ui;
 mod verification;
+mod webdriver;
 mod worker;
