@@ -1,4 +1,4 @@
-//! The `payhook` binary: `serve`, `send`, `bench`, `orders import`, `config check|print-default`, and the admin
+//! The `payhook` binary: `serve`, `demo`, `send`, `bench`, `orders import`, `config check|print-default`, and the admin
 //! commands `events`, `dlq`, `replay`, `outbox`, `stats`.
 //!
 //! Boundary: the only crate that knows clap, TOML and anyhow; it resolves configuration and hands typed settings
@@ -7,6 +7,7 @@
 mod admin_cli;
 mod bench;
 mod config;
+mod demo;
 mod orders;
 mod send;
 mod table;
@@ -36,6 +37,8 @@ struct Cli {
 enum Command {
     /// Receive webhooks: verify, record, deduplicate, apply, answer.
     Serve,
+    /// Start payhook on a temporary database and play the failure modes it exists for, explaining each.
+    Demo(demo::DemoArgs),
     /// Sign and POST a test event for a configured source, the way its provider would.
     Send(send::SendArgs),
     /// Load-test a running payhook with signed deliveries (duplicates, refunds, shuffling).
@@ -64,7 +67,8 @@ enum ConfigCommand {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    // The demo narrates what happens itself; its logs would only interleave with the story.
+    init_tracing(if matches!(cli.command, Command::Demo(_)) { "error" } else { "info" });
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -81,9 +85,10 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn init_tracing() {
+/// Logs to stderr at `PAYHOOK_LOG`'s filter, else at `default_level`.
+fn init_tracing(default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PAYHOOK_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 
@@ -115,6 +120,7 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Serve => serve(Config::load(cli.config.as_deref())?).await,
+        Command::Demo(args) => demo::run(args).await,
         Command::Send(args) => send::run(Config::load(cli.config.as_deref())?, args).await,
         Command::Bench(args) => bench::run(Config::load(cli.config.as_deref())?, args).await,
         Command::Orders { command } => orders::run(Config::load(cli.config.as_deref())?, command).await,

@@ -268,3 +268,29 @@ secrets = ["hmac-sha256:cli-key:c2VjcmV0LWtleS1vZi10aGUtcHJvdmlkZXItMDEyMzQ1Njc4
         assert_eq!(paid_receipts(&view), 1, "{source}: {view}");
     }
 }
+
+/// `payhook demo --exit` plays every case to the end on a fresh temporary database and explains each outcome.
+#[test]
+fn payhook_demo_runs_to_completion_and_explains_each_case() {
+    let dir = TestDir::new();
+    let out = dir.run(&["demo", "--listen", "127.0.0.1:0", "--exit"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "payhook demo failed: {}\n{stdout}{}", out.status, text(&out.stderr));
+    for expected in [
+        "→ 200 processed\n   → 200 duplicate",
+        "{\"duplicate\": 15, \"processed\": 1}",
+        "order ord_3 is refunded",
+        "200 deferred",
+        "order ord_4 is paid",
+        "401 mismatch",
+        "401 stale",
+        "200 dead_lettered",
+        "ord_1  paid      1",
+        "ord_3  refunded  0",
+        "ord_4  paid      1",
+    ] {
+        assert!(stdout.contains(expected), "the demo's output lacks {expected:?}:\n{stdout}");
+    }
+    assert_eq!(stdout.matches("   why: ").count(), 8, "every case says why:\n{stdout}");
+    assert!(stdout.contains("attempts per row") && !stdout.contains("\"error\""), "{stdout}");
+}
