@@ -207,7 +207,7 @@ impl fmt::Display for Money {
 }
 
 /// What an event asks of an order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OrderAction {
     /// The payment succeeded: the order becomes paid (and a receipt is due).

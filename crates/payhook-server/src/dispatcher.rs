@@ -196,6 +196,12 @@ impl<S: Store> Dispatcher<S> {
             let (this, target) = (self.clone(), target.clone());
             sends.spawn(async move {
                 let outcome = this.deliver(&target, &job).await;
+                if matches!(outcome, Dispatched::Delivered { .. }) && after_sink_2xx_fires(&target.url) {
+                    // A dispatcher that dies after the sink's 2xx and before recording it: the row stays leased
+                    // and is sent again, with the same key, once the lease expires.
+                    let lost = StoreError::Unavailable("failpoint dispatcher::after_sink_2xx".into());
+                    return (job, outcome, Err(lost));
+                }
                 let recorded = this.store.finish_outbox(&job, outcome.clone(), now_ms_after(now_ms)).await;
                 (job, outcome, recorded)
             });
@@ -264,6 +270,23 @@ impl<S: Store> Dispatcher<S> {
             }
         }
     }
+}
+
+/// Failpoint `dispatcher::after_sink_2xx` (feature `failpoints`, tests only): configured as `return(URL)`, it fires
+/// for the sinks whose URL contains `URL`, so that tests sharing the process do not trip each other.
+#[cfg(feature = "failpoints")]
+fn after_sink_2xx_fires(url: &str) -> bool {
+    match fail::eval("dispatcher::after_sink_2xx", |arg| arg) {
+        Some(Some(only)) => url.contains(only.as_str()),
+        Some(None) => true,
+        None => false,
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+fn after_sink_2xx_fires(_url: &str) -> bool {
+    false
 }
 
 fn now_ms_after(earlier: i64) -> i64 {

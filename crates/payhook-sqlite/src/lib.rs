@@ -12,6 +12,7 @@
 
 mod billing;
 mod checkpoint;
+mod failpoint;
 mod migrate;
 mod ops;
 mod read;

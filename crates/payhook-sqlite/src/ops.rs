@@ -3,6 +3,7 @@
 //! Invariant: dedup is decided by `INSERT … ON CONFLICT DO NOTHING` on a unique key, never by a SELECT before an
 //! INSERT; every state change is a guarded `UPDATE … WHERE status IN (…)`.
 
+use crate::failpoint::{fires_on, injected};
 use crate::writer::{exec, rollback_to, unavailable};
 use payhook_core::event::{Effect, Event, OrderId};
 use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Plan, Unapplied};
@@ -68,6 +69,9 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, ctx: &Ctx) -> Result<Recor
         .db()?;
     if inserted == 0 {
         return Ok(Recorded { outcome: Outcome::Duplicate, detail: None });
+    }
+    if fires_on("sqlite::after_inbox_insert", conn) {
+        return Err(injected("sqlite::after_inbox_insert"));
     }
     let row_id = conn.last_insert_rowid();
     let now_ms = d.received_at_ms;
@@ -146,6 +150,9 @@ fn insert_outbox(
     payload: &str,
     now_ms: i64,
 ) -> Result<i64> {
+    if fires_on("sqlite::outbox_insert", conn) {
+        return Err(injected("sqlite::outbox_insert"));
+    }
     let (status, next) = if sink.is_empty() { ("unrouted", None) } else { ("pending", Some(now_ms)) };
     conn.prepare_cached(
         "INSERT INTO outbox (kind, sink, order_id, source, event_id, payload, status, next_attempt_at, created_at)
@@ -263,6 +270,9 @@ fn apply_order(
         };
         return Ok(Recorded { outcome, detail: Some(why) });
     };
+    if fires_on("sqlite::after_ledger_update", conn) {
+        return Err(injected("sqlite::after_ledger_update"));
+    }
     conn.prepare_cached(
         "INSERT INTO order_audit (order_id, source, event_id, event_type, from_status, to_status, at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",

@@ -8,6 +8,7 @@
 //! Invariant: a job's reply is sent only after the commit that made its work durable (or with an error, in which
 //! case none of its work is durable).
 
+use crate::failpoint::fires;
 use payhook_store::StoreError;
 use rusqlite::Connection;
 use std::sync::Arc;
@@ -195,7 +196,9 @@ pub(crate) fn spawn(
 }
 
 fn run(conn: Connection, mut rx: mpsc::Receiver<Msg>, batch_max: usize, wal: Option<std::fs::File>) {
-    let syncer = match wal.map(start_syncer).transpose() {
+    // Where this writer's failpoints apply (see `crate::failpoint`).
+    let scope = conn.path().unwrap_or_default().to_owned();
+    let syncer = match wal.map(|wal| start_syncer(wal, scope.clone())).transpose() {
         Ok(s) => s,
         Err(e) => {
             // Without the syncer nothing could ever be answered: fall back to syncing in COMMIT.
@@ -207,10 +210,10 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Msg>, batch_max: usize, wal: Opt
     let mut settle = |settled: Settled| match &syncer {
         Some((tx, _)) => {
             if let Err(std::sync::mpsc::SendError(settled)) = tx.send(settled) {
-                answer(settled.replies, Some(syncer_gone()));
+                answer(settled.replies, Some(syncer_gone()), &scope);
             }
         }
-        None => answer(settled.replies, settled.outcome),
+        None => answer(settled.replies, settled.outcome, &scope),
     };
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(batch_max);
     let mut stopping = false;
@@ -252,7 +255,15 @@ fn syncer_gone() -> BatchError {
     Arc::new(std::io::Error::other("the WAL syncer stopped"))
 }
 
-fn answer(replies: Vec<Reply>, outcome: Option<BatchError>) {
+/// Answers every request of a settled batch. Failpoint `sqlite::after_commit` stands for a crash between the
+/// durable commit and the answers: the requests get an error although their work is stored.
+fn answer(replies: Vec<Reply>, outcome: Option<BatchError>, scope: &str) {
+    let outcome = match outcome {
+        None if fires("sqlite::after_commit", scope) => {
+            Some(Arc::new(std::io::Error::other("failpoint sqlite::after_commit")) as BatchError)
+        }
+        outcome => outcome,
+    };
     for reply in replies {
         reply(outcome.as_ref());
     }
@@ -261,7 +272,7 @@ fn answer(replies: Vec<Reply>, outcome: Option<BatchError>) {
 type Syncer = (std::sync::mpsc::Sender<Settled>, std::thread::JoinHandle<()>);
 
 /// The syncer: takes every batch committed since its last sync, syncs the WAL once for all of them, answers them.
-fn start_syncer(wal: std::fs::File) -> std::io::Result<Syncer> {
+fn start_syncer(wal: std::fs::File, scope: String) -> std::io::Result<Syncer> {
     let (tx, rx) = std::sync::mpsc::channel::<Settled>();
     let join = std::thread::Builder::new().name("sqlite-syncer".into()).spawn(move || {
         while let Ok(first) = rx.recv() {
@@ -269,7 +280,11 @@ fn start_syncer(wal: std::fs::File) -> std::io::Result<Syncer> {
             group.extend(rx.try_iter());
             let synced = if group.iter().any(|s| s.outcome.is_none()) {
                 let started = std::time::Instant::now();
-                let r = wal.sync_data();
+                let r = if fires("sqlite::fsync", &scope) {
+                    Err(std::io::Error::other("failpoint sqlite::fsync"))
+                } else {
+                    wal.sync_data()
+                };
                 tracing::trace!(batches = group.len(), sync_us = started.elapsed().as_micros() as u64, "wal synced");
                 r.err().map(|e| {
                     tracing::error!(error = %e, "fdatasync of the WAL failed; answering 503");
@@ -279,7 +294,7 @@ fn start_syncer(wal: std::fs::File) -> std::io::Result<Syncer> {
                 None
             };
             for settled in group {
-                answer(settled.replies, settled.outcome.or_else(|| synced.clone()));
+                answer(settled.replies, settled.outcome.or_else(|| synced.clone()), &scope);
             }
         }
     })?;
@@ -315,6 +330,13 @@ fn run_batch(conn: &Connection, jobs: Vec<Box<dyn Job>>, settle: &mut impl FnMut
             }
         }
         let executed = started.elapsed();
+        if aborted.is_none() && fires("sqlite::answer_before_commit", conn.path().unwrap_or_default()) {
+            // The control run of the invariant checker: a writer that answers before its commit and then loses
+            // the batch. Tests use it to prove that the checker sees acknowledged deliveries go missing.
+            answer(std::mem::take(&mut replies), None, "");
+            let _ = conn.execute_batch("ROLLBACK");
+            continue;
+        }
         let outcome = match aborted {
             Some(e) => Some(e),
             None => exec(conn, "COMMIT").err().map(|e| Arc::new(e) as BatchError),

@@ -6,10 +6,13 @@
 //!
 //! - [`model`]: what goes in and what comes out (`Delivery`, `Recorded`, `OrderView`, …).
 //! - [`StoreError`]: the one error type every backend maps its failures to.
+//! - [`checker`] (feature `contract`): payhook's promise checked on a final store, for every end-to-end test.
 //! - [`contract`] (feature `contract`): the behaviour every backend must show, as a test suite they all run.
 
 use std::future::Future;
 
+#[cfg(feature = "contract")]
+pub mod checker;
 #[cfg(feature = "contract")]
 pub mod contract;
 pub mod model;

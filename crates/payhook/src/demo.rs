@@ -140,7 +140,7 @@ impl Tour {
         action: OrderAction,
         order: &str,
         at: i64,
-    ) -> Result<(Vec<u8>, Vec<(String, String)>)> {
+    ) -> Result<payhook_server::settings::ProviderRequest> {
         let out = Outgoing { event_id, action, order_id: order, amount_minor: 1999, currency: "usd", created: at };
         let url = reqwest::Url::parse(&format!("{}/webhooks/shop", self.base))?;
         Ok(self.source.provider_delivery(&out, &url, at, event_id)?)

@@ -48,6 +48,16 @@ fn hostile_bodies() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             "dead_lettered",
         ),
         (
+            // serde_json keeps the last of duplicate keys; the signature covers the bytes, so this is the sender's.
+            "duplicate JSON keys, the last one counting",
+            format!(
+                r#"{{"id":"evt_dupkey","type":"payment.succeeded","type":"customer.created","created":{created},
+                    "data":{{"order_id":"ord_h","amount":100,"currency":"usd"}}}}"#
+            )
+            .into_bytes(),
+            "ignored",
+        ),
+        (
             "an unknown type with any data",
             format!(r#"{{"id":"evt_unk","type":"customer.created","created":{created},"data":[null]}}"#).into_bytes(),
             "ignored",

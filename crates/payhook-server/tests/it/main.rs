@@ -2,6 +2,7 @@
 
 mod admin;
 mod dispatch;
+mod failpoints;
 mod faults;
 mod helpers;
 mod hostile;

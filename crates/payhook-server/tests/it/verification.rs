@@ -1,7 +1,8 @@
 //! What is refused before anything is stored: bad signatures, unknown sources, oversized bodies.
 
 use crate::helpers::{
-    OTHER_STANDARD_SECRET, Reply, TestApp, chunked, event, now_secs, raw_http, read_raw_reply, request_head, verifier,
+    OTHER_STANDARD_SECRET, Reply, STRIPE_SECRET, TestApp, chunked, event, now_secs, raw_http, read_raw_reply,
+    request_head, verifier,
 };
 use payhook_core::event::OrderAction::Pay;
 use reqwest::StatusCode;
@@ -44,6 +45,12 @@ async fn forged_stale_missing_or_malformed_signatures_get_401_and_nothing_is_sto
     }
     let body = app.encode("payments", &event("evt_v", Pay, "ord_v", 100));
     cases.push(("mismatch", "payments", h(&[("x-webhook-signature", "not-hex")]), body.clone()));
+    // Truncated: the first half of the right signature.
+    let mut truncated = app.sign("payments", &body, now);
+    truncated.iter_mut().for_each(|(_, v)| v.truncate(v.len() / 2));
+    cases.push(("mismatch", "payments", truncated, body.clone()));
+    // Signed with another configured source's secret.
+    cases.push(("mismatch", "payments", verifier("payments", STRIPE_SECRET).sign(&body, now, "msg_v"), body.clone()));
     let body = app.encode("stripe", &event("evt_v", Pay, "ord_v", 100));
     cases.push(("malformed", "stripe", h(&[("Stripe-Signature", "v1=abcdef")]), body.clone()));
     cases.push(("malformed", "stripe", h(&[("Stripe-Signature", &format!("t={now}"))]), body.clone()));

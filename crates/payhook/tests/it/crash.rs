@@ -5,7 +5,7 @@
 //! `PAYHOOK_CRASH_KILLS` sets the number of kills (20 by default, for CI; raise it for a long run) and
 //! `PAYHOOK_CRASH_SEED` replays a run's workload and kill schedule (the seed of every run is printed).
 
-use crate::helpers::{AMOUNT, CURRENCY, SOURCE, Server, TestDir, count, signer};
+use crate::helpers::{AMOUNT, CURRENCY, SOURCE, Server, TestDir, check_store, count, signer};
 use payhook_core::event::OrderAction;
 use payhook_core::format::{Format, Outgoing};
 use reqwest::StatusCode;
@@ -141,7 +141,7 @@ async fn kill_9_under_load_loses_no_acknowledged_delivery_and_applies_nothing_tw
     server.stop();
 
     // Every delivery was acknowledged (the provider kept retrying), with an outcome that makes sense.
-    let acked = acked.lock().expect("acked lock");
+    let acked = acked.lock().expect("acked lock").clone();
     assert_eq!(acked.values().map(Vec::len).sum::<usize>(), plan.len(), "every delivery is acknowledged");
     for (event_id, outcomes) in acked.iter() {
         let applied = outcomes.iter().filter(|o| *o == "processed").count();
@@ -184,4 +184,10 @@ async fn kill_9_under_load_loses_no_acknowledged_delivery_and_applies_nothing_tw
             db.query_row("SELECT COUNT(*) FROM outbox WHERE order_id = ?1", [&id], |r| r.get(0)).expect("outbox rows");
         assert_eq!(transitions, outbox, "order {id}: one outbox row per real transition (seed {seed})");
     }
+    drop(db);
+
+    // The same promise through the shared checker, as every end-to-end test checks it.
+    let acked: Vec<String> = acked.keys().cloned().collect();
+    let checked = check_store(&dir, &acked).await;
+    assert_eq!((checked.events, checked.orders), (unique.len(), orders), "seed {seed}");
 }

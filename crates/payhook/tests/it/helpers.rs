@@ -8,6 +8,8 @@
 use payhook_core::event::OrderAction;
 use payhook_core::format::{Format, Outgoing};
 use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
+use payhook_sqlite::{SqliteOptions, SqliteStore};
+use payhook_store::checker::{self, Acked, Checked, Evidence};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -43,12 +45,6 @@ impl TestDir {
     /// The database every config in this dir points to.
     pub fn db_path(&self) -> PathBuf {
         self.path().join(DB_FILE)
-    }
-
-    /// Writes `name` with the standard test config listening on `port`, followed by `extra` TOML, and returns its
-    /// path.
-    pub fn write_config(&self, name: &str, port: u16, extra: &str) -> PathBuf {
-        self.write(name, &format!("{}{extra}", config_toml(port)))
     }
 
     /// Writes `text` to `name` in the dir.
@@ -127,10 +123,15 @@ impl Server {
 
     /// Like [`Server::start`], with `extra` TOML appended to the standard test configuration.
     pub async fn start_with(dir: &TestDir, extra: &str) -> Self {
+        Self::start_edited(dir, |config| format!("{config}{extra}")).await
+    }
+
+    /// Like [`Server::start`], with the standard test configuration passed through `edit`.
+    pub async fn start_edited(dir: &TestDir, edit: impl Fn(String) -> String) -> Self {
         // Another process may grab the port between our probe and the server's bind: try a few ports.
         for _ in 0..3 {
             let port = free_port();
-            let config = dir.write_config(&format!("payhook-{port}.toml"), port, extra);
+            let config = dir.write(&format!("payhook-{port}.toml"), &edit(config_toml(port)));
             let log = dir.path().join(format!("serve-{port}.log"));
             let log_file = std::fs::File::create(&log).expect("create log");
             let child = dir
@@ -197,6 +198,16 @@ impl Server {
 
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("child").id()
+    }
+
+    /// The process's peak resident set size so far (`VmHWM`), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("read /proc/PID/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/PID/status")
     }
 
     /// Sends SIGTERM (graceful shutdown) and returns at once.
@@ -330,4 +341,12 @@ pub fn paid_receipts(order: &Value) -> usize {
 /// `SELECT COUNT(*) …` on the database file.
 pub fn count(db: &rusqlite::Connection, sql: &str) -> i64 {
     db.query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Runs the invariant checker (`payhook_store::checker`) on the database the stopped servers left, with the event
+/// ids of every delivery answered 2xx on the payments source; fails the test with every violation found.
+pub async fn check_store(dir: &TestDir, acked: impl IntoIterator<Item = impl AsRef<str>>) -> Checked {
+    let store = SqliteStore::open(SqliteOptions::new(dir.db_path())).expect("open the database as a store");
+    let acked = acked.into_iter().map(|id| Acked::new(SOURCE, id.as_ref())).collect();
+    checker::check(&store, &Evidence { acked, sink: None }).await.unwrap_or_else(|v| panic!("{v}"))
 }

@@ -189,6 +189,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_cleanly() {
     let paid = count(&db, "SELECT COUNT(*) FROM orders WHERE status = 'paid'");
     assert_eq!(paid, answered_ok.len() as i64);
     assert_eq!(count(&db, "SELECT COUNT(*) FROM outbox WHERE kind = 'order.paid'"), paid);
+    check_store(&dir, &answered_ok).await;
 }
 
 #[tokio::test]
@@ -235,4 +236,83 @@ async fn payment_before_its_order_is_applied_by_the_background_worker() {
         .unwrap();
     assert_eq!(inbox_status, "processed");
     assert_eq!(count(&db, "SELECT COUNT(*) FROM outbox WHERE order_id = 'early-1' AND kind = 'order.paid'"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn far_over_capacity_every_answer_is_200_or_503_with_retry_after_in_time_and_memory_stays_bounded() {
+    /// Deliveries sent, by CLIENTS connections with no think time, against a queue of QUEUE_DEPTH.
+    const N: usize = 4_000;
+    const CLIENTS: usize = 128;
+    const QUEUE_DEPTH: usize = 4;
+    const BODY_TIMEOUT_MS: u64 = 5_000;
+    const PEAK_RSS_LIMIT_MIB: u64 = 512;
+    let dir = TestDir::new();
+    let server = Server::start_edited(&dir, |config| {
+        config
+            .replace("[storage]\n", &format!("[storage]\nqueue_depth = {QUEUE_DEPTH}\nbatch_max = 8\n"))
+            .replace("[server]\n", &format!("[server]\nbody_timeout_ms = {BODY_TIMEOUT_MS}\n"))
+    })
+    .await;
+    let url = server.webhook_url();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(2 * BODY_TIMEOUT_MS))
+        .pool_max_idle_per_host(CLIENTS)
+        .build()
+        .unwrap();
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut clients = JoinSet::new();
+    for _ in 0..CLIENTS {
+        let (client, url, next) = (client.clone(), url.clone(), Arc::clone(&next));
+        clients.spawn(async move {
+            let mut answers = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= N {
+                    return answers;
+                }
+                // Payments for orders that do not exist yet: each is a real write (recorded as deferred).
+                let d = payment(&format!("evt-ov-{i}"), &format!("ov-{i}"));
+                let mut req = client.post(&url).header("content-type", "application/json").body(d.body);
+                for (name, value) in &d.headers {
+                    req = req.header(name, value);
+                }
+                let sent = Instant::now();
+                let resp = req.send().await.unwrap_or_else(|e| panic!("{}: {e}", d.event_id));
+                let status = resp.status();
+                let retry_after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+                let _ = resp.bytes().await;
+                answers.push((d.event_id, status, retry_after, sent.elapsed()));
+            }
+        });
+    }
+    let mut acked = Vec::new();
+    let (mut shed, mut slowest) = (0, Duration::ZERO);
+    while let Some(joined) = clients.join_next().await {
+        for (event_id, status, retry_after, latency) in joined.unwrap() {
+            slowest = slowest.max(latency);
+            match status {
+                StatusCode::OK => acked.push(event_id),
+                StatusCode::SERVICE_UNAVAILABLE => {
+                    assert!(retry_after.is_some(), "{event_id}: 503 without a Retry-After in seconds");
+                    shed += 1;
+                }
+                other => panic!("{event_id}: answered {other} under overload"),
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    let peak_kib = server.peak_rss_kib();
+    eprintln!(
+        "overload: {N} deliveries from {CLIENTS} clients in {elapsed:?}: {} answered 200, {shed} shed with 503; \
+         slowest answer {slowest:?}; peak RSS of payhook serve {:.1} MiB",
+        acked.len(),
+        peak_kib as f64 / 1024.0
+    );
+    assert!(slowest < Duration::from_millis(BODY_TIMEOUT_MS), "an answer took {slowest:?}");
+    assert!(peak_kib < PEAK_RSS_LIMIT_MIB * 1024, "peak RSS {peak_kib} KiB");
+    assert!(!acked.is_empty(), "nothing got through");
+    server.stop();
+    let checked = check_store(&dir, &acked).await;
+    assert_eq!(checked.events, acked.len(), "every 200 is recorded, nothing answered 503 is");
 }

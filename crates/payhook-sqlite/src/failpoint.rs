@@ -1,0 +1,42 @@
+//! Named failpoints for fault-injection tests, compiled in only with the `failpoints` feature (never in a release
+//! build: without it [`fires`] is a constant `false`).
+//!
+//! The `fail` crate's registry is global to the process, and a test binary runs many tests at once, each on its
+//! own database file. So every point here is scoped: configured as `return(SCOPE)`, it fires only where `SCOPE` is
+//! part of the database's path; a bare `return` fires everywhere.
+//!
+//! | point | where | what a test should see |
+//! | --- | --- | --- |
+//! | `sqlite::after_inbox_insert` | the delivery's inbox row was inserted | its savepoint rolls back: 503, nothing stored |
+//! | `sqlite::after_ledger_update` | the guarded `UPDATE orders` changed the order | same |
+//! | `sqlite::outbox_insert` | an outbox row is about to be inserted | same |
+//! | `sqlite::after_commit` | the batch committed (and synced), before the answers | 503 for a stored delivery: the retry is a duplicate |
+//! | `sqlite::fsync` | the syncer's `fdatasync` of the WAL | fails: 503 for every batch it covered |
+//! | `sqlite::answer_before_commit` | the control run: answers 2xx, then rolls the batch back | acknowledged deliveries are lost |
+
+/// Whether failpoint `point` is set for the database at `scope` (its path).
+#[cfg(feature = "failpoints")]
+pub(crate) fn fires(point: &str, scope: &str) -> bool {
+    match fail::eval(point, |arg| arg) {
+        Some(Some(only)) => scope.contains(only.as_str()),
+        Some(None) => true,
+        None => false,
+    }
+}
+
+/// Failpoints are compiled out: nothing ever fires.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn fires(_point: &str, _scope: &str) -> bool {
+    false
+}
+
+/// Whether `point` is set for the database `conn` writes to.
+pub(crate) fn fires_on(point: &str, conn: &rusqlite::Connection) -> bool {
+    cfg!(feature = "failpoints") && fires(point, conn.path().unwrap_or_default())
+}
+
+/// The error an injected fault produces: what a failing database would report.
+pub(crate) fn injected(point: &str) -> payhook_store::StoreError {
+    payhook_store::StoreError::Unavailable(Box::new(std::io::Error::other(format!("failpoint {point}"))))
+}
