@@ -2,7 +2,7 @@
 
 use crate::dispatcher::Dispatcher;
 use crate::error::ApiError;
-use crate::metrics::{self, SourceMetrics};
+use crate::metrics::{self, DispatchMetrics, SourceMetrics};
 use crate::settings::{Settings, SourceSettings};
 use crate::worker::RetryWorker;
 use crate::{admin_api, api, ingest};
@@ -62,6 +62,8 @@ pub struct AppState<S> {
     pub(crate) dispatcher_wake: Arc<Notify>,
     /// Held while a bulk replay runs, so that this process runs one at a time.
     pub(crate) bulk_replay: tokio::sync::Mutex<()>,
+    /// The dispatcher's send latencies.
+    pub(crate) dispatch_metrics: Arc<DispatchMetrics>,
 }
 
 impl<S> AppState<S> {
@@ -106,9 +108,22 @@ async fn readyz<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoRes
 }
 
 async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
+    let stats = match state.store.stats().await {
+        Ok(stats) => Some(stats),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: the database's row counts could not be read");
+            None
+        }
+    };
     let mut names: Vec<&String> = state.sources.keys().collect();
     names.sort();
-    let body = metrics::render(names.into_iter().map(|n| (n.as_str(), &state.sources[n].metrics)));
+    let body = metrics::render(metrics::Scrape {
+        sources: names.into_iter().map(|n| (n.as_str(), &state.sources[n].metrics)),
+        dispatch: &state.dispatch_metrics,
+        writer: state.store.writer_metrics(),
+        stats,
+        now_ms: now_ms(),
+    });
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
@@ -149,6 +164,7 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         })
         .collect();
     let dispatcher_wake = Arc::new(Notify::new());
+    let dispatcher = Dispatcher::new(Arc::clone(&store), &settings, Arc::clone(&dispatcher_wake));
     let state = Arc::new(AppState {
         store,
         settings,
@@ -156,6 +172,7 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         worker_wake,
         dispatcher_wake,
         bulk_replay: tokio::sync::Mutex::new(()),
+        dispatch_metrics: Arc::clone(dispatcher.metrics()),
     });
     let cancel = CancellationToken::new();
     let app = router(Arc::clone(&state));
@@ -164,7 +181,6 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
     });
     let worker_task = state.settings.worker.enabled.then(|| tokio::spawn(worker.clone().run(cancel.clone())));
-    let dispatcher = Dispatcher::new(Arc::clone(&state.store), &state.settings, Arc::clone(&state.dispatcher_wake));
     let dispatcher_task =
         state.settings.dispatcher.enabled.then(|| tokio::spawn(dispatcher.clone().run(cancel.clone())));
     Ok(Running { addr, state, worker, dispatcher, cancel, server, worker_task, dispatcher_task })

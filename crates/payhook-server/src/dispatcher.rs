@@ -10,6 +10,7 @@
 //! with the last error kept, and an alert.
 
 use crate::app::now_ms;
+use crate::metrics::DispatchMetrics;
 use crate::settings::{ALERTS_SINK, AlertSettings, DispatcherSettings, Settings, SinkSettings};
 use payhook_core::retry::Next;
 use payhook_core::signature::Verifier;
@@ -91,6 +92,7 @@ pub struct Dispatcher<S> {
     client: reqwest::Client,
     owner: String,
     wake: Arc<Notify>,
+    metrics: Arc<DispatchMetrics>,
 }
 
 impl<S> Clone for Dispatcher<S> {
@@ -102,6 +104,7 @@ impl<S> Clone for Dispatcher<S> {
             client: self.client.clone(),
             owner: self.owner.clone(),
             wake: Arc::clone(&self.wake),
+            metrics: Arc::clone(&self.metrics),
         }
     }
 }
@@ -116,14 +119,21 @@ impl<S: Store> Dispatcher<S> {
             .user_agent(concat!("payhook/", env!("CARGO_PKG_VERSION")))
             .build()
             .unwrap_or_default();
+        let metrics = Arc::new(DispatchMetrics::new(targets.iter().map(|t| t.name.as_str())));
         Self {
             store,
+            metrics,
             targets: Arc::new(targets),
             settings: settings.dispatcher.clone(),
             client,
             owner: format!("dispatcher-{:016x}", fastrand::u64(..)),
             wake,
         }
+    }
+
+    /// The latency of its sends, by sink, for `/metrics`.
+    pub(crate) fn metrics(&self) -> &Arc<DispatchMetrics> {
+        &self.metrics
     }
 
     /// One claim-and-send round for every sink at `now_ms`.
@@ -195,7 +205,9 @@ impl<S: Store> Dispatcher<S> {
         for job in jobs {
             let (this, target) = (self.clone(), target.clone());
             sends.spawn(async move {
+                let started = std::time::Instant::now();
                 let outcome = this.deliver(&target, &job).await;
+                this.metrics.sent(&target.name, started.elapsed());
                 let recorded = this.store.finish_outbox(&job, outcome.clone(), now_ms_after(now_ms)).await;
                 (job, outcome, recorded)
             });
@@ -208,14 +220,38 @@ impl<S: Store> Dispatcher<S> {
                 // The row stays leased and is sent again when the lease expires: at least once, same key.
                 Err(e) => tracing::warn!(sink = target.name, id = job.id, error = %e, "could not record a delivery"),
                 Ok(true) => match &outcome {
-                    Dispatched::Delivered { .. } => pass.delivered += 1,
+                    Dispatched::Delivered { status } => {
+                        pass.delivered += 1;
+                        tracing::debug!(
+                            sink = target.name,
+                            id = job.id,
+                            kind = job.kind,
+                            outcome = "delivered",
+                            status,
+                            "outbox row delivered"
+                        );
+                    }
                     Dispatched::Retry { error, .. } => {
                         pass.retried += 1;
-                        tracing::info!(sink = target.name, id = job.id, error, "outbox row will be retried");
+                        tracing::info!(
+                            sink = target.name,
+                            id = job.id,
+                            kind = job.kind,
+                            outcome = "retry",
+                            error,
+                            "outbox row will be retried"
+                        );
                     }
                     Dispatched::Dead { error, .. } => {
                         pass.dead += 1;
-                        tracing::warn!(sink = target.name, id = job.id, error, "outbox row is dead");
+                        tracing::warn!(
+                            sink = target.name,
+                            id = job.id,
+                            kind = job.kind,
+                            outcome = "dead",
+                            error,
+                            "outbox row is dead"
+                        );
                     }
                 },
             }

@@ -3,7 +3,7 @@
 //! Invariant: a 2xx is sent only after the store's commit returned; every verified delivery reaches the store
 //! (parseable or not), so nothing verified is dropped.
 
-use crate::app::{AppState, now_ms};
+use crate::app::{AppState, SourceRuntime, now_ms};
 use crate::error::ApiError;
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -20,7 +20,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Headers never stored with a delivery: they carry credentials of their own.
 const UNSTORED_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
@@ -73,19 +73,30 @@ pub(crate) async fn handle<S: Store>(
     Path(source): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    // The parts are taken apart rather than extracted, so the header map is read in place, not cloned.
-    let (parts, body) = request.into_parts();
-    let headers = &parts.headers;
+    let started = Instant::now();
     let Some(src) = state.sources.get(source.as_str()) else {
         return Err(ApiError::NotFound(format!("no source named {source:?} is configured")));
     };
+    let answer = ingest(&state, src, request).await;
+    src.metrics.answered(started.elapsed());
+    answer
+}
+
+/// Logs carry `source`, `event_id` (wherever it is known: nothing of a refused delivery is trusted) and `outcome`
+/// (a recorded delivery's status, `refused` or `failed`) as fields.
+async fn ingest<S: Store>(state: &AppState<S>, src: &SourceRuntime, request: Request) -> Result<Response, ApiError> {
+    // The parts are taken apart rather than extracted, so the header map is read in place, not cloned.
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
     let body = read_body(headers, body, state.settings.body_limit_bytes, state.settings.body_timeout_ms).await?;
     let received_at_ms = now_ms();
     let verified = match src.settings.verifier.verify(&HttpHeaders(&parts), &body, received_at_ms / 1000) {
         Ok(v) => v,
         Err(e) => {
             src.metrics.verification_failed(e.code());
-            tracing::warn!(source = %src.settings.name, reason = e.code(), "signature verification failed");
+            tracing::warn!(
+                source = %src.settings.name, outcome = "refused", reason = e.code(), "signature verification failed"
+            );
             if let Some(alerts) = &state.settings.alerts
                 && src.verification_failure_reaches(received_at_ms, alerts.window_ms, alerts.verification_failures)
             {
@@ -117,7 +128,10 @@ pub(crate) async fn handle<S: Store>(
         };
         if state.store.claim_nonce(claim).await? == NonceClaimed::Replayed {
             src.metrics.verification_failed("replayed");
-            tracing::warn!(source = %src.settings.name, keyid = %nonce.keyid, "signature nonce replayed");
+            tracing::warn!(
+                source = %src.settings.name, outcome = "refused", reason = "replayed", keyid = %nonce.keyid,
+                "signature nonce replayed"
+            );
             return Err(ApiError::Unauthorized {
                 reason: "replayed",
                 message: "signature verification failed: this signature's nonce was already used for another request"
@@ -161,7 +175,7 @@ pub(crate) async fn handle<S: Store>(
         match recorded {
             Ok(recorded) => {
                 src.metrics.recorded(recorded.outcome);
-                tracing::debug!(
+                tracing::info!(
                     source = %src.settings.name, event_id, outcome = recorded.outcome.as_str(), "delivery recorded"
                 );
                 let mut answer = json!({ "status": recorded.outcome.as_str(), "event_id": event_id });
@@ -171,7 +185,12 @@ pub(crate) async fn handle<S: Store>(
                 answers.push((index, answer));
             }
             // The events recorded before the failure are kept; the provider's retry deduplicates them.
-            Err(e) => failure = Some(e),
+            Err(e) => {
+                tracing::warn!(
+                    source = %src.settings.name, event_id, outcome = "failed", error = %e, "delivery not recorded"
+                );
+                failure = Some(e);
+            }
         }
     }
     if let Some(e) = failure {

@@ -7,6 +7,7 @@ mod helpers;
 mod hostile;
 mod ingest;
 mod lifecycle;
+mod metrics;
 mod orders;
 mod providers;
 mod verification;
