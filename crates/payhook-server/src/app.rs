@@ -14,10 +14,10 @@ use axum::routing::{get, post};
 use payhook_store::Store;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 /// Milliseconds since the Unix epoch.
@@ -64,6 +64,9 @@ pub struct AppState<S> {
     pub(crate) bulk_replay: tokio::sync::Mutex<()>,
     /// The dispatcher's send latencies.
     pub(crate) dispatch_metrics: Arc<DispatchMetrics>,
+    /// The background tasks, for `/readyz`: unset while disabled.
+    pub(crate) worker_task: OnceLock<AbortHandle>,
+    pub(crate) dispatcher_task: OnceLock<AbortHandle>,
 }
 
 impl<S> AppState<S> {
@@ -92,7 +95,7 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
     Router::new()
         .route("/webhooks/{source}", post(ingest::handle::<S>))
         .nest("/v1", v1)
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(metrics_text::<S>))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
@@ -100,11 +103,37 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
         .with_state(state)
 }
 
+/// Liveness: the process is up and serving HTTP.
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Readiness: the database answers, the store's writer takes work, and the enabled background tasks run. Each
+/// part is `"ok"` or says what is wrong (`"stopped"`, `"disabled"`, the database error); 503 unless all are well.
 async fn readyz<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
-    match state.store.ping().await {
-        Ok(()) => (StatusCode::OK, "ready"),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage unavailable"),
-    }
+    let database = match state.store.ping().await {
+        Ok(()) => Ok("ok".to_owned()),
+        Err(e) => {
+            tracing::warn!(error = %e, cause = ?std::error::Error::source(&e), "readiness: the database does not answer");
+            Err(e.to_string())
+        }
+    };
+    let writer = if state.store.writer_metrics().running { Ok("ok".to_owned()) } else { Err("stopped".to_owned()) };
+    let task = |handle: &OnceLock<AbortHandle>| match handle.get() {
+        None => Ok("disabled".to_owned()),
+        Some(h) if h.is_finished() => Err("stopped".to_owned()),
+        Some(_) => Ok("ok".to_owned()),
+    };
+    let (worker, dispatcher) = (task(&state.worker_task), task(&state.dispatcher_task));
+    let ready = [&database, &writer, &worker, &dispatcher].iter().all(|p| p.is_ok());
+    let text = |p: Result<String, String>| p.unwrap_or_else(|e| e);
+    let body = serde_json::json!({
+        "database": text(database),
+        "writer": text(writer),
+        "worker": text(worker),
+        "dispatcher": text(dispatcher),
+    });
+    (if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, axum::Json(body))
 }
 
 async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
@@ -173,6 +202,8 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         dispatcher_wake,
         bulk_replay: tokio::sync::Mutex::new(()),
         dispatch_metrics: Arc::clone(dispatcher.metrics()),
+        worker_task: OnceLock::new(),
+        dispatcher_task: OnceLock::new(),
     });
     let cancel = CancellationToken::new();
     let app = router(Arc::clone(&state));
@@ -183,6 +214,12 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     let worker_task = state.settings.worker.enabled.then(|| tokio::spawn(worker.clone().run(cancel.clone())));
     let dispatcher_task =
         state.settings.dispatcher.enabled.then(|| tokio::spawn(dispatcher.clone().run(cancel.clone())));
+    if let Some(task) = &worker_task {
+        let _ = state.worker_task.set(task.abort_handle());
+    }
+    if let Some(task) = &dispatcher_task {
+        let _ = state.dispatcher_task.set(task.abort_handle());
+    }
     Ok(Running { addr, state, worker, dispatcher, cancel, server, worker_task, dispatcher_task })
 }
 

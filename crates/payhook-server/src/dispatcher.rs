@@ -160,6 +160,10 @@ impl<S: Store> Dispatcher<S> {
     /// Runs one loop per sink until `cancel` fires. A loop in the middle of a send finishes it (bounded by the
     /// sink's timeout) and records the outcome before it stops.
     pub async fn run(self, cancel: CancellationToken) {
+        if self.targets.is_empty() {
+            // Nothing to deliver to: idle until shutdown, a running dispatcher as far as `/readyz` is concerned.
+            cancel.cancelled().await;
+        }
         let mut loops = tokio::task::JoinSet::new();
         for target in self.targets.iter().cloned() {
             let (this, cancel) = (self.clone(), cancel.clone());
