@@ -13,7 +13,7 @@ mod table;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use config::{Config, StorageConfig};
+use config::{Config, LogFormat, StorageConfig};
 use payhook_postgres::PgStore;
 use payhook_server::Settings;
 use payhook_sqlite::SqliteStore;
@@ -64,7 +64,6 @@ enum ConfigCommand {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -81,13 +80,22 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn init_tracing() {
+/// Logs go to stderr, filtered by `PAYHOOK_LOG` (default `info`), as text or JSON lines.
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PAYHOOK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_ansi(false).init(),
+    }
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    // `serve` logs in the configured format, once it is read; every other command logs text for a terminal.
+    if !matches!(cli.command, Command::Serve) {
+        init_tracing(LogFormat::Text);
+    }
     match cli.command {
         Command::Config { command: ConfigCommand::PrintDefault } => {
             print!("{}", config::DEFAULT_TOML);
@@ -114,7 +122,11 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Serve => serve(Config::load(cli.config.as_deref())?).await,
+        Command::Serve => {
+            let config = Config::load(cli.config.as_deref())?;
+            init_tracing(config.log_format);
+            serve(config).await
+        }
         Command::Send(args) => send::run(Config::load(cli.config.as_deref())?, args).await,
         Command::Bench(args) => bench::run(Config::load(cli.config.as_deref())?, args).await,
         Command::Orders { command } => orders::run(Config::load(cli.config.as_deref())?, command).await,
