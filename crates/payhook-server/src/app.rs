@@ -76,6 +76,28 @@ impl<S> AppState<S> {
     }
 }
 
+/// Every route [`router`] registers, as (method, path), `/v1` ones in full: the OpenAPI document must describe
+/// each (a test checks it), and a route added to the router belongs here too.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("POST", "/webhooks/{source}"),
+    ("POST", "/v1/orders"),
+    ("GET", "/v1/orders/{id}"),
+    ("GET", "/v1/subscriptions/{id}"),
+    ("GET", "/v1/customers/{id}/entitlements"),
+    ("GET", "/v1/events"),
+    ("GET", "/v1/events/{source}/{event_id}"),
+    ("POST", "/v1/events/{source}/{event_id}/replay"),
+    ("GET", "/v1/dead-letters"),
+    ("POST", "/v1/dead-letters/replay"),
+    ("GET", "/v1/outbox"),
+    ("POST", "/v1/outbox/{id}/retry"),
+    ("GET", "/v1/stats"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
+];
+
 /// The routes, on `state`.
 pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
     let v1 = Router::new()
@@ -98,19 +120,25 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(metrics_text::<S>))
+        .route("/openapi.json", get(openapi_json))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
 }
 
 /// Liveness: the process is up and serving HTTP.
-async fn healthz() -> &'static str {
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "`ok`")))]
+pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
 /// Readiness: the database answers, the store's writer takes work, and the enabled background tasks run. Each
 /// part is `"ok"` or says what is wrong (`"stopped"`, `"disabled"`, the database error); 503 unless all are well.
-async fn readyz<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
+#[utoipa::path(get, path = "/readyz", tag = "operations", responses(
+    (status = 200, description = "Ready", body = crate::openapi::Readiness),
+    (status = 503, description = "The database does not answer, or the writer or a background task stopped",
+        body = crate::openapi::Readiness)))]
+pub(crate) async fn readyz<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
     let database = match state.store.ping().await {
         Ok(()) => Ok("ok".to_owned()),
         Err(e) => {
@@ -136,7 +164,9 @@ async fn readyz<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoRes
     (if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, axum::Json(body))
 }
 
-async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses(
+    (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain; version=0.0.4", body = String)))]
+pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
     let stats = match state.store.stats().await {
         Ok(stats) => Some(stats),
         Err(e) => {
@@ -154,6 +184,13 @@ async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl I
         now_ms: now_ms(),
     });
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+}
+
+/// This API's OpenAPI 3.1 document.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses(
+    (status = 200, description = "This document", content_type = "application/json")))]
+pub(crate) async fn openapi_json() -> impl IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], crate::openapi::json())
 }
 
 /// A running payhook: its address, its worker and the means to stop it.

@@ -68,6 +68,17 @@ impl Headers for HttpHeaders<'_> {
     }
 }
 
+#[utoipa::path(post, path = "/webhooks/{source}", tag = "webhooks",
+    params(("source" = String, Path, description = "A configured source's name")),
+    request_body(content = Vec<u8>, description = "The provider's payload, verified on its raw bytes", content_type = "*/*"),
+    responses(
+        (status = 200, description = "Recorded (after the commit): `processed`, `duplicate`, `deferred`, `ignored` or \
+            `dead_lettered`; Adyen is answered `[accepted]`", body = crate::openapi::WebhookAnswer),
+        (status = 401, description = "Missing, malformed, wrong, stale or replayed signature; nothing stored", body = crate::openapi::ErrorBody),
+        (status = 404, description = "No such source", body = crate::openapi::ErrorBody),
+        (status = 408, description = "The body took too long", body = crate::openapi::ErrorBody),
+        (status = 413, description = "The body is over the limit", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable, queue full or shutting down (`Retry-After`)", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn handle<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     Path(source): Path<String>,

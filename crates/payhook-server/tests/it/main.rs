@@ -8,6 +8,7 @@ mod hostile;
 mod ingest;
 mod lifecycle;
 mod metrics;
+mod openapi;
 mod orders;
 mod providers;
 mod verification;
