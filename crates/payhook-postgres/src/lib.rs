@@ -335,4 +335,8 @@ impl Store for PgStore {
     async fn ping(&self) -> Result<(), StoreError> {
         read::ping(&self.pool, self.ping_timeout).await
     }
+
+    fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {
+        self.writer.metrics()
+    }
 }

@@ -36,6 +36,7 @@ use crate::ops::{self, IngestCall, Landed};
 use crate::pipeline::{none, pipeline};
 use crate::pool;
 use deadpool_postgres::{Object, Pool};
+use payhook_store::metrics::{BATCH_SIZE_BOUNDS, Histogram, WriterMetrics};
 use payhook_store::{NewOrder, Recorded, Registered, StoreError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,12 +61,26 @@ pub(crate) struct WriterConfig {
 }
 
 /// Counters of the batcher, for tests and operators.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Counters {
     batches: AtomicU64,
     jobs: AtomicU64,
     reruns: AtomicU64,
     failed_batches: AtomicU64,
+    /// Jobs per committed batch transaction.
+    batch_sizes: Histogram,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            batches: AtomicU64::new(0),
+            jobs: AtomicU64::new(0),
+            reruns: AtomicU64::new(0),
+            failed_batches: AtomicU64::new(0),
+            batch_sizes: Histogram::new(BATCH_SIZE_BOUNDS),
+        }
+    }
 }
 
 /// What the batcher has done so far.
@@ -175,6 +190,16 @@ impl Writer {
             mpsc::error::TrySendError::Full(_) => StoreError::Overloaded,
             mpsc::error::TrySendError::Closed(_) => StoreError::ShuttingDown,
         })
+    }
+
+    /// The queue and the batches so far. The queue closes when the batcher stops (asked to, or gone).
+    pub(crate) fn metrics(&self) -> WriterMetrics {
+        WriterMetrics {
+            running: !self.tx.is_closed(),
+            queued: (self.tx.max_capacity() - self.tx.capacity()) as u64,
+            queue_capacity: self.tx.max_capacity() as u64,
+            batch_sizes: self.counters.batch_sizes.snapshot(),
+        }
     }
 
     /// Stops taking jobs, runs and answers every job already queued, and returns once all of them are answered.
@@ -332,6 +357,7 @@ async fn run_group(pool: &Pool, mut jobs: Vec<Job>, config: &WriterConfig, count
         Ok(pending) => {
             counters.batches.fetch_add(1, Ordering::Relaxed);
             counters.jobs.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+            counters.batch_sizes.observe(jobs.len() as u64);
             for (job, pending) in jobs.into_iter().zip(pending) {
                 answer(job.reply, pending);
             }

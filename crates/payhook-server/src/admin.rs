@@ -65,8 +65,9 @@ pub enum AdminError {
 }
 
 /// Filters of an event listing, as the API's query string and the CLI's flags give them.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EventQuery {
     /// Only this source.
     pub source: Option<String>,
@@ -216,7 +217,7 @@ pub struct ReplayReport {
 }
 
 /// Which dead letters a bulk replay takes. Every field narrows the selection.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayFilter {
     /// Only this source.
@@ -278,8 +279,9 @@ impl BulkReport {
 }
 
 /// Filters of an outbox listing.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct OutboxQuery {
     /// Only this status (`pending`, `delivered`, `dead`, `unrouted`).
     pub status: Option<String>,

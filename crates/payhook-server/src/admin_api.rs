@@ -15,9 +15,9 @@ use serde::Deserialize;
 use std::sync::Arc;
 
 /// The body of `POST /v1/dead-letters/replay`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct BulkReplayRequest {
+pub(crate) struct BulkReplayRequest {
     /// Which dead letters.
     #[serde(default)]
     filter: ReplayFilter,
@@ -37,6 +37,10 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     p.map(|Path(t)| t).map_err(|e| ApiError::Invalid(e.body_text()))
 }
 
+#[utoipa::path(get, path = "/v1/events", tag = "admin", params(EventQuery), security(("bearer" = [])),
+    responses((status = 200, description = "Recorded deliveries, newest first, with `next_cursor`"),
+        (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn list_events<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     q: Result<Query<EventQuery>, QueryRejection>,
@@ -45,6 +49,11 @@ pub(crate) async fn list_events<S: Store>(
     Ok(Json(page).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/events/{source}/{event_id}", tag = "admin", security(("bearer" = [])),
+    params(("source" = String, Path, description = "Source name"), ("event_id" = String, Path, description = "Event id")),
+    responses((status = 200, description = "Envelope, headers, raw body, attempts, changes and outbox rows"),
+        (status = 404, description = "No such event", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn show_event<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     p: Result<Path<(String, String)>, PathRejection>,
@@ -54,6 +63,12 @@ pub(crate) async fn show_event<S: Store>(
     Ok(Json(detail).into_response())
 }
 
+#[utoipa::path(post, path = "/v1/events/{source}/{event_id}/replay", tag = "admin", security(("bearer" = [])),
+    params(("source" = String, Path, description = "Source name"), ("event_id" = String, Path, description = "Event id")),
+    responses((status = 200, description = "The replay's outcome"),
+        (status = 404, description = "No such event", body = crate::openapi::ErrorBody),
+        (status = 409, description = "Not a dead letter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn replay_event<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     p: Result<Path<(String, String)>, PathRejection>,
@@ -78,6 +93,10 @@ pub(crate) async fn replay_one<S: Store>(
     Ok(report)
 }
 
+#[utoipa::path(get, path = "/v1/dead-letters", tag = "admin", params(EventQuery), security(("bearer" = [])),
+    responses((status = 200, description = "Dead letters, newest first, with `next_cursor`"),
+        (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn list_dead_letters<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     q: Result<Query<EventQuery>, QueryRejection>,
@@ -86,6 +105,11 @@ pub(crate) async fn list_dead_letters<S: Store>(
     Ok(Json(page).into_response())
 }
 
+#[utoipa::path(post, path = "/v1/dead-letters/replay", tag = "admin", request_body = BulkReplayRequest,
+    security(("bearer" = [])),
+    responses((status = 200, description = "What a dry run found, or what was replayed (capped, paced)"),
+        (status = 422, description = "Invalid request", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn bulk_replay<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     body: Bytes,
@@ -132,6 +156,10 @@ pub(crate) async fn replay_many<S: Store>(
     Ok(report)
 }
 
+#[utoipa::path(get, path = "/v1/outbox", tag = "admin", params(OutboxQuery), security(("bearer" = [])),
+    responses((status = 200, description = "Outbox rows, newest first, with `next_cursor`"),
+        (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn list_outbox<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     q: Result<Query<OutboxQuery>, QueryRejection>,
@@ -140,6 +168,11 @@ pub(crate) async fn list_outbox<S: Store>(
     Ok(Json(page).into_response())
 }
 
+#[utoipa::path(post, path = "/v1/outbox/{id}/retry", tag = "admin", security(("bearer" = [])),
+    params(("id" = i64, Path, description = "Outbox row id")),
+    responses((status = 200, description = "The row is pending again with a fresh budget"),
+        (status = 409, description = "The row is not dead", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn retry_outbox<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     p: Result<Path<i64>, PathRejection>,
@@ -156,6 +189,9 @@ pub(crate) async fn retry_one_outbox<S: Store>(state: &AppState<S>, id: i64) -> 
     Ok(row)
 }
 
+#[utoipa::path(get, path = "/v1/stats", tag = "admin", security(("bearer" = [])),
+    responses((status = 200, description = "Events, orders and outbox rows by status, oldest pending ages"), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn stats<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, ApiError> {
     Ok(Json(admin::stats(&*state.store, now_ms()).await?).into_response())
 }

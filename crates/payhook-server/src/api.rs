@@ -43,11 +43,15 @@ pub(crate) async fn require_token<S: Store>(
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// An order to register before its customer pays.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct OrderRequest {
+pub(crate) struct OrderRequest {
+    /// The order id the provider's events will carry.
     id: String,
+    /// Amount in minor units (cents).
     amount: i64,
+    /// ISO 4217 code, lower or upper case.
     currency: String,
 }
 
@@ -59,6 +63,12 @@ pub fn parse_order(id: String, amount: i64, currency: &str, now_ms: i64) -> Resu
     Ok(NewOrder { id, money, now_ms })
 }
 
+#[utoipa::path(post, path = "/v1/orders", tag = "orders", request_body = OrderRequest, security(("bearer" = [])),
+    responses((status = 201, description = "Registered"),
+        (status = 200, description = "The identical order was already registered"),
+        (status = 409, description = "Same id with another amount or currency", body = crate::openapi::ErrorBody),
+        (status = 422, description = "Invalid order", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn register_order<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     body: Bytes,
@@ -85,6 +95,11 @@ pub(crate) async fn register_order<S: Store>(
     Ok((status, Json(order_json(&view))).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/orders/{id}", tag = "orders", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Order id")),
+    responses((status = 200, description = "Status, amount, currency, timestamps, audit history, outbox rows"),
+        (status = 404, description = "No such order", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn get_order<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     Path(id): Path<String>,
@@ -116,6 +131,11 @@ fn order_json(v: &OrderView) -> serde_json::Value {
     })
 }
 
+#[utoipa::path(get, path = "/v1/subscriptions/{id}", tag = "billing", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The provider's subscription id")),
+    responses((status = 200, description = "Provider status, period end, history, the entitlements of its invoices"),
+        (status = 404, description = "No such subscription", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn get_subscription<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     Path(id): Path<String>,
@@ -128,6 +148,10 @@ pub(crate) async fn get_subscription<S: Store>(
 }
 
 /// A customer's entitlements; a customer payhook has never heard of simply has none.
+#[utoipa::path(get, path = "/v1/customers/{id}/entitlements", tag = "billing", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The provider's customer id")),
+    responses((status = 200, description = "The customer's entitlements with their history, and how many are granted"), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn get_entitlements<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     Path(id): Path<String>,

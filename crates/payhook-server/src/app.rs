@@ -2,7 +2,7 @@
 
 use crate::dispatcher::Dispatcher;
 use crate::error::ApiError;
-use crate::metrics::{self, SourceMetrics};
+use crate::metrics::{self, DispatchMetrics, SourceMetrics};
 use crate::settings::{Settings, SourceSettings};
 use crate::worker::RetryWorker;
 use crate::{admin_api, api, ingest, ui};
@@ -14,10 +14,10 @@ use axum::routing::{get, post};
 use payhook_store::Store;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 /// Milliseconds since the Unix epoch.
@@ -66,6 +66,11 @@ pub struct AppState<S> {
     pub(crate) throughput: metrics::Throughput,
     /// The dashboard's logged-in sessions.
     pub(crate) ui_sessions: ui::Sessions,
+    /// The dispatcher's send latencies.
+    pub(crate) dispatch_metrics: Arc<DispatchMetrics>,
+    /// The background tasks, for `/readyz`: unset while disabled.
+    pub(crate) worker_task: OnceLock<AbortHandle>,
+    pub(crate) dispatcher_task: OnceLock<AbortHandle>,
 }
 
 impl<S> AppState<S> {
@@ -74,6 +79,28 @@ impl<S> AppState<S> {
         self.sources.get(name)
     }
 }
+
+/// Every route [`router`] registers, as (method, path), `/v1` ones in full: the OpenAPI document must describe
+/// each (a test checks it), and a route added to the router belongs here too.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("POST", "/webhooks/{source}"),
+    ("POST", "/v1/orders"),
+    ("GET", "/v1/orders/{id}"),
+    ("GET", "/v1/subscriptions/{id}"),
+    ("GET", "/v1/customers/{id}/entitlements"),
+    ("GET", "/v1/events"),
+    ("GET", "/v1/events/{source}/{event_id}"),
+    ("POST", "/v1/events/{source}/{event_id}/replay"),
+    ("GET", "/v1/dead-letters"),
+    ("POST", "/v1/dead-letters/replay"),
+    ("GET", "/v1/outbox"),
+    ("POST", "/v1/outbox/{id}/retry"),
+    ("GET", "/v1/stats"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
+];
 
 /// The routes, on `state`.
 pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
@@ -95,26 +122,80 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
         .route("/webhooks/{source}", post(ingest::handle::<S>))
         .nest("/v1", v1)
         .nest("/ui", ui::router(Arc::clone(&state)))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(metrics_text::<S>))
+        .route("/openapi.json", get(openapi_json))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
 }
 
-async fn readyz<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
-    match state.store.ping().await {
-        Ok(()) => (StatusCode::OK, "ready"),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage unavailable"),
-    }
+/// Liveness: the process is up and serving HTTP.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "`ok`")))]
+pub(crate) async fn healthz() -> &'static str {
+    "ok"
 }
 
-async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
+/// Readiness: the database answers, the store's writer takes work, and the enabled background tasks run. Each
+/// part is `"ok"` or says what is wrong (`"stopped"`, `"disabled"`, the database error); 503 unless all are well.
+#[utoipa::path(get, path = "/readyz", tag = "operations", responses(
+    (status = 200, description = "Ready", body = crate::openapi::Readiness),
+    (status = 503, description = "The database does not answer, or the writer or a background task stopped",
+        body = crate::openapi::Readiness)))]
+pub(crate) async fn readyz<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
+    let database = match state.store.ping().await {
+        Ok(()) => Ok("ok".to_owned()),
+        Err(e) => {
+            tracing::warn!(error = %e, cause = ?std::error::Error::source(&e), "readiness: the database does not answer");
+            Err(e.to_string())
+        }
+    };
+    let writer = if state.store.writer_metrics().running { Ok("ok".to_owned()) } else { Err("stopped".to_owned()) };
+    let task = |handle: &OnceLock<AbortHandle>| match handle.get() {
+        None => Ok("disabled".to_owned()),
+        Some(h) if h.is_finished() => Err("stopped".to_owned()),
+        Some(_) => Ok("ok".to_owned()),
+    };
+    let (worker, dispatcher) = (task(&state.worker_task), task(&state.dispatcher_task));
+    let ready = [&database, &writer, &worker, &dispatcher].iter().all(|p| p.is_ok());
+    let text = |p: Result<String, String>| p.unwrap_or_else(|e| e);
+    let body = serde_json::json!({
+        "database": text(database),
+        "writer": text(writer),
+        "worker": text(worker),
+        "dispatcher": text(dispatcher),
+    });
+    (if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, axum::Json(body))
+}
+
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses(
+    (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain; version=0.0.4", body = String)))]
+pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
+    let stats = match state.store.stats().await {
+        Ok(stats) => Some(stats),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: the database's row counts could not be read");
+            None
+        }
+    };
     let mut names: Vec<&String> = state.sources.keys().collect();
     names.sort();
-    let body = metrics::render(names.into_iter().map(|n| (n.as_str(), &state.sources[n].metrics)));
+    let body = metrics::render(metrics::Scrape {
+        sources: names.into_iter().map(|n| (n.as_str(), &state.sources[n].metrics)),
+        dispatch: &state.dispatch_metrics,
+        writer: state.store.writer_metrics(),
+        stats,
+        now_ms: now_ms(),
+    });
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+}
+
+/// This API's OpenAPI 3.1 document.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses(
+    (status = 200, description = "This document", content_type = "application/json")))]
+pub(crate) async fn openapi_json() -> impl IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], crate::openapi::json())
 }
 
 /// A running payhook: its address, its worker and the means to stop it.
@@ -155,6 +236,7 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         })
         .collect();
     let dispatcher_wake = Arc::new(Notify::new());
+    let dispatcher = Dispatcher::new(Arc::clone(&store), &settings, Arc::clone(&dispatcher_wake));
     let state = Arc::new(AppState {
         store,
         settings,
@@ -164,6 +246,9 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         bulk_replay: tokio::sync::Mutex::new(()),
         throughput: metrics::Throughput::default(),
         ui_sessions: ui::Sessions::default(),
+        dispatch_metrics: Arc::clone(dispatcher.metrics()),
+        worker_task: OnceLock::new(),
+        dispatcher_task: OnceLock::new(),
     });
     let cancel = CancellationToken::new();
     let app = router(Arc::clone(&state));
@@ -172,9 +257,14 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
     });
     let worker_task = state.settings.worker.enabled.then(|| tokio::spawn(worker.clone().run(cancel.clone())));
-    let dispatcher = Dispatcher::new(Arc::clone(&state.store), &state.settings, Arc::clone(&state.dispatcher_wake));
     let dispatcher_task =
         state.settings.dispatcher.enabled.then(|| tokio::spawn(dispatcher.clone().run(cancel.clone())));
+    if let Some(task) = &worker_task {
+        let _ = state.worker_task.set(task.abort_handle());
+    }
+    if let Some(task) = &dispatcher_task {
+        let _ = state.dispatcher_task.set(task.abort_handle());
+    }
     let prune_task = state.settings.retention.enabled.then(|| {
         tokio::spawn(crate::retention::run(Arc::clone(&state.store), state.settings.retention.clone(), cancel.clone()))
     });

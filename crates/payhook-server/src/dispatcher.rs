@@ -10,6 +10,7 @@
 //! with the last error kept, and an alert.
 
 use crate::app::now_ms;
+use crate::metrics::DispatchMetrics;
 use crate::settings::{ALERTS_SINK, AlertSettings, DispatcherSettings, Settings, SinkSettings};
 use payhook_core::retry::Next;
 use payhook_core::signature::Verifier;
@@ -91,6 +92,7 @@ pub struct Dispatcher<S> {
     client: reqwest::Client,
     owner: String,
     wake: Arc<Notify>,
+    metrics: Arc<DispatchMetrics>,
 }
 
 impl<S> Clone for Dispatcher<S> {
@@ -102,6 +104,7 @@ impl<S> Clone for Dispatcher<S> {
             client: self.client.clone(),
             owner: self.owner.clone(),
             wake: Arc::clone(&self.wake),
+            metrics: Arc::clone(&self.metrics),
         }
     }
 }
@@ -116,14 +119,21 @@ impl<S: Store> Dispatcher<S> {
             .user_agent(concat!("payhook/", env!("CARGO_PKG_VERSION")))
             .build()
             .unwrap_or_default();
+        let metrics = Arc::new(DispatchMetrics::new(targets.iter().map(|t| t.name.as_str())));
         Self {
             store,
+            metrics,
             targets: Arc::new(targets),
             settings: settings.dispatcher.clone(),
             client,
             owner: format!("dispatcher-{:016x}", fastrand::u64(..)),
             wake,
         }
+    }
+
+    /// The latency of its sends, by sink, for `/metrics`.
+    pub(crate) fn metrics(&self) -> &Arc<DispatchMetrics> {
+        &self.metrics
     }
 
     /// One claim-and-send round for every sink at `now_ms`.
@@ -150,6 +160,10 @@ impl<S: Store> Dispatcher<S> {
     /// Runs one loop per sink until `cancel` fires. A loop in the middle of a send finishes it (bounded by the
     /// sink's timeout) and records the outcome before it stops.
     pub async fn run(self, cancel: CancellationToken) {
+        if self.targets.is_empty() {
+            // Nothing to deliver to: idle until shutdown, a running dispatcher as far as `/readyz` is concerned.
+            cancel.cancelled().await;
+        }
         let mut loops = tokio::task::JoinSet::new();
         for target in self.targets.iter().cloned() {
             let (this, cancel) = (self.clone(), cancel.clone());
@@ -195,7 +209,9 @@ impl<S: Store> Dispatcher<S> {
         for job in jobs {
             let (this, target) = (self.clone(), target.clone());
             sends.spawn(async move {
+                let started = std::time::Instant::now();
                 let outcome = this.deliver(&target, &job).await;
+                this.metrics.sent(&target.name, started.elapsed());
                 if matches!(outcome, Dispatched::Delivered { .. }) && after_sink_2xx_fires(&target.url) {
                     // A dispatcher that dies after the sink's 2xx and before recording it: the row stays leased
                     // and is sent again, with the same key, once the lease expires.
@@ -214,14 +230,38 @@ impl<S: Store> Dispatcher<S> {
                 // The row stays leased and is sent again when the lease expires: at least once, same key.
                 Err(e) => tracing::warn!(sink = target.name, id = job.id, error = %e, "could not record a delivery"),
                 Ok(true) => match &outcome {
-                    Dispatched::Delivered { .. } => pass.delivered += 1,
+                    Dispatched::Delivered { status } => {
+                        pass.delivered += 1;
+                        tracing::debug!(
+                            sink = target.name,
+                            id = job.id,
+                            kind = job.kind,
+                            outcome = "delivered",
+                            status,
+                            "outbox row delivered"
+                        );
+                    }
                     Dispatched::Retry { error, .. } => {
                         pass.retried += 1;
-                        tracing::info!(sink = target.name, id = job.id, error, "outbox row will be retried");
+                        tracing::info!(
+                            sink = target.name,
+                            id = job.id,
+                            kind = job.kind,
+                            outcome = "retry",
+                            error,
+                            "outbox row will be retried"
+                        );
                     }
                     Dispatched::Dead { error, .. } => {
                         pass.dead += 1;
-                        tracing::warn!(sink = target.name, id = job.id, error, "outbox row is dead");
+                        tracing::warn!(
+                            sink = target.name,
+                            id = job.id,
+                            kind = job.kind,
+                            outcome = "dead",
+                            error,
+                            "outbox row is dead"
+                        );
                     }
                 },
             }

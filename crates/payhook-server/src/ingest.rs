@@ -3,7 +3,7 @@
 //! Invariant: a 2xx is sent only after the store's commit returned; every verified delivery reaches the store
 //! (parseable or not), so nothing verified is dropped.
 
-use crate::app::{AppState, now_ms};
+use crate::app::{AppState, SourceRuntime, now_ms};
 use crate::error::ApiError;
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -20,7 +20,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Headers never stored with a delivery: they carry credentials of their own.
 const UNSTORED_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
@@ -68,34 +68,51 @@ impl Headers for HttpHeaders<'_> {
     }
 }
 
+#[utoipa::path(post, path = "/webhooks/{source}", tag = "webhooks",
+    params(("source" = String, Path, description = "A configured source's name")),
+    request_body(content = Vec<u8>, description = "The provider's payload, verified on its raw bytes", content_type = "*/*"),
+    responses(
+        (status = 200, description = "Recorded (after the commit): `processed`, `duplicate`, `deferred`, `ignored` or \
+            `dead_lettered`; Adyen is answered `[accepted]`", body = crate::openapi::WebhookAnswer),
+        (status = 401, description = "Missing, malformed, wrong, stale or replayed signature; nothing stored", body = crate::openapi::ErrorBody),
+        (status = 404, description = "No such source", body = crate::openapi::ErrorBody),
+        (status = 408, description = "The body took too long", body = crate::openapi::ErrorBody),
+        (status = 413, description = "The body is over the limit", body = crate::openapi::ErrorBody),
+        (status = 503, description = "Storage unavailable, queue full or shutting down (`Retry-After`)", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn handle<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     Path(source): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let started = std::time::Instant::now();
-    let answer = record(&state, &source, request).await;
+    let started = Instant::now();
+    let Some(src) = state.sources.get(source.as_str()) else {
+        return Err(ApiError::NotFound(format!("no source named {source:?} is configured")));
+    };
+    let answer = ingest(&state, src, request).await;
+    let elapsed = started.elapsed();
+    src.metrics.answered(elapsed);
     if answer.is_ok() {
         // The dashboard's chart: deliveries answered 2xx per minute and how long they took.
-        state.throughput.record(now_ms(), started.elapsed());
+        state.throughput.record(now_ms(), elapsed);
     }
     answer
 }
 
-async fn record<S: Store>(state: &AppState<S>, source: &str, request: Request) -> Result<Response, ApiError> {
+/// Logs carry `source`, `event_id` (wherever it is known: nothing of a refused delivery is trusted) and `outcome`
+/// (a recorded delivery's status, `refused` or `failed`) as fields.
+async fn ingest<S: Store>(state: &AppState<S>, src: &SourceRuntime, request: Request) -> Result<Response, ApiError> {
     // The parts are taken apart rather than extracted, so the header map is read in place, not cloned.
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
-    let Some(src) = state.sources.get(source) else {
-        return Err(ApiError::NotFound(format!("no source named {source:?} is configured")));
-    };
     let body = read_body(headers, body, state.settings.body_limit_bytes, state.settings.body_timeout_ms).await?;
     let received_at_ms = now_ms();
     let verified = match src.settings.verifier.verify(&HttpHeaders(&parts), &body, received_at_ms / 1000) {
         Ok(v) => v,
         Err(e) => {
             src.metrics.verification_failed(e.code());
-            tracing::warn!(source = %src.settings.name, reason = e.code(), "signature verification failed");
+            tracing::warn!(
+                source = %src.settings.name, outcome = "refused", reason = e.code(), "signature verification failed"
+            );
             if let Some(alerts) = &state.settings.alerts
                 && src.verification_failure_reaches(received_at_ms, alerts.window_ms, alerts.verification_failures)
             {
@@ -127,7 +144,10 @@ async fn record<S: Store>(state: &AppState<S>, source: &str, request: Request) -
         };
         if state.store.claim_nonce(claim).await? == NonceClaimed::Replayed {
             src.metrics.verification_failed("replayed");
-            tracing::warn!(source = %src.settings.name, keyid = %nonce.keyid, "signature nonce replayed");
+            tracing::warn!(
+                source = %src.settings.name, outcome = "refused", reason = "replayed", keyid = %nonce.keyid,
+                "signature nonce replayed"
+            );
             return Err(ApiError::Unauthorized {
                 reason: "replayed",
                 message: "signature verification failed: this signature's nonce was already used for another request"
@@ -171,6 +191,7 @@ async fn record<S: Store>(state: &AppState<S>, source: &str, request: Request) -
         match recorded {
             Ok(recorded) => {
                 src.metrics.recorded(recorded.outcome);
+                // Debug, not info: a line per delivery costs a write at thousands of deliveries per second.
                 tracing::debug!(
                     source = %src.settings.name, event_id, outcome = recorded.outcome.as_str(), "delivery recorded"
                 );
@@ -181,7 +202,12 @@ async fn record<S: Store>(state: &AppState<S>, source: &str, request: Request) -
                 answers.push((index, answer));
             }
             // The events recorded before the failure are kept; the provider's retry deduplicates them.
-            Err(e) => failure = Some(e),
+            Err(e) => {
+                tracing::warn!(
+                    source = %src.settings.name, event_id, outcome = "failed", error = %e, "delivery not recorded"
+                );
+                failure = Some(e);
+            }
         }
     }
     if let Some(e) = failure {

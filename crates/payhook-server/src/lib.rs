@@ -7,6 +7,7 @@
 //!   `admin_api` serves them under `/v1`.
 //! - [`worker`]: the retry worker for deferred events.
 //! - [`dispatcher`]: delivers outbox rows to sinks (and alerts), one loop per sink.
+//! - `metrics`: the instruments behind `/metrics`; `openapi`: the document served at `/openapi.json`.
 //! - `error`: [`ApiError`], the one place where failures become status codes.
 //! - [`retention`]: the pruning task and `prune_all`, shared with `payhook prune`.
 //! - `ui`: the operator dashboard under `/ui`, server-rendered behind the API token.
@@ -22,13 +23,14 @@ pub mod dispatcher;
 mod error;
 mod ingest;
 mod metrics;
+mod openapi;
 pub mod retention;
 pub mod settings;
 mod ui;
 pub mod worker;
 
 pub use api::parse_order;
-pub use app::{AppState, Running, SourceRuntime, now_ms, router, start};
+pub use app::{AppState, ROUTES, Running, SourceRuntime, now_ms, router, start};
 pub use error::ApiError;
 pub use metrics::SourceMetrics;
 pub use settings::{RetentionSettings, Settings, SourceSettings, WorkerSettings};

@@ -1,20 +1,51 @@
-//! Counters kept in memory and rendered in the Prometheus text format at `/metrics`.
+//! Instruments kept in memory and rendered in the Prometheus text format (0.0.4) at `/metrics`.
 //!
-//! Plain atomics: the ingest hot path pays one relaxed increment per delivery.
+//! Plain atomics: the ingest hot path pays one relaxed increment for its outcome and two for its latency, and
+//! takes no lock. What the database knows (rows by status, the writer's queue and batch sizes) is read at scrape
+//! time, from [`Store::stats`] and [`Store::writer_metrics`]. The text is written by hand: a dozen families
+//! do not need a metrics library, and the names and labels stay in one file.
 
-use payhook_store::Outcome;
+use payhook_store::metrics::{Histogram, HistogramSnapshot, WriterMetrics};
+use payhook_store::{Outcome, Stats};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const OUTCOMES: [Outcome; 5] =
     [Outcome::Processed, Outcome::Duplicate, Outcome::Deferred, Outcome::Ignored, Outcome::DeadLettered];
-const REASONS: [&str; 4] = ["missing_header", "malformed", "stale", "mismatch"];
 
-/// Per-source counters.
-#[derive(Debug, Default)]
+/// Every reason a delivery is refused with 401: `payhook_core::signature::VerifyError::code`, and `replayed` (a
+/// signature nonce used before for another body).
+pub(crate) const REASONS: [&str; 6] =
+    ["missing_header", "malformed", "stale", "mismatch", "digest_mismatch", "replayed"];
+
+/// Upper bounds of the latency histograms, in microseconds (rendered in seconds): 0.5 ms to 10 s.
+const LATENCY_BOUNDS_US: &[u64] = &[
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000,
+    10_000_000,
+];
+
+/// Inbox statuses always rendered (0 when absent), so that alerting rules find their series.
+const EVENT_STATUSES: [&str; 2] = ["deferred", "dead_lettered"];
+/// Outbox statuses always rendered (0 when absent).
+const OUTBOX_STATUSES: [&str; 4] = ["pending", "delivered", "dead", "unrouted"];
+
+/// Per-source instruments.
+#[derive(Debug)]
 pub struct SourceMetrics {
     outcomes: [AtomicU64; 5],
-    verification_failures: [AtomicU64; 4],
+    verification_failures: [AtomicU64; REASONS.len()],
+    /// From the request reaching the handler to its answer, whatever the answer, in microseconds.
+    ingest_latency_us: Histogram,
+}
+
+impl Default for SourceMetrics {
+    fn default() -> Self {
+        Self {
+            outcomes: Default::default(),
+            verification_failures: Default::default(),
+            ingest_latency_us: Histogram::new(LATENCY_BOUNDS_US),
+        }
+    }
 }
 
 impl SourceMetrics {
@@ -25,9 +56,17 @@ impl SourceMetrics {
     }
 
     pub(crate) fn verification_failed(&self, reason: &str) {
-        if let Some(i) = REASONS.iter().position(|r| *r == reason) {
-            self.verification_failures[i].fetch_add(1, Ordering::Relaxed);
-        }
+        match REASONS.iter().position(|r| *r == reason) {
+            Some(i) => self.verification_failures[i].fetch_add(1, Ordering::Relaxed),
+            None => {
+                debug_assert!(false, "verification failure reason {reason:?} is not in metrics::REASONS");
+                0
+            }
+        };
+    }
+
+    pub(crate) fn answered(&self, elapsed: std::time::Duration) {
+        self.ingest_latency_us.observe(micros(elapsed));
     }
 
     /// Deliveries recorded with `outcome`.
@@ -41,25 +80,134 @@ impl SourceMetrics {
     }
 }
 
-/// Renders every source's counters.
-pub(crate) fn render<'a>(sources: impl Iterator<Item = (&'a str, &'a SourceMetrics)> + Clone) -> String {
-    let mut out = String::new();
-    out.push_str("# HELP payhook_deliveries_total Verified deliveries recorded, by source and outcome.\n");
-    out.push_str("# TYPE payhook_deliveries_total counter\n");
+/// The dispatcher's instruments: the latency of each POST to a sink, by sink.
+#[derive(Debug)]
+pub(crate) struct DispatchMetrics {
+    sinks: Vec<(String, Histogram)>,
+}
+
+impl DispatchMetrics {
+    pub(crate) fn new<'a>(sinks: impl Iterator<Item = &'a str>) -> Self {
+        Self { sinks: sinks.map(|name| (name.to_owned(), Histogram::new(LATENCY_BOUNDS_US))).collect() }
+    }
+
+    /// Counts one attempt to deliver to `sink` (whatever its outcome) that took `elapsed`.
+    pub(crate) fn sent(&self, sink: &str, elapsed: std::time::Duration) {
+        if let Some((_, h)) = self.sinks.iter().find(|(name, _)| name == sink) {
+            h.observe(micros(elapsed));
+        }
+    }
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Everything a scrape shows.
+pub(crate) struct Scrape<'a, I> {
+    /// Sources by name, sorted.
+    pub(crate) sources: I,
+    pub(crate) dispatch: &'a DispatchMetrics,
+    pub(crate) writer: WriterMetrics,
+    /// `None` when the database could not be read: the in-memory families are rendered all the same.
+    pub(crate) stats: Option<Stats>,
+    pub(crate) now_ms: i64,
+}
+
+/// Renders every family.
+pub(crate) fn render<'a, I>(scrape: Scrape<'a, I>) -> String
+where
+    I: Iterator<Item = (&'a str, &'a SourceMetrics)> + Clone,
+{
+    let mut out = String::with_capacity(8192);
+    let sources = scrape.sources;
+    family(&mut out, "payhook_deliveries_total", "counter", "Verified deliveries recorded, by source and outcome.");
     for (name, m) in sources.clone() {
         for (i, o) in OUTCOMES.iter().enumerate() {
             let n = m.outcomes[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "payhook_deliveries_total{{source=\"{name}\",outcome=\"{}\"}} {n}", o.as_str());
+            let labels = format!("source=\"{}\",outcome=\"{}\"", escape(name), o.as_str());
+            sample(&mut out, "payhook_deliveries_total", &labels, n);
         }
     }
-    out.push_str("# HELP payhook_verification_failures_total Deliveries refused with 401, by source and reason.\n");
-    out.push_str("# TYPE payhook_verification_failures_total counter\n");
-    for (name, m) in sources {
+    family(
+        &mut out,
+        "payhook_verification_failures_total",
+        "counter",
+        "Deliveries refused with 401, by source and reason.",
+    );
+    for (name, m) in sources.clone() {
         for (i, r) in REASONS.iter().enumerate() {
             let n = m.verification_failures[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "payhook_verification_failures_total{{source=\"{name}\",reason=\"{r}\"}} {n}");
+            let labels = format!("source=\"{}\",reason=\"{r}\"", escape(name));
+            sample(&mut out, "payhook_verification_failures_total", &labels, n);
         }
     }
+    family(
+        &mut out,
+        "payhook_ingest_duration_seconds",
+        "histogram",
+        "Time from a webhook request reaching its handler to its answer, whatever the answer, by source.",
+    );
+    for (name, m) in sources {
+        let labels = format!("source=\"{}\"", escape(name));
+        histogram(&mut out, "payhook_ingest_duration_seconds", &labels, &m.ingest_latency_us.snapshot(), 1e6);
+    }
+    family(
+        &mut out,
+        "payhook_dispatch_duration_seconds",
+        "histogram",
+        "Time of one POST of an outbox row to its sink, whatever the answer, by sink.",
+    );
+    for (name, h) in &scrape.dispatch.sinks {
+        let labels = format!("sink=\"{}\"", escape(name));
+        histogram(&mut out, "payhook_dispatch_duration_seconds", &labels, &h.snapshot(), 1e6);
+    }
+    let w = &scrape.writer;
+    family(&mut out, "payhook_commit_batch_size", "histogram", "Jobs per committed write transaction.");
+    histogram(&mut out, "payhook_commit_batch_size", "", &w.batch_sizes, 1.0);
+    family(&mut out, "payhook_writer_queue_depth", "gauge", "Jobs waiting for the writer, not yet in a batch.");
+    sample(&mut out, "payhook_writer_queue_depth", "", w.queued);
+    family(
+        &mut out,
+        "payhook_writer_queue_capacity",
+        "gauge",
+        "Jobs the writer queue holds before writes are answered 503.",
+    );
+    sample(&mut out, "payhook_writer_queue_capacity", "", w.queue_capacity);
+    family(&mut out, "payhook_writer_up", "gauge", "1 while the writer takes work.");
+    sample(&mut out, "payhook_writer_up", "", u64::from(w.running));
+
+    family(&mut out, "payhook_stats_up", "gauge", "1 when the database answered this scrape's row counts.");
+    sample(&mut out, "payhook_stats_up", "", u64::from(scrape.stats.is_some()));
+    let Some(stats) = scrape.stats else { return out };
+    family(
+        &mut out,
+        "payhook_events",
+        "gauge",
+        "Recorded deliveries (inbox rows) by status, deferred and dead-lettered included.",
+    );
+    for (status, n) in with_required(&stats.events, &EVENT_STATUSES) {
+        sample(&mut out, "payhook_events", &format!("status=\"{}\"", escape(&status)), n);
+    }
+    family(&mut out, "payhook_outbox_rows", "gauge", "Outbox rows by status.");
+    for (status, n) in with_required(&stats.outbox_by_status, &OUTBOX_STATUSES) {
+        sample(&mut out, "payhook_outbox_rows", &format!("status=\"{}\"", escape(&status)), n);
+    }
+    let age = |since: Option<i64>| since.map_or(0.0, |t| (scrape.now_ms - t).max(0) as f64 / 1000.0);
+    family(
+        &mut out,
+        "payhook_oldest_deferred_event_age_seconds",
+        "gauge",
+        "Age of the oldest deferred event (0 when none).",
+    );
+    let _ = writeln!(out, "payhook_oldest_deferred_event_age_seconds {}", age(stats.oldest_deferred_event_ms));
+    family(
+        &mut out,
+        "payhook_oldest_pending_outbox_age_seconds",
+        "gauge",
+        "Age of the oldest pending outbox row (0 when none).",
+    );
+    let _ = writeln!(out, "payhook_oldest_pending_outbox_age_seconds {}", age(stats.oldest_pending_outbox_ms));
     out
 }
 
@@ -139,6 +287,53 @@ impl Throughput {
     }
 }
 
+/// `list` sorted by key, with every key of `required` present (0 when absent).
+fn with_required(list: &[(String, u64)], required: &[&str]) -> Vec<(String, u64)> {
+    let mut all: Vec<(String, u64)> = list.to_vec();
+    for r in required {
+        if !all.iter().any(|(k, _)| k == r) {
+            all.push(((*r).to_owned(), 0));
+        }
+    }
+    all.sort();
+    all
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn sample(out: &mut String, name: &str, labels: &str, value: u64) {
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {value}");
+    } else {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
+    }
+}
+
+/// A histogram's `_bucket` (cumulative, `le` in the unit of the family: observations divided by `scale`),
+/// `_sum` and `_count` samples.
+fn histogram(out: &mut String, name: &str, labels: &str, h: &HistogramSnapshot, scale: f64) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    let mut cumulative = 0;
+    for (i, n) in h.counts.iter().enumerate() {
+        cumulative += n;
+        let le = h.bounds.get(i).map_or_else(|| "+Inf".to_owned(), |b| (*b as f64 / scale).to_string());
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}");
+    }
+    let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
+    let _ = writeln!(out, "{name}_sum{braces} {}", h.sum as f64 / scale);
+    let _ = writeln!(out, "{name}_count{braces} {cumulative}");
+}
+
+/// A label value as the text format wants it: backslash, double quote and newline escaped.
+fn escape(value: &str) -> std::borrow::Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return std::borrow::Cow::Borrowed(value);
+    }
+    std::borrow::Cow::Owned(value.replace('\\', r"\\").replace('"', "\\\"").replace('\n', r"\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +355,25 @@ mod tests {
         let later = t.last_hour(start + 3_600_000);
         assert_eq!(later.iter().map(|m| m.count).sum::<u64>(), 2, "{later:?}");
         assert_eq!(later[THROUGHPUT_MINUTES - 1].count, 1);
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("plain"), "plain");
+        assert_eq!(escape("a\"b\\c\nd"), r#"a\"b\\c\nd"#);
+    }
+
+    #[test]
+    fn a_histogram_is_rendered_cumulative_in_its_unit() {
+        let h = Histogram::new(&[500, 1_000_000]);
+        h.observe(400);
+        h.observe(2_000_000);
+        let mut out = String::new();
+        histogram(&mut out, "x_seconds", "s=\"a\"", &h.snapshot(), 1e6);
+        assert_eq!(
+            out,
+            "x_seconds_bucket{s=\"a\",le=\"0.0005\"} 1\nx_seconds_bucket{s=\"a\",le=\"1\"} 1\n\
+             x_seconds_bucket{s=\"a\",le=\"+Inf\"} 2\nx_seconds_sum{s=\"a\"} 2.0004\nx_seconds_count{s=\"a\"} 2\n"
+        );
     }
 }

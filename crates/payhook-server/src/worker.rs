@@ -61,17 +61,26 @@ impl<S: Store> RetryWorker<S> {
         let mut tasks = tokio::task::JoinSet::new();
         for c in claimed {
             let store = Arc::clone(&self.store);
-            tasks.spawn(async move { store.retry(c, now_ms).await });
+            tasks.spawn(async move {
+                let (source, event_id) = (c.source.clone(), c.event_id.clone());
+                (source, event_id, store.retry(c, now_ms).await)
+            });
         }
         while let Some(joined) = tasks.join_next().await {
             match joined {
-                Ok(Ok(Retried::Done(recorded))) => {
+                Ok((source, event_id, Ok(Retried::Done(recorded)))) => {
                     pass.retried += 1;
-                    tracing::info!(outcome = recorded.outcome.as_str(), detail = ?recorded.detail, "deferred event retried");
+                    tracing::info!(
+                        source = %source, event_id = %event_id, outcome = recorded.outcome.as_str(),
+                        detail = ?recorded.detail, "deferred event retried"
+                    );
                 }
-                Ok(Ok(Retried::LeaseLost)) => pass.lease_lost += 1,
+                Ok((_, _, Ok(Retried::LeaseLost))) => pass.lease_lost += 1,
                 // The lease expires and the event is claimed again later: nothing is lost.
-                Ok(Err(e)) => tracing::warn!(error = %e, "retrying a deferred event failed"),
+                Ok((source, event_id, Err(e))) => tracing::warn!(
+                    source = %source, event_id = %event_id, outcome = "failed", error = %e,
+                    "retrying a deferred event failed"
+                ),
                 Err(e) => tracing::error!(error = %e, "retry task panicked"),
             }
         }

@@ -271,4 +271,8 @@ impl Store for SqliteStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(unavailable)).await
     }
+
+    fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {
+        self.writer.metrics()
+    }
 }

@@ -10,6 +10,7 @@
 
 use crate::failpoint::fires;
 use payhook_store::StoreError;
+use payhook_store::metrics::{BATCH_SIZE_BOUNDS, Histogram, WriterMetrics};
 use rusqlite::Connection;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -67,6 +68,8 @@ pub(crate) enum Msg {
 #[derive(Clone)]
 pub(crate) struct WriterHandle {
     tx: mpsc::Sender<Msg>,
+    /// Jobs per committed batch, recorded by the writer thread.
+    batch_sizes: Arc<Histogram>,
 }
 
 impl std::fmt::Debug for WriterHandle {
@@ -93,6 +96,16 @@ impl WriterHandle {
         async move {
             queued?;
             reply_rx.await.map_err(|_| StoreError::ShuttingDown)?
+        }
+    }
+
+    /// The queue and the batches so far. The queue closes when the writer stops (asked to, or gone).
+    pub(crate) fn metrics(&self) -> WriterMetrics {
+        WriterMetrics {
+            running: !self.tx.is_closed(),
+            queued: (self.tx.max_capacity() - self.tx.capacity()) as u64,
+            queue_capacity: self.tx.max_capacity() as u64,
+            batch_sizes: self.batch_sizes.snapshot(),
         }
     }
 
@@ -189,13 +202,21 @@ pub(crate) fn spawn(
         }
     };
     let (tx, rx) = mpsc::channel(queue_depth.max(1));
+    let batch_sizes = Arc::new(Histogram::new(BATCH_SIZE_BOUNDS));
+    let sizes = Arc::clone(&batch_sizes);
     let join = std::thread::Builder::new()
         .name("sqlite-writer".into())
-        .spawn(move || run(conn, rx, batch_max.max(1), syncer))?;
-    Ok((WriterHandle { tx }, join))
+        .spawn(move || run(conn, rx, batch_max.max(1), syncer, &sizes))?;
+    Ok((WriterHandle { tx, batch_sizes }, join))
 }
 
-fn run(conn: Connection, mut rx: mpsc::Receiver<Msg>, batch_max: usize, wal: Option<std::fs::File>) {
+fn run(
+    conn: Connection,
+    mut rx: mpsc::Receiver<Msg>,
+    batch_max: usize,
+    wal: Option<std::fs::File>,
+    batch_sizes: &Histogram,
+) {
     // Where this writer's failpoints apply (see `crate::failpoint`).
     let scope = conn.path().unwrap_or_default().to_owned();
     let syncer = match wal.map(|wal| start_syncer(wal, scope.clone())).transpose() {
@@ -241,7 +262,7 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Msg>, batch_max: usize, wal: Opt
         while !batch.is_empty() {
             let take = batch.len().min(batch_max);
             let jobs: Vec<Box<dyn Job>> = batch.drain(..take).collect();
-            run_batch(&conn, jobs, &mut settle);
+            run_batch(&conn, jobs, &mut settle, batch_sizes);
         }
     }
     if let Some((tx, join)) = syncer {
@@ -302,7 +323,7 @@ fn start_syncer(wal: std::fs::File, scope: String) -> std::io::Result<Syncer> {
 }
 
 /// Runs `jobs` in as few transactions as possible and settles every one of them.
-fn run_batch(conn: &Connection, jobs: Vec<Box<dyn Job>>, settle: &mut impl FnMut(Settled)) {
+fn run_batch(conn: &Connection, jobs: Vec<Box<dyn Job>>, settle: &mut impl FnMut(Settled), batch_sizes: &Histogram) {
     let mut jobs = jobs.into_iter().peekable();
     while jobs.peek().is_some() {
         if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
@@ -347,6 +368,9 @@ fn run_batch(conn: &Connection, jobs: Vec<Box<dyn Job>>, settle: &mut impl FnMut
             commit_us = (started.elapsed() - executed).as_micros() as u64,
             "batch"
         );
+        if outcome.is_none() {
+            batch_sizes.observe(replies.len() as u64);
+        }
         if let Some(e) = &outcome {
             tracing::warn!(error = %e, jobs = replies.len(), "sqlite batch did not commit");
             if !conn.is_autocommit() {

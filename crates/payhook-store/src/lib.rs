@@ -5,6 +5,7 @@
 //! PostgreSQL later) owns its SQL, its migrations and its group commit; nothing above this crate speaks SQL.
 //!
 //! - [`model`]: what goes in and what comes out (`Delivery`, `Recorded`, `OrderView`, …).
+//! - [`metrics`]: the writer's queue and batch sizes, read by the server's `/metrics` and `/readyz`.
 //! - [`StoreError`]: the one error type every backend maps its failures to.
 //! - [`checker`] (feature `contract`): payhook's promise checked on a final store, for every end-to-end test.
 //! - [`contract`] (feature `contract`): the behaviour every backend must show, as a test suite they all run.
@@ -15,6 +16,7 @@ use std::future::Future;
 pub mod checker;
 #[cfg(feature = "contract")]
 pub mod contract;
+pub mod metrics;
 pub mod model;
 
 pub use model::*;
@@ -138,4 +140,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Checks that the database answers.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The writer's state: running, queue depth, committed batch sizes. Cheap (atomics), never waits.
+    fn writer_metrics(&self) -> metrics::WriterMetrics;
 }

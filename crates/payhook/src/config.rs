@@ -33,6 +33,23 @@ struct RawConfig {
     sources: Vec<RawSource>,
     #[serde(default)]
     sinks: Vec<RawSink>,
+    log: RawLog,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    format: String,
+}
+
+/// How `payhook serve` writes its logs (to stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line, every field at the top level, for log collectors.
+    Json,
 }
 
 #[derive(Debug, Deserialize)]
@@ -168,6 +185,8 @@ pub struct Config {
     pub settings: Settings,
     /// Which store, and its options.
     pub storage: StorageConfig,
+    /// How logs are written.
+    pub log_format: LogFormat,
 }
 
 /// The store `storage.url` selects, with its resolved options.
@@ -403,6 +422,11 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
     }
     raw.retry.validate().context("retry")?;
     let storage = resolve_storage(raw.storage, raw.retry)?;
+    let log_format = match raw.log.format.as_str() {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        other => bail!("log.format: {other:?} is not one of \"text\", \"json\""),
+    };
     let mut sources = Vec::new();
     for (i, s) in raw.sources.into_iter().enumerate() {
         let label = format!("sources[{i}] ({})", s.name);
@@ -464,7 +488,7 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
     }
     let mut storage = storage;
     storage.set_routing(settings.routing());
-    Ok(Config { file, listen, settings, storage })
+    Ok(Config { file, listen, settings, storage, log_format })
 }
 
 fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
@@ -767,6 +791,15 @@ mod tests {
             let err = format!("{:#}", Config::from_toml(&format!("[storage]\n{text}\n"), "t", None).unwrap_err());
             assert!(err.contains(key) && !err.contains("pw"), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn the_log_format_is_text_by_default_and_may_be_json() {
+        assert_eq!(Config::from_toml("", "t", None).unwrap().log_format, LogFormat::Text);
+        let c = Config::from_toml("[log]\nformat = \"json\"\n", "t", None).unwrap();
+        assert_eq!(c.log_format, LogFormat::Json);
+        let err = format!("{:#}", Config::from_toml("[log]\nformat = \"xml\"\n", "t", None).unwrap_err());
+        assert!(err.contains("log.format"), "{err}");
     }
 
     #[test]

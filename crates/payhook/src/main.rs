@@ -14,7 +14,7 @@ mod table;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use config::{Config, StorageConfig};
+use config::{Config, LogFormat, StorageConfig};
 use payhook_postgres::PgStore;
 use payhook_server::Settings;
 use payhook_sqlite::SqliteStore;
@@ -67,8 +67,6 @@ enum ConfigCommand {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    // The demo narrates what happens itself; its logs would only interleave with the story.
-    init_tracing(if matches!(cli.command, Command::Demo(_)) { "error" } else { "info" });
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -85,14 +83,25 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Logs to stderr at `PAYHOOK_LOG`'s filter, else at `default_level`.
-fn init_tracing(default_level: &str) {
+/// Logs go to stderr, filtered by `PAYHOOK_LOG` (else `default_level`), as text or JSON lines.
+fn init_tracing(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PAYHOOK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_ansi(false).init(),
+    }
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    // `serve` logs in the configured format, once it is read; every other command logs text for a terminal.
+    // The demo narrates what happens itself; its logs would only interleave with the story.
+    match cli.command {
+        Command::Serve => {}
+        Command::Demo(_) => init_tracing(LogFormat::Text, "error"),
+        _ => init_tracing(LogFormat::Text, "info"),
+    }
     match cli.command {
         Command::Config { command: ConfigCommand::PrintDefault } => {
             print!("{}", config::DEFAULT_TOML);
@@ -119,7 +128,11 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Serve => serve(Config::load(cli.config.as_deref())?).await,
+        Command::Serve => {
+            let config = Config::load(cli.config.as_deref())?;
+            init_tracing(config.log_format, "info");
+            serve(config).await
+        }
         Command::Demo(args) => demo::run(args).await,
         Command::Send(args) => send::run(Config::load(cli.config.as_deref())?, args).await,
         Command::Bench(args) => bench::run(Config::load(cli.config.as_deref())?, args).await,

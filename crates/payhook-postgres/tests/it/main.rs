@@ -267,6 +267,10 @@ impl Store for TempStore {
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.store.ping()
     }
+
+    fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {
+        self.store.writer_metrics()
+    }
 }
 
 /// Waits until `condition` holds (checked every 10 ms), failing the test after `within`.

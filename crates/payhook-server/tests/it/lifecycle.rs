@@ -1,6 +1,6 @@
 //! Health, metrics and graceful shutdown.
 
-use crate::helpers::{TestApp, event, now_secs, read_raw_reply, request_head, stored_event};
+use crate::helpers::{TestApp, event, now_secs, read_json, read_raw_reply, request_head, stored_event};
 use payhook_core::event::OrderAction::Pay;
 use reqwest::StatusCode;
 use std::time::Duration;
@@ -118,4 +118,26 @@ async fn every_delivery_answered_200_around_a_shutdown_is_in_the_store() {
     }
     assert!(answered >= 1);
     eprintln!("{answered} of 64 deliveries were answered 200 around the shutdown");
+}
+
+#[tokio::test]
+async fn readiness_names_each_part_and_fails_once_the_writer_has_stopped() {
+    // No sinks: the dispatcher idles, and is running all the same.
+    let app = TestApp::spawn_with(|s, _| {
+        s.worker.enabled = true;
+        s.dispatcher.enabled = true;
+    })
+    .await;
+    let reply = read_json(app.client.get(app.url("/readyz")).send().await.unwrap()).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
+    assert_eq!(reply.json, serde_json::json!({ "database": "ok", "writer": "ok", "worker": "ok", "dispatcher": "ok" }));
+
+    // The writer stops (as at the end of a shutdown, or if its thread died): writes would be refused.
+    app.store.shutdown();
+    let reply = read_json(app.client.get(app.url("/readyz")).send().await.unwrap()).await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{}", reply.json);
+    assert_eq!(reply.json["writer"], "stopped");
+    assert_eq!(reply.json["database"], "ok");
+    // The process is still up.
+    assert_eq!(app.get_text("/healthz").await, (StatusCode::OK, "ok".to_owned()));
 }

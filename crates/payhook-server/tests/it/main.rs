@@ -8,6 +8,8 @@ mod helpers;
 mod hostile;
 mod ingest;
 mod lifecycle;
+mod metrics;
+mod openapi;
 mod orders;
 mod providers;
 mod ui;

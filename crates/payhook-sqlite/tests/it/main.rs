@@ -176,6 +176,10 @@ impl Store for TempStore {
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.store.ping()
     }
+
+    fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {
+        self.store.writer_metrics()
+    }
 }
 
 /// A second, independent connection to the store's file, as another process (or an operator) would open it.

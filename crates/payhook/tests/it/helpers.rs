@@ -139,7 +139,8 @@ impl Server {
                 .arg("--config")
                 .arg(&config)
                 .arg("serve")
-                .env("PAYHOOK_LOG", "info")
+                // Every delivery's own line too (debug), so tests can read what was recorded.
+                .env("PAYHOOK_LOG", "info,payhook_server::ingest=debug")
                 .stdin(Stdio::null())
                 .stdout(log_file.try_clone().expect("clone log handle"))
                 .stderr(log_file)

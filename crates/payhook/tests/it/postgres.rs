@@ -201,7 +201,14 @@ impl PgServer {
     }
 
     async fn readyz(&self) -> StatusCode {
-        self.client.get(self.url("/readyz")).send().await.expect("GET /readyz").status()
+        self.readyz_body().await.0
+    }
+
+    /// `/readyz` with its JSON answer (`database`, `writer`, `worker`, `dispatcher`).
+    async fn readyz_body(&self) -> (StatusCode, serde_json::Value) {
+        let resp = self.client.get(self.url("/readyz")).send().await.expect("GET /readyz");
+        let status = resp.status();
+        (status, resp.json().await.expect("/readyz answers JSON"))
     }
 
     /// SIGTERM, and insist on a clean exit.
@@ -557,7 +564,10 @@ async fn while_postgres_is_unreachable_webhooks_get_503_and_readyz_is_not_ready_
     let d = payment("evt-gone-1", "gone-1");
     let (status, answer) = post(&server.client, &url, &d).await.expect("post while the database is gone");
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
-    assert_eq!(server.readyz().await, StatusCode::SERVICE_UNAVAILABLE);
+    let (status, ready) = server.readyz_body().await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{ready}");
+    assert_ne!(ready["database"], "ok", "{ready}");
+    assert_eq!(ready["writer"], "ok", "{ready}");
     let (status, _) = post(&server.client, &url, &d).await.expect("post again");
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "still gone");
 

@@ -316,3 +316,37 @@ async fn far_over_capacity_every_answer_is_200_or_503_with_retry_after_in_time_a
     let checked = check_store(&dir, &acked).await;
     assert_eq!(checked.events, acked.len(), "every 200 is recorded, nothing answered 503 is");
 }
+
+#[tokio::test]
+async fn json_logs_are_one_object_per_line_with_source_event_id_and_outcome() {
+    let dir = TestDir::new();
+    let server = Server::start_with(&dir, "\n[log]\nformat = \"json\"\n").await;
+    assert_eq!(server.register_order("ord-log", AMOUNT).await.0, StatusCode::CREATED);
+    let d = payment("evt-log", "ord-log");
+    for expected in ["processed", "duplicate"] {
+        let (status, answer) = post(&server.client, &server.webhook_url(), &d).await.expect("post");
+        assert_eq!((status, outcome(&answer)), (StatusCode::OK, expected), "{answer}");
+    }
+    let mut forged = d.clone();
+    forged.headers = vec![("x-webhook-signature".into(), "00".repeat(32))];
+    let (status, _) = post(&server.client, &server.webhook_url(), &forged).await.expect("post forged");
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let log = server.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}\n{log}")))
+        .collect();
+    assert!(lines.iter().all(|l| l["timestamp"].is_string() && l["level"].is_string()), "{log}");
+    let recorded: Vec<&Value> = lines.iter().filter(|l| l["message"] == "delivery recorded").collect();
+    let outcomes: Vec<&str> = recorded.iter().map(|l| l["outcome"].as_str().unwrap_or("")).collect();
+    assert_eq!(outcomes, ["processed", "duplicate"], "{log}");
+    for l in &recorded {
+        assert_eq!((&l["source"], &l["event_id"]), (&Value::from(SOURCE), &Value::from("evt-log")), "{l}");
+    }
+    let refused = lines.iter().find(|l| l["message"] == "signature verification failed").expect(&log);
+    assert_eq!((&refused["source"], &refused["outcome"]), (&Value::from(SOURCE), &Value::from("refused")));
+    assert_eq!(refused["reason"], "mismatch");
+    server.stop();
+}

@@ -1,0 +1,89 @@
+//! The OpenAPI document of the HTTP API, generated from the handlers' `#[utoipa::path]` annotations and served at
+//! `/openapi.json`. [`crate::ROUTES`] lists every route the router registers; a test checks that the document
+//! describes each of them with its method.
+
+use serde::Serialize;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+/// The document.
+#[derive(Debug, OpenApi)]
+#[openapi(
+    info(title = "payhook", description = "Payment webhooks, applied exactly once."),
+    paths(
+        crate::ingest::handle,
+        crate::api::register_order,
+        crate::api::get_order,
+        crate::api::get_subscription,
+        crate::api::get_entitlements,
+        crate::admin_api::list_events,
+        crate::admin_api::show_event,
+        crate::admin_api::replay_event,
+        crate::admin_api::list_dead_letters,
+        crate::admin_api::bulk_replay,
+        crate::admin_api::list_outbox,
+        crate::admin_api::retry_outbox,
+        crate::admin_api::stats,
+        crate::app::healthz,
+        crate::app::readyz,
+        crate::app::metrics_text,
+        crate::app::openapi_json,
+    ),
+    components(schemas(ErrorBody, WebhookAnswer, Readiness)),
+    modifiers(&BearerToken),
+)]
+pub(crate) struct ApiDoc;
+
+/// Every refusal: a stable code and a message for people.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ErrorBody {
+    /// A stable code: `mismatch`, `stale`, `not_found`, `conflict`, `overloaded`, `storage_unavailable`, …
+    error: String,
+    /// What went wrong, for people.
+    message: String,
+}
+
+/// The answer to a recorded delivery (a batching format's answer lists one per event under `events`).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct WebhookAnswer {
+    /// `processed`, `duplicate`, `deferred`, `ignored` or `dead_lettered` (`accepted` for a batch).
+    status: String,
+    /// The event's id (a derived one for an unparseable body).
+    event_id: String,
+    /// Why, when there is something to say.
+    detail: Option<String>,
+}
+
+/// `/readyz`: each part `ok`, or what is wrong with it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Readiness {
+    /// `ok`, or the error the database answered.
+    database: String,
+    /// `ok`, or `stopped`: writes are refused.
+    writer: String,
+    /// `ok`, `disabled` or `stopped`.
+    worker: String,
+    /// `ok`, `disabled` or `stopped`.
+    dispatcher: String,
+}
+
+/// `/v1` takes `Authorization: Bearer <token>`.
+struct BearerToken;
+
+impl Modify for BearerToken {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The document as JSON.
+pub(crate) fn json() -> String {
+    ApiDoc::openapi().to_json().unwrap_or_else(|e| {
+        tracing::error!(error = %e, "the OpenAPI document does not serialize");
+        "{}".to_owned()
+    })
+}

@@ -1,0 +1,90 @@
+//! Backend-neutral instruments a store exposes to the server's `/metrics`: a histogram of plain atomics, and the
+//! snapshot of a writer's state ([`WriterMetrics`]) that [`crate::Store::writer_metrics`] returns.
+//!
+//! Recording costs two relaxed atomic increments; nothing is locked. Reading takes a snapshot bucket by bucket,
+//! which may be off by the observations made meanwhile, as any scrape is.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Upper bounds (inclusive) of the commit batch size histogram, in jobs.
+pub const BATCH_SIZE_BOUNDS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
+
+/// A histogram of non-negative integer observations (jobs, microseconds) over fixed upper bounds.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [u64],
+    /// One counter per bound, and a last one for the observations above every bound (`+Inf`).
+    buckets: Box<[AtomicU64]>,
+    sum: AtomicU64,
+}
+
+impl Histogram {
+    /// An empty histogram over `bounds`, which must be ascending.
+    pub fn new(bounds: &'static [u64]) -> Self {
+        debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]), "bounds must ascend");
+        Self { bounds, buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), sum: AtomicU64::new(0) }
+    }
+
+    /// Counts `value` in the first bucket whose bound is at least `value`.
+    pub fn observe(&self, value: u64) {
+        let i = self.bounds.partition_point(|b| *b < value);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(value, Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        HistogramSnapshot {
+            bounds: self.bounds.to_vec(),
+            counts: self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
+            sum: self.sum.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A histogram's counts at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    /// Upper bounds (inclusive), ascending.
+    pub bounds: Vec<u64>,
+    /// Observations per bucket (not cumulative): one per bound, then the ones above every bound.
+    pub counts: Vec<u64>,
+    /// The sum of every observation.
+    pub sum: u64,
+}
+
+impl HistogramSnapshot {
+    /// How many observations were made.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
+/// The state of a store's writer (the SQLite writer thread, the PostgreSQL batcher), read at scrape time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriterMetrics {
+    /// The writer takes work. False once it stopped, by shutdown or by failure: writes are then refused.
+    pub running: bool,
+    /// Jobs waiting in its queue, not yet taken into a batch.
+    pub queued: u64,
+    /// How many jobs the queue holds before writes are refused as overloaded.
+    pub queue_capacity: u64,
+    /// Jobs per committed batch (one transaction, one durable commit).
+    pub batch_sizes: HistogramSnapshot,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_observation_lands_in_the_first_bucket_whose_bound_holds_it() {
+        let h = Histogram::new(&[1, 4, 16]);
+        for v in [0, 1, 2, 4, 5, 16, 17, 1000] {
+            h.observe(v);
+        }
+        let s = h.snapshot();
+        assert_eq!(s.counts, vec![2, 2, 2, 2]);
+        assert_eq!((s.count(), s.sum), (8, 1045));
+    }
+}
