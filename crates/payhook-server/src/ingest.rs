@@ -167,27 +167,20 @@ async fn ingest<S: Store>(state: &AppState<S>, src: &SourceRuntime, request: Req
     };
     let headers_json = headers_json(headers);
     let verification = format!("{} (secret #{})", src.settings.verifier.scheme().name(), verified.secret_index);
-    let mut pending = tokio::task::JoinSet::new();
-    for (index, parsed) in parsed.into_iter().enumerate() {
-        let delivery = Delivery {
+    let deliveries: Vec<Delivery> = parsed
+        .into_iter()
+        .map(|parsed| Delivery {
             source: src.settings.name.clone(),
             received_at_ms,
             parsed,
             raw_body: body.to_vec(),
             headers_json: headers_json.clone(),
             verification: verification.clone(),
-        };
-        let store = Arc::clone(&state.store);
-        pending.spawn(async move {
-            let event_id = delivery.parsed.event_id().as_str().to_owned();
-            (index, event_id, store.ingest(delivery).await)
-        });
-    }
-    let mut answers = Vec::with_capacity(pending.len());
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(deliveries.len());
     let mut failure = None;
-    while let Some(joined) = pending.join_next().await {
-        // A task that did not finish recorded nothing the answer could vouch for: the provider retries.
-        let (index, event_id, recorded) = joined.map_err(|e| ApiError::Store(StoreError::Unavailable(Box::new(e))))?;
+    for (index, event_id, recorded) in record_all(&state.store, deliveries).await? {
         match recorded {
             Ok(recorded) => {
                 src.metrics.recorded(recorded.outcome);
@@ -223,6 +216,33 @@ async fn ingest<S: Store>(state: &AppState<S>, src: &SourceRuntime, request: Req
         return Ok(Json(answers.remove(0)).into_response());
     }
     Ok(Json(json!({ "status": "accepted", "events": answers })).into_response())
+}
+
+/// A delivery's result: its index in the batch, its event id and what the store made of it.
+type RecordResult = (usize, String, Result<payhook_store::Recorded, StoreError>);
+
+/// Records the events of one delivery: one (the common case) on this task; several (an Adyen batch) concurrently,
+/// so that they share a group commit.
+async fn record_all<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> Result<Vec<RecordResult>, ApiError> {
+    if deliveries.len() == 1 {
+        let delivery = deliveries.into_iter().next().unwrap_or_else(|| unreachable!("one delivery"));
+        let event_id = delivery.parsed.event_id().as_str().to_owned();
+        return Ok(vec![(0, event_id, store.ingest(delivery).await)]);
+    }
+    let mut pending = tokio::task::JoinSet::new();
+    for (index, delivery) in deliveries.into_iter().enumerate() {
+        let store = Arc::clone(store);
+        pending.spawn(async move {
+            let event_id = delivery.parsed.event_id().as_str().to_owned();
+            (index, event_id, store.ingest(delivery).await)
+        });
+    }
+    let mut results = Vec::with_capacity(pending.len());
+    while let Some(joined) = pending.join_next().await {
+        // A task that did not finish recorded nothing the answer could vouch for: the provider retries.
+        results.push(joined.map_err(|e| ApiError::Store(StoreError::Unavailable(Box::new(e))))?);
+    }
+    Ok(results)
 }
 
 /// Reads the body, refusing it as soon as it passes the limit (whatever Content-Length claimed) or takes too long.
