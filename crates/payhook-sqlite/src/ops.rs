@@ -261,7 +261,7 @@ fn apply_order(
     plan: &Plan,
     now_ms: i64,
 ) -> Result<Recorded> {
-    let Some(from) = guarded_update(conn, plan, now_ms)? else {
+    let Some(from) = guarded_update(conn, plan, source, event, now_ms)? else {
         let snapshot = order_snapshot(conn, &plan.order_id)?;
         let (outcome, why) = match ledger::explain(plan, snapshot.as_ref()) {
             Unapplied::NoOp(why) => (Outcome::Processed, why),
@@ -273,21 +273,6 @@ fn apply_order(
     if fires_on("sqlite::after_ledger_update", conn) {
         return Err(injected("sqlite::after_ledger_update"));
     }
-    conn.prepare_cached(
-        "INSERT INTO order_audit (order_id, source, event_id, event_type, from_status, to_status, at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )
-    .db()?
-    .execute(params![
-        plan.order_id.as_str(),
-        source,
-        event.event_id.as_str(),
-        event.event_type,
-        from.as_str(),
-        plan.to.as_str(),
-        now_ms
-    ])
-    .db()?;
     let payload = serde_json::json!({
         "kind": plan.outbox_kind,
         "order_id": plan.order_id.as_str(),
@@ -323,8 +308,16 @@ pub(crate) fn route_outbox(
     Ok(())
 }
 
-/// The plan's guarded `UPDATE`. Returns the status the order had, or `None` when the guard matched nothing.
-fn guarded_update(conn: &Connection, plan: &Plan, now_ms: i64) -> Result<Option<OrderStatus>> {
+/// The plan's guarded `UPDATE`, which also appends the transition to the order's history (the audit lives in the
+/// order's row: no other page is written). Returns the status the order had, or `None` when the guard matched
+/// nothing.
+fn guarded_update(
+    conn: &Connection,
+    plan: &Plan,
+    source: &str,
+    event: &Event,
+    now_ms: i64,
+) -> Result<Option<OrderStatus>> {
     // `from` has one or two states; both are bound, the second repeating the first when there is one.
     let from1 = plan.from[0].as_str();
     let from2 = plan.from.get(1).map_or(from1, |s| s.as_str());
@@ -334,15 +327,28 @@ fn guarded_update(conn: &Connection, plan: &Plan, now_ms: i64) -> Result<Option<
     };
     let prev: Option<String> = conn
         .prepare_cached(
-            "UPDATE orders SET prev_status = status, status = ?1, updated_at = ?2
+            "UPDATE orders SET prev_status = status, status = ?1, updated_at = ?2,
+                    history = json_insert(history, '$[#]', json_array(?8, ?9, ?10, status, ?1, ?2))
              WHERE id = ?3 AND status IN (?4, ?5)
                AND (?6 IS NULL OR (amount = ?6 AND currency = ?7))
              RETURNING prev_status",
         )
         .db()?
-        .query_row(params![plan.to.as_str(), now_ms, plan.order_id.as_str(), from1, from2, amount, currency], |r| {
-            r.get(0)
-        })
+        .query_row(
+            params![
+                plan.to.as_str(),
+                now_ms,
+                plan.order_id.as_str(),
+                from1,
+                from2,
+                amount,
+                currency,
+                source,
+                event.event_id.as_str(),
+                event.event_type
+            ],
+            |r| r.get(0),
+        )
         .optional()
         .db()?;
     prev.map(|s| parse_status(&s)).transpose()

@@ -42,22 +42,17 @@ pub(crate) fn order(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>
 }
 
 fn order_in(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>> {
-    let row: Option<(String, i64, String, i64, i64)> = conn
-        .prepare_cached("SELECT status, amount, currency, created_at, updated_at FROM orders WHERE id = ?1")
+    type Row = (String, i64, String, i64, i64, String);
+    let row: Option<Row> = conn
+        .prepare_cached("SELECT status, amount, currency, created_at, updated_at, history FROM orders WHERE id = ?1")
         .map_err(unavailable)?
-        .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
         .optional()
         .map_err(unavailable)?;
-    let Some((st, amount, currency, created_at_ms, updated_at_ms)) = row else {
+    let Some((st, amount, currency, created_at_ms, updated_at_ms, history)) = row else {
         return Ok(None);
     };
-
-    let history = audit_rows(
-        conn,
-        "SELECT source, event_id, event_type, from_status, to_status, at FROM order_audit
-         WHERE order_id = ?1 ORDER BY at, event_id",
-        &[&id.as_str()],
-    )?;
+    let history = history_entries(&history)?;
     let outbox = outbox_rows(
         conn,
         &format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE order_id = ?1 ORDER BY id"),
@@ -113,19 +108,16 @@ fn outbox_rows(conn: &Connection, sql: &str, args: &[&dyn ToSql]) -> Result<Vec<
     Ok(rows)
 }
 
-fn audit_rows(conn: &Connection, sql: &str, args: &[&dyn ToSql]) -> Result<Vec<AuditEntry>> {
-    let mut stmt = conn.prepare_cached(sql).map_err(unavailable)?;
-    let raw = stmt
-        .query_map(args, |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?, r.get::<_, String>(4)?, r.get(5)?))
+/// An order's history as stored in its row: `[[source, event_id, event_type, from, to, at_ms], …]`, oldest first.
+fn history_entries(json: &str) -> Result<Vec<AuditEntry>> {
+    type Entry = (String, String, String, String, String, i64);
+    let entries: Vec<Entry> = serde_json::from_str(json).map_err(|e| corrupt("stored order history", e))?;
+    entries
+        .into_iter()
+        .map(|(source, event_id, event_type, from, to, at_ms)| {
+            Ok(AuditEntry { source, event_id, event_type, from: status(&from)?, to: status(&to)?, at_ms })
         })
-        .map_err(unavailable)?;
-    let mut history = Vec::new();
-    for row in raw {
-        let (source, event_id, event_type, from, to, at_ms) = row.map_err(unavailable)?;
-        history.push(AuditEntry { source, event_id, event_type, from: status(&from)?, to: status(&to)?, at_ms });
-    }
-    Ok(history)
+        .collect()
 }
 
 fn outcome(s: &str) -> Result<Outcome> {
@@ -216,12 +208,18 @@ fn event_in(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<
     let (mut changes, mut outbox) = (Vec::new(), Vec::new());
     if let Some(payhook_core::event::Effect::Order { order_id, .. }) = &effect {
         let args: [&dyn ToSql; 3] = [&order_id.as_str(), &src.as_str(), &id.as_str()];
-        changes = audit_rows(
-            conn,
-            "SELECT source, event_id, event_type, from_status, to_status, at FROM order_audit
-             WHERE order_id = ?1 AND source = ?2 AND event_id = ?3",
-            &args,
-        )?;
+        let history: Option<String> = conn
+            .prepare_cached("SELECT history FROM orders WHERE id = ?1")
+            .map_err(unavailable)?
+            .query_row([order_id.as_str()], |r| r.get(0))
+            .optional()
+            .map_err(unavailable)?;
+        if let Some(history) = history {
+            changes = history_entries(&history)?
+                .into_iter()
+                .filter(|h| h.source == src.as_str() && h.event_id == id.as_str())
+                .collect();
+        }
         outbox = outbox_rows(
             conn,
             &format!(

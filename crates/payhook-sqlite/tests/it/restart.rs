@@ -77,3 +77,46 @@ async fn two_stores_on_one_file_migrate_once_and_deduplicate_together() {
     );
     assert_eq!(a.expect("claim").len() + b.expect("claim").len(), 1);
 }
+
+/// A file written before order histories moved into the orders' rows (schema 4) keeps every order's history, in
+/// order, after the migration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_histories_survive_the_move_into_the_orders_rows() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("old.db");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        for sql in [
+            include_str!("../../migrations/0001_init.sql"),
+            include_str!("../../migrations/0002_outbox_dispatch.sql"),
+            include_str!("../../migrations/0003_billing.sql"),
+            include_str!("../../migrations/0004_retention.sql"),
+        ] {
+            conn.execute_batch(sql).expect("old migration");
+        }
+        conn.pragma_update(None, "user_version", 4).expect("version");
+        conn.execute_batch(
+            "INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
+                 VALUES ('ord_m', 100, 'usd', 'refunded', 1, 3), ('ord_n', 5, 'usd', 'pending', 1, 1);
+             INSERT INTO order_audit (order_id, source, event_id, event_type, from_status, to_status, at)
+                 VALUES ('ord_m', 'shop', 'evt_b', 'payment.refunded', 'paid', 'refunded', 3),
+                        ('ord_m', 'shop', 'evt_a', 'payment.succeeded', 'pending', 'paid', 2);",
+        )
+        .expect("old rows");
+    }
+    let store = reopen(&path);
+    assert_eq!(user_version(&path), SqliteStore::schema_version());
+    let m = order_view(&store, "ord_m").await;
+    let history: Vec<(&str, OrderStatus, OrderStatus, i64)> =
+        m.history.iter().map(|h| (h.event_id.as_str(), h.from, h.to, h.at_ms)).collect();
+    assert_eq!(
+        history,
+        [("evt_a", OrderStatus::Pending, OrderStatus::Paid, 2), ("evt_b", OrderStatus::Paid, OrderStatus::Refunded, 3)]
+    );
+    assert!(order_view(&store, "ord_n").await.history.is_empty());
+    // New transitions append to it.
+    register_new(&store, new_order("ord_o", 100, T0)).await;
+    assert_eq!(ingest(&store, pay("evt_o", "ord_o", 100, T0 + 1)).await, processed());
+    assert_eq!(order_view(&store, "ord_o").await.history.len(), 1);
+    store.shutdown();
+}
