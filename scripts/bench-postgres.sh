@@ -2,19 +2,23 @@
 # payhook on PostgreSQL, in one run: group commit against one commit per event, one instance against two, and a
 # pgbench reference (one transaction per event, nothing else), on the same machine, back to back.
 #
-#   scripts/bench-postgres.sh [ORDERS] [CONCURRENCY]
+#   scripts/bench-postgres.sh [ORDERS] [CONCURRENCY] [SCENARIO]
 #
 # PostgreSQL: $PAYHOOK_BENCH_POSTGRES_URL, else $PAYHOOK_TEST_POSTGRES_URL, else postgres://postgres@127.0.0.1:5432/test
 # (a role that may create schemas). Each mode gets a fresh schema, dropped at the end. The server's own settings
 # are used as they are (synchronous_commit = on by default: a commit returns once its WAL is flushed).
 #
 # Each mode starts payhook server(s) and drives them with
-# `payhook bench --dup 0.2 --refund 0.1 --shuffle --concurrency C --verify`; the two-instance mode gives bench both
+# `payhook bench --scenario SCENARIO … --concurrency C --verify` (steady by default: `--dup 0.2 --refund 0.1
+# --shuffle`; the other scenarios' flags are in scripts/bench-lib.sh); the two-instance mode gives bench both
 # URLs (`--url A,B`: deliveries alternate between the instances, C in flight in all). Prints one line per mode.
 set -euo pipefail
 orders=${1:-30000}
 concurrency=${2:-64}
+scenario=${3:-steady}
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/scripts/bench-lib.sh"
+mapfile -t bench_args < <(scenario_args "$scenario" "$orders" "$concurrency")
 db=${PAYHOOK_BENCH_POSTGRES_URL:-${PAYHOOK_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}}
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p payhook
 bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
@@ -66,8 +70,7 @@ run_mode() { # name instances storage-toml
     urls+=("http://127.0.0.1:$port")
   done
   first=$(IFS=,; echo "${urls[*]}")
-  "$bin" --config "$work/$name-1.toml" bench --url "$first" --source payments --orders "$orders" --dup 0.2 \
-    --refund 0.1 --shuffle --concurrency "$concurrency" --verify --json > "$work/$name.json"
+  "$bin" --config "$work/$name-1.toml" bench --url "$first" "${bench_args[@]}" --verify --json > "$work/$name.json"
   for p in "${pids[@]:$started}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
 }
 
@@ -106,11 +109,11 @@ SQL
   pgbench_event=$(tps "$work/event.sql")
 fi
 
-python3 - "$work" "$orders" "$concurrency" "$pgbench_insert" "$pgbench_event" <<'PY'
+python3 - "$work" "$pgbench_insert" "$pgbench_event" <<'PY'
 import json, sys
-work, orders, conc, pg_insert, pg_event = sys.argv[1:6]
+work, pg_insert, pg_event = sys.argv[1:4]
 rows = {m: json.load(open(f"{work}/{m}.json")) for m in ("group-commit", "per-event", "two-instances")}
-print(f"payhook bench --orders {orders} --dup 0.2 --refund 0.1 --shuffle --concurrency {conc} --verify")
+print(rows["group-commit"]["command"].rsplit(" --seed ", 1)[0])
 print("| mode | deliveries | acked/s | p50 ms | p99 ms | max ms | retried 5xx | violations |")
 print("|---|---|---|---|---|---|---|---|")
 for m, r in rows.items():

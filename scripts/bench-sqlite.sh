@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Group commit against one commit per event, on SQLite, in one run: same machine, same workload, back to back.
 #
-#   scripts/bench-sqlite.sh [ORDERS] [CONCURRENCY]
+#   scripts/bench-sqlite.sh [ORDERS] [CONCURRENCY] [SCENARIO]
 #
 # Starts three payhook servers on fresh SQLite files (group commit with pipelined fsync — the default —, group
 # commit with synchronous=FULL inside COMMIT, and one commit per event), drives each with
-# `payhook bench --dup 0.2 --refund 0.1 --shuffle --verify`, and prints one line per mode plus the ratios.
+# `payhook bench --scenario SCENARIO … --verify` (steady by default: `--dup 0.2 --refund 0.1 --shuffle`; the other
+# scenarios' flags are in scripts/bench-lib.sh), and prints one line per mode plus the ratios.
 set -euo pipefail
 orders=${1:-30000}
 concurrency=${2:-64}
+scenario=${3:-steady}
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/scripts/bench-lib.sh"
+mapfile -t bench_args < <(scenario_args "$scenario" "$orders" "$concurrency")
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p payhook
 bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
 work=$(mktemp -d)
@@ -36,8 +40,7 @@ TOML
   "$bin" --config "$work/$name.toml" serve 2>"$work/$name.log" &
   pids+=($!)
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-  "$bin" --config "$work/$name.toml" bench --source payments --orders "$orders" --dup 0.2 --refund 0.1 \
-    --shuffle --concurrency "$concurrency" --verify --json > "$work/$name.json"
+  "$bin" --config "$work/$name.toml" bench "${bench_args[@]}" --verify --json > "$work/$name.json"
   kill "${pids[-1]}"
 }
 
@@ -45,11 +48,11 @@ run_mode group-pipelined 18181 'fsync = "pipelined"'
 run_mode group-in-commit 18182 'fsync = "in-commit"'
 run_mode per-event 18183 'group_commit = false'
 
-python3 - "$work" "$orders" "$concurrency" <<'PY'
+python3 - "$work" <<'PY'
 import json, sys
-work, orders, conc = sys.argv[1], sys.argv[2], sys.argv[3]
+work = sys.argv[1]
 rows = {m: json.load(open(f"{work}/{m}.json")) for m in ("group-pipelined", "group-in-commit", "per-event")}
-print(f"payhook bench --orders {orders} --dup 0.2 --refund 0.1 --shuffle --concurrency {conc} --verify")
+print(rows["group-pipelined"]["command"].rsplit(" --seed ", 1)[0])
 print("| mode | deliveries | acked/s | p50 ms | p99 ms | max ms | violations |")
 print("|---|---|---|---|---|---|---|")
 for m, r in rows.items():

@@ -223,6 +223,85 @@ async fn bench_reports_throughput_and_verifies_the_final_state() {
     assert_eq!(count(&db, "SELECT COUNT(*) FROM inbox"), 300 + refunded, "one inbox row per unique event");
 }
 
+/// The named scenarios: a storm of identical concurrent deliveries, refunds before payments, and a sustained run
+/// reported per second. Each reports its scenario, parameters and command line, and `--verify` finds no violation.
+#[tokio::test]
+async fn bench_scenarios_report_their_parameters_and_verify() {
+    let dir = TestDir::new();
+    let server = Server::start(&dir).await;
+    let config = server.config.to_str().unwrap();
+    let bench = |extra: &[&str]| -> Value {
+        let mut args =
+            vec!["--config", config, "bench", "--source", SOURCE, "--concurrency", "32", "--verify", "--json"];
+        args.extend_from_slice(extra);
+        let out = dir.run(&args);
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{extra:?} failed: {}\n{stdout}\n{}\n{}",
+            out.status,
+            text(&out.stderr),
+            server.log()
+        );
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    };
+    let n = |r: &Value, path: &str| r.pointer(path).and_then(Value::as_f64).unwrap_or_else(|| panic!("{path}: {r}"));
+    let common = |r: &Value, scenario: &str| {
+        assert_eq!(r["scenario"], scenario, "{r}");
+        assert_eq!(r["params"]["scenario"], scenario, "{r}");
+        assert_eq!(r["client"], "lean", "http:// URLs get the lean client: {r}");
+        let command = r["command"].as_str().unwrap_or_default();
+        assert!(command.starts_with(&format!("payhook bench --scenario {scenario} ")), "{r}");
+        for p in ["/acked_per_s", "/latency_ms/p50", "/latency_ms/p90", "/latency_ms/p99", "/latency_ms/max"] {
+            assert!(n(r, p) > 0.0, "{p}: {r}");
+        }
+        assert_eq!(n(r, "/acked"), n(r, "/deliveries"), "{r}");
+        assert_eq!((n(r, "/rejected_4xx"), n(r, "/gave_up")), (0.0, 0.0), "{r}");
+        assert_eq!(n(r, "/retries"), n(r, "/retried_5xx") + n(r, "/retried_io"), "{r}");
+        assert_eq!(n(r, "/verify/violations"), 0.0, "{r}");
+        let outcomes: f64 = ["processed", "duplicate", "deferred", "ignored", "dead_lettered"]
+            .iter()
+            .map(|o| n(r, &format!("/outcomes/{o}")))
+            .sum();
+        assert_eq!(outcomes, n(r, "/acked"), "{r}");
+    };
+
+    // 16 identical deliveries of each event at once: one is processed, fifteen are duplicates.
+    let storm = bench(&["--scenario", "dup-storm", "--orders", "20", "--refund", "0"]);
+    common(&storm, "dup-storm");
+    assert_eq!(n(&storm, "/deliveries"), 20.0 * 16.0, "{storm}");
+    assert_eq!((n(&storm, "/outcomes/processed"), n(&storm, "/outcomes/duplicate")), (20.0, 300.0), "{storm}");
+
+    // Every refund answered before its payment is sent: every order refunded, no receipt.
+    let first = bench(&["--scenario", "refund-first", "--orders", "150"]);
+    common(&first, "refund-first");
+    assert_eq!(n(&first, "/params/refund"), 1.0, "{first}");
+    assert!(n(&first, "/deliveries") >= 300.0, "{first}");
+    assert_eq!(n(&first, "/verify/orders_checked"), 150.0, "{first}");
+
+    // Fresh events for two seconds, one row per second.
+    let sustained = bench(&["--scenario", "sustained", "--duration-secs", "2", "--orders", "400"]);
+    common(&sustained, "sustained");
+    assert_eq!(n(&sustained, "/params/duration_secs"), 2.0, "{sustained}");
+    let rows = sustained["per_second"].as_array().unwrap_or_else(|| panic!("per_second: {sustained}"));
+    assert_eq!(rows.len(), 2, "{sustained}");
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(n(row, "/second"), (i + 1) as f64, "{row}");
+        for p in ["/acked", "/p50", "/p99", "/max"] {
+            assert!(row.pointer(p).and_then(Value::as_f64).is_some(), "{p}: {row}");
+        }
+    }
+    assert!(n(&sustained, "/verify/orders_checked") > 0.0, "{sustained}");
+
+    // A flag that does not fit the scenario is refused before anything is sent.
+    let out = dir.run(&["--config", config, "bench", "--source", SOURCE, "--duration-secs", "2"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("--duration-secs"), "{}", text(&out.stderr));
+    server.stop();
+
+    let db = dir.open_db();
+    assert!(count(&db, "SELECT COUNT(*) FROM orders WHERE status = 'refunded'") >= 150);
+}
+
 /// `payhook send` speaks each provider's dialect: Shopify's topic headers, Adyen's signature inside the body (and
 /// its `[accepted]` answer), RFC 9421 signatures over the request with a nonce; all configured from TOML.
 #[tokio::test]

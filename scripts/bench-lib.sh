@@ -1,0 +1,16 @@
+# Shared by the bench scripts (sourced, not run).
+
+# scenario_args SCENARIO ORDERS CONCURRENCY: the `payhook bench` flags of a scenario (without --config, --url).
+# sustained runs for $PAYHOOK_BENCH_DURATION_SECS (default 30) seconds, with ORDERS registered ahead.
+scenario_args() {
+  local scenario=$1 orders=$2 concurrency=$3
+  local args=(--scenario "$scenario" --source payments --orders "$orders" --concurrency "$concurrency")
+  case $scenario in
+    steady) args+=(--dup 0.2 --refund 0.1 --shuffle) ;;
+    dup-storm) args+=(--refund 0.1 --shuffle) ;;
+    refund-first) args+=(--dup 0.2) ;;
+    sustained) args+=(--dup 0.2 --refund 0.1 --duration-secs "${PAYHOOK_BENCH_DURATION_SECS:-30}") ;;
+    *) echo "unknown scenario $scenario (steady, dup-storm, refund-first, sustained)" >&2; return 1 ;;
+  esac
+  printf '%s\n' "${args[@]}"
+}
