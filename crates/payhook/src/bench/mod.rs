@@ -269,6 +269,9 @@ struct Run {
     counters: Counters,
     /// (milliseconds since the start when the answer was read, latency in microseconds), per acked delivery.
     samples: Mutex<Vec<(u32, u32)>>,
+    /// When the last delivery was answered, if that is not when the phase returns (sustained stops its order
+    /// registration afterwards, which is not part of the delivery rate).
+    finished: std::sync::OnceLock<Instant>,
 }
 
 /// One connection (lean) or a handle on the shared pool (reqwest), aimed at one of the URLs.
@@ -470,6 +473,7 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
         started: Instant::now(),
         counters: Counters::default(),
         samples: Mutex::new(Vec::new()),
+        finished: std::sync::OnceLock::new(),
     });
     let progress = (!args.json).then(|| progress(Arc::clone(&run)));
     let (deliveries, expect, registered) = match p.scenario {
@@ -482,7 +486,7 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
             (deliveries, expect, p.orders)
         }
     };
-    let elapsed = run.started.elapsed().as_secs_f64();
+    let elapsed = run.finished.get().copied().unwrap_or_else(Instant::now).duration_since(run.started).as_secs_f64();
     if let Some(task) = progress {
         task.abort();
     }
@@ -839,6 +843,7 @@ async fn sustained(
     while let Some(r) = set.join_next().await {
         r?;
     }
+    let _ = run.finished.set(Instant::now());
     stop.store(true, Ordering::Relaxed);
     ahead.await??;
     let used = next.load(Ordering::Relaxed);
