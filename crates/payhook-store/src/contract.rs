@@ -101,6 +101,170 @@ macro_rules! store_contract_tests {
     };
 }
 
+/// Implements [`Store`] for a test wrapper by handing every call to one of its fields, so that a backend's tests can
+/// keep a guard (a temporary directory, a schema to drop) beside the store without restating the trait:
+/// `payhook_store::delegate_store!(TempStore => store);`.
+#[macro_export]
+macro_rules! delegate_store {
+    ($ty:ty => $field:ident) => {
+        impl $crate::Store for $ty {
+            fn ingest(
+                &self,
+                delivery: $crate::Delivery,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Recorded, $crate::StoreError>> + Send {
+                self.$field.ingest(delivery)
+            }
+
+            fn register_order(
+                &self,
+                order: $crate::NewOrder,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Registered, $crate::StoreError>> + Send {
+                self.$field.register_order(order)
+            }
+
+            fn order(
+                &self,
+                id: &::payhook_core::event::OrderId,
+            ) -> impl ::std::future::Future<Output = Result<Option<$crate::OrderView>, $crate::StoreError>> + Send
+            {
+                self.$field.order(id)
+            }
+
+            fn event(
+                &self,
+                source: &::payhook_core::event::SourceName,
+                event_id: &::payhook_core::event::EventId,
+            ) -> impl ::std::future::Future<Output = Result<Option<$crate::EventView>, $crate::StoreError>> + Send
+            {
+                self.$field.event(source, event_id)
+            }
+
+            fn claim_due(
+                &self,
+                claim: $crate::Claim,
+            ) -> impl ::std::future::Future<Output = Result<Vec<$crate::Claimed>, $crate::StoreError>> + Send {
+                self.$field.claim_due(claim)
+            }
+
+            fn retry(
+                &self,
+                claimed: $crate::Claimed,
+                now_ms: i64,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Retried, $crate::StoreError>> + Send {
+                self.$field.retry(claimed, now_ms)
+            }
+
+            fn stats(&self) -> impl ::std::future::Future<Output = Result<$crate::Stats, $crate::StoreError>> + Send {
+                self.$field.stats()
+            }
+
+            fn next_due_ms(&self) -> impl ::std::future::Future<Output = Result<Option<i64>, $crate::StoreError>> + Send {
+                self.$field.next_due_ms()
+            }
+
+            fn claim_outbox(
+                &self,
+                sink: &str,
+                claim: $crate::Claim,
+            ) -> impl ::std::future::Future<Output = Result<Vec<$crate::OutboxJob>, $crate::StoreError>> + Send {
+                self.$field.claim_outbox(sink, claim)
+            }
+
+            fn finish_outbox(
+                &self,
+                job: &$crate::OutboxJob,
+                outcome: $crate::Dispatched,
+                now_ms: i64,
+            ) -> impl ::std::future::Future<Output = Result<bool, $crate::StoreError>> + Send {
+                self.$field.finish_outbox(job, outcome, now_ms)
+            }
+
+            fn retry_outbox(
+                &self,
+                id: i64,
+                now_ms: i64,
+            ) -> impl ::std::future::Future<Output = Result<bool, $crate::StoreError>> + Send {
+                self.$field.retry_outbox(id, now_ms)
+            }
+
+            fn next_outbox_due_ms(
+                &self,
+                sink: &str,
+            ) -> impl ::std::future::Future<Output = Result<Option<i64>, $crate::StoreError>> + Send {
+                self.$field.next_outbox_due_ms(sink)
+            }
+
+            fn list_outbox(
+                &self,
+                filter: $crate::OutboxFilter,
+            ) -> impl ::std::future::Future<Output = Result<Vec<$crate::OutboxView>, $crate::StoreError>> + Send {
+                self.$field.list_outbox(filter)
+            }
+
+            fn list_events(
+                &self,
+                filter: $crate::EventFilter,
+            ) -> impl ::std::future::Future<Output = Result<Vec<$crate::EventSummary>, $crate::StoreError>> + Send {
+                self.$field.list_events(filter)
+            }
+
+            fn replay(
+                &self,
+                source: &::payhook_core::event::SourceName,
+                event_id: &::payhook_core::event::EventId,
+                parsed: $crate::Parsed,
+                now_ms: i64,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Replayed, $crate::StoreError>> + Send {
+                self.$field.replay(source, event_id, parsed, now_ms)
+            }
+
+            fn raise_alert(
+                &self,
+                alert: $crate::Alert,
+            ) -> impl ::std::future::Future<Output = Result<(), $crate::StoreError>> + Send {
+                self.$field.raise_alert(alert)
+            }
+
+            fn subscription(
+                &self,
+                id: &::payhook_core::event::SubscriptionId,
+            ) -> impl ::std::future::Future<Output = Result<Option<$crate::SubscriptionView>, $crate::StoreError>> + Send
+            {
+                self.$field.subscription(id)
+            }
+
+            fn entitlements(
+                &self,
+                customer: &::payhook_core::event::CustomerId,
+            ) -> impl ::std::future::Future<Output = Result<Vec<$crate::EntitlementView>, $crate::StoreError>> + Send {
+                self.$field.entitlements(customer)
+            }
+
+            fn claim_nonce(
+                &self,
+                claim: $crate::NonceClaim,
+            ) -> impl ::std::future::Future<Output = Result<$crate::NonceClaimed, $crate::StoreError>> + Send {
+                self.$field.claim_nonce(claim)
+            }
+
+            fn prune(
+                &self,
+                request: $crate::PruneRequest,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Pruned, $crate::StoreError>> + Send {
+                self.$field.prune(request)
+            }
+
+            fn ping(&self) -> impl ::std::future::Future<Output = Result<(), $crate::StoreError>> + Send {
+                self.$field.ping()
+            }
+
+            fn writer_metrics(&self) -> $crate::metrics::WriterMetrics {
+                self.$field.writer_metrics()
+            }
+        }
+    };
+}
+
 /// Implementation detail of [`store_contract_tests!`]: one test per case, each with its policy.
 #[doc(hidden)]
 #[macro_export]
