@@ -81,6 +81,10 @@ pub async fn run(cfg: Config, args: SendArgs) -> Result<()> {
         let status = resp.status();
         let text = resp.text().await.unwrap_or_default();
         println!("#{attempt} {} {status} {text}", event_id);
+        if !status.is_success() {
+            // A script must see that the delivery was refused (a wrong secret, an unknown source, an outage).
+            bail!("payhook answered {status} to delivery #{attempt} of {event_id}");
+        }
     }
     Ok(())
 }

@@ -39,6 +39,14 @@ async fn payhook_send_delivers_a_signed_event_and_repeat_is_deduplicated() {
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(stderr.contains("\"nope\"") && stderr.contains(SOURCE), "{stderr}");
+
+    // Signed with a secret the server does not know: answered 401, and `send` says so with its exit status.
+    let wrong = std::fs::read_to_string(config).unwrap().replace(SECRET, "not-the-configured-secret");
+    let wrong = dir.write("wrong-secret.toml", &wrong);
+    let out = dir.run(&["--config", wrong.to_str().unwrap(), "send", "--source", SOURCE, "--order", "o1"]);
+    assert!(!out.status.success(), "a refused delivery must fail the command:\n{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains(" 401 "), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains("401"), "{}", text(&out.stderr));
     server.stop();
 }
 
