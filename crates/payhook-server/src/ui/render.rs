@@ -71,14 +71,16 @@ pub(crate) enum Section {
     DeadLetters,
     Outbox,
     Orders,
+    Billing,
 }
 
-const SECTIONS: [(Section, &str, &str); 5] = [
+const SECTIONS: [(Section, &str, &str); 6] = [
     (Section::Overview, "/ui", "Overview"),
     (Section::Events, "/ui/events", "Events"),
     (Section::DeadLetters, "/ui/dead-letters", "Dead letters"),
     (Section::Outbox, "/ui/outbox", "Outbox"),
     (Section::Orders, "/ui/orders", "Orders"),
+    (Section::Billing, "/ui/billing", "Billing"),
 ];
 
 /// What a page needs besides its content.

@@ -176,10 +176,20 @@ async fn ui_pages_render_after_login() {
     app.register_order("ord_paid", 500, "usd").await;
     assert_eq!(app.deliver("payments", &event("evt_paid", Pay, "ord_paid", 500)).await.1["status"], "processed");
     let not_json = app.deliver_bytes("payments", b"not json".to_vec()).await.1;
+    let billing = [
+        serde_json::json!({"id": "evt_sub", "type": "subscription.created", "created": 100,
+            "data": {"subscription_id": "sub_ui", "customer_id": "cus_ui", "status": "active"}}),
+        serde_json::json!({"id": "evt_inv", "type": "invoice.paid", "created": 110,
+            "data": {"invoice_id": "in_ui", "customer_id": "cus_ui", "subscription_id": "sub_ui",
+                     "amount": 900, "currency": "usd"}}),
+    ];
+    for body in billing {
+        assert_eq!(app.deliver_bytes("payments", body.to_string().into_bytes()).await.1["status"], "processed");
+    }
     let session = login(&app).await;
     let cookie = Some(session.cookie.as_str());
     let unparseable = format!("/ui/events/payments/{}", not_json["event_id"].as_str().unwrap());
-    let pages: [(&str, &[&str]); 12] = [
+    let pages: [(&str, &[&str]); 15] = [
         ("/ui", &["id=\"count-dead_lettered\"", "<svg", "Deliveries by source"]),
         ("/ui/events", &["evt_late", "evt_paid"]),
         ("/ui/events?source=payments&status=dead_lettered&type=", &["evt_late"]),
@@ -192,6 +202,9 @@ async fn ui_pages_render_after_login() {
         ("/ui/outbox?status=dead&kind=&sink=&order_id=", &["No outbox rows"]),
         ("/ui/orders?id=ord_paid", &["order-status", "evt_paid"]),
         ("/ui/orders?id=ord_nope", &["No order ord_nope"]),
+        ("/ui/billing?subscription=sub_ui&customer=", &["subscription-status", "active", "in_ui", "evt_inv"]),
+        ("/ui/billing?subscription=&customer=cus_ui", &["1 granted", "in_ui", "granted"]),
+        ("/ui/billing?subscription=sub_nope&customer=", &["No subscription sub_nope"]),
     ];
     for (path, wanted) in pages {
         let resp = get(&app, path, cookie).await;
