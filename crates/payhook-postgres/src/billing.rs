@@ -153,7 +153,9 @@ pub(crate) async fn apply(
             apply_subscription(client, ctx, source, event, change, &state, now_ms, savepoint).await?
         }
         Effect::Invoice(change) => apply_invoice(client, ctx, source, event, change, &state, now_ms, savepoint).await?,
-        Effect::Order { .. } | Effect::Ignored => unreachable!("checked above"),
+        Effect::Order { .. } | Effect::Ignored => {
+            return Err(corrupt("billing effect", "an order or ignored event reached the billing path").into());
+        }
     };
     let outcome: String = get(&row, 0, "billing outcome")?;
     let detail: Option<String> = get(&row, 1, "billing detail")?;

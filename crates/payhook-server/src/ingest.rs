@@ -224,8 +224,10 @@ type RecordResult = (usize, String, Result<payhook_store::Recorded, StoreError>)
 /// Records the events of one delivery: one (the common case) on this task; several (an Adyen batch) concurrently,
 /// so that they share a group commit.
 async fn record_all<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> Result<Vec<RecordResult>, ApiError> {
-    if deliveries.len() == 1 {
-        let delivery = deliveries.into_iter().next().unwrap_or_else(|| unreachable!("one delivery"));
+    let mut deliveries = deliveries;
+    if deliveries.len() == 1
+        && let Some(delivery) = deliveries.pop()
+    {
         let event_id = delivery.parsed.event_id().as_str().to_owned();
         return Ok(vec![(0, event_id, store.ingest(delivery).await)]);
     }
