@@ -214,6 +214,27 @@ mod tests {
         assert_eq!(edges, expected);
     }
 
+    /// The stores rely on this: with no cycle, an order takes each transition at most once, so a guarded update
+    /// writes at most one outbox row per order and kind (SQLite keeps no unique index for it).
+    #[test]
+    fn no_status_can_be_reached_again_once_left() {
+        let actions = [OrderAction::Pay, OrderAction::Fail, OrderAction::Refund, OrderAction::Dispute];
+        let next = |s: OrderStatus| -> Vec<OrderStatus> {
+            actions.iter().filter(|a| a.legal_from().contains(&s)).map(|a| a.target()).collect()
+        };
+        for start in OrderStatus::ALL {
+            let mut frontier = next(start);
+            let mut seen = Vec::new();
+            while let Some(s) = frontier.pop() {
+                assert_ne!(s, start, "{} can be reached again from itself", start.as_str());
+                if !seen.contains(&s) {
+                    seen.push(s);
+                    frontier.extend(next(s));
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_missing_order_is_an_early_arrival_and_is_deferred() {
         assert!(matches!(explain(&plan_for(OrderAction::Pay), None), Unapplied::Defer(_)));

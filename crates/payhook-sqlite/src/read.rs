@@ -42,21 +42,24 @@ pub(crate) fn order(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>
 }
 
 fn order_in(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>> {
-    type Row = (String, i64, String, i64, i64, String);
+    type Row = (String, i64, String, i64, i64, String, String);
     let row: Option<Row> = conn
-        .prepare_cached("SELECT status, amount, currency, created_at, updated_at, history FROM orders WHERE id = ?1")
+        .prepare_cached(
+            "SELECT status, amount, currency, created_at, updated_at, history, outbox_ids FROM orders WHERE id = ?1",
+        )
         .map_err(unavailable)?
-        .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+        .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)))
         .optional()
         .map_err(unavailable)?;
-    let Some((st, amount, currency, created_at_ms, updated_at_ms, history)) = row else {
+    let Some((st, amount, currency, created_at_ms, updated_at_ms, history, outbox_ids)) = row else {
         return Ok(None);
     };
     let history = history_entries(&history)?;
+    // The order lists its outbox rows (see migration 0006).
     let outbox = outbox_rows(
         conn,
-        &format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE order_id = ?1 ORDER BY id"),
-        &[&id.as_str()],
+        &format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id"),
+        &[&outbox_ids],
     )?;
 
     Ok(Some(OrderView {
@@ -207,26 +210,27 @@ fn event_in(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<
     // Its changes and outbox rows: those of its order (found through the clustered keys), and its orderless rows.
     let (mut changes, mut outbox) = (Vec::new(), Vec::new());
     if let Some(payhook_core::event::Effect::Order { order_id, .. }) = &effect {
-        let args: [&dyn ToSql; 3] = [&order_id.as_str(), &src.as_str(), &id.as_str()];
-        let history: Option<String> = conn
-            .prepare_cached("SELECT history FROM orders WHERE id = ?1")
+        let row: Option<(String, String)> = conn
+            .prepare_cached("SELECT history, outbox_ids FROM orders WHERE id = ?1")
             .map_err(unavailable)?
-            .query_row([order_id.as_str()], |r| r.get(0))
+            .query_row([order_id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()
             .map_err(unavailable)?;
-        if let Some(history) = history {
+        if let Some((history, outbox_ids)) = row {
             changes = history_entries(&history)?
                 .into_iter()
                 .filter(|h| h.source == src.as_str() && h.event_id == id.as_str())
                 .collect();
+            let args: [&dyn ToSql; 3] = [&outbox_ids, &src.as_str(), &id.as_str()];
+            outbox = outbox_rows(
+                conn,
+                &format!(
+                    "SELECT {OUTBOX_COLUMNS} FROM outbox
+                     WHERE id IN (SELECT value FROM json_each(?1)) AND source = ?2 AND event_id = ?3 ORDER BY id"
+                ),
+                &args,
+            )?;
         }
-        outbox = outbox_rows(
-            conn,
-            &format!(
-                "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE order_id = ?1 AND source = ?2 AND event_id = ?3 ORDER BY id"
-            ),
-            &args,
-        )?;
     }
     outbox.extend(outbox_rows(
         conn,
@@ -318,7 +322,8 @@ pub(crate) fn list_outbox(conn: &Connection, f: &OutboxFilter) -> Result<Vec<Out
     let sql = format!(
         "SELECT {OUTBOX_COLUMNS} FROM outbox
          WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR kind = ?2) AND (?3 IS NULL OR sink = ?3)
-           AND (?4 IS NULL OR order_id = ?4) AND (?5 IS NULL OR id < ?5)
+           AND (?4 IS NULL OR id IN (SELECT value FROM orders, json_each(orders.outbox_ids) WHERE orders.id = ?4))
+           AND (?5 IS NULL OR id < ?5)
          ORDER BY id DESC LIMIT ?6"
     );
     outbox_rows(conn, &sql, params![f.status, f.kind, f.sink, f.order_id, f.before, f.limit])
