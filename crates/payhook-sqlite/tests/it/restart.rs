@@ -120,3 +120,46 @@ async fn order_histories_survive_the_move_into_the_orders_rows() {
     assert_eq!(order_view(&store, "ord_o").await.history.len(), 1);
     store.shutdown();
 }
+
+/// A file written while the outbox was found through its `(order_id, kind, sink)` index (schema 5) lists every
+/// order's outbox rows, in order, after the move into `orders.outbox_ids`; new transitions add to that list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_rows_stay_with_their_orders_after_the_index_is_dropped() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("old.db");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        for sql in [
+            include_str!("../../migrations/0001_init.sql"),
+            include_str!("../../migrations/0002_outbox_dispatch.sql"),
+            include_str!("../../migrations/0003_billing.sql"),
+            include_str!("../../migrations/0004_retention.sql"),
+            include_str!("../../migrations/0005_history_in_orders.sql"),
+        ] {
+            conn.execute_batch(sql).expect("old migration");
+        }
+        conn.pragma_update(None, "user_version", 5).expect("version");
+        conn.execute_batch(
+            "INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
+                 VALUES ('ord_m', 100, 'usd', 'refunded', 1, 3), ('ord_n', 5, 'usd', 'pending', 1, 1);
+             INSERT INTO outbox (id, kind, sink, order_id, source, event_id, payload, status, created_at)
+                 VALUES (7, 'order.paid', 'crm', 'ord_m', 'shop', 'evt_a', '{}', 'delivered', 2),
+                        (9, 'order.refunded', 'crm', 'ord_m', 'shop', 'evt_b', '{}', 'pending', 3),
+                        (8, '_alert', '_alerts', NULL, NULL, NULL, '{}', 'pending', 2);",
+        )
+        .expect("old rows");
+    }
+    let store = reopen(&path);
+    assert_eq!(user_version(&path), SqliteStore::schema_version());
+    let m = order_view(&store, "ord_m").await;
+    let rows: Vec<(i64, &str, &str)> = m.outbox.iter().map(|o| (o.id, o.kind.as_str(), o.status.as_str())).collect();
+    assert_eq!(rows, [(7, "order.paid", "delivered"), (9, "order.refunded", "pending")]);
+    assert!(order_view(&store, "ord_n").await.outbox.is_empty());
+    // New transitions add their rows to the order's list.
+    register_new(&store, new_order("ord_o", 100, T0)).await;
+    assert_eq!(ingest(&store, pay("evt_o", "ord_o", 100, T0 + 1)).await, processed());
+    let o = order_view(&store, "ord_o").await;
+    assert_eq!(o.outbox.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>(), ["order.paid"]);
+    assert!(o.outbox[0].id > 9, "ids keep growing after the table rebuild");
+    store.shutdown();
+}
