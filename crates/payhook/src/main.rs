@@ -4,6 +4,9 @@
 //! Boundary: the only crate that knows clap, TOML and anyhow; it resolves configuration and hands typed settings
 //! to the server and the store.
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod admin_cli;
 mod bench;
 mod config;
