@@ -14,6 +14,26 @@ fn reopen(path: &Path) -> SqliteStore {
     SqliteStore::open(SqliteOptions { retry: test_policy(), ..SqliteOptions::new(path) }).expect("reopen")
 }
 
+/// A database file as an older build left it: the first `version` migrations applied, then `rows` inserted.
+fn file_at_schema(version: usize, rows: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    const OLD: [&str; 5] = [
+        include_str!("../../migrations/0001_init.sql"),
+        include_str!("../../migrations/0002_outbox_dispatch.sql"),
+        include_str!("../../migrations/0003_billing.sql"),
+        include_str!("../../migrations/0004_retention.sql"),
+        include_str!("../../migrations/0005_history_in_orders.sql"),
+    ];
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("old.db");
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    for sql in &OLD[..version] {
+        conn.execute_batch(sql).expect("old migration");
+    }
+    conn.pragma_update(None, "user_version", version).expect("version");
+    conn.execute_batch(rows).expect("old rows");
+    (dir, path)
+}
+
 fn user_version(path: &Path) -> usize {
     side_connection(path).query_row("PRAGMA user_version", [], |r| r.get(0)).expect("user_version")
 }
@@ -82,28 +102,14 @@ async fn two_stores_on_one_file_migrate_once_and_deduplicate_together() {
 /// order, after the migration.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn order_histories_survive_the_move_into_the_orders_rows() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("old.db");
-    {
-        let conn = rusqlite::Connection::open(&path).expect("open");
-        for sql in [
-            include_str!("../../migrations/0001_init.sql"),
-            include_str!("../../migrations/0002_outbox_dispatch.sql"),
-            include_str!("../../migrations/0003_billing.sql"),
-            include_str!("../../migrations/0004_retention.sql"),
-        ] {
-            conn.execute_batch(sql).expect("old migration");
-        }
-        conn.pragma_update(None, "user_version", 4).expect("version");
-        conn.execute_batch(
-            "INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
-                 VALUES ('ord_m', 100, 'usd', 'refunded', 1, 3), ('ord_n', 5, 'usd', 'pending', 1, 1);
-             INSERT INTO order_audit (order_id, source, event_id, event_type, from_status, to_status, at)
-                 VALUES ('ord_m', 'shop', 'evt_b', 'payment.refunded', 'paid', 'refunded', 3),
-                        ('ord_m', 'shop', 'evt_a', 'payment.succeeded', 'pending', 'paid', 2);",
-        )
-        .expect("old rows");
-    }
+    let (_dir, path) = file_at_schema(
+        4,
+        "INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
+             VALUES ('ord_m', 100, 'usd', 'refunded', 1, 3), ('ord_n', 5, 'usd', 'pending', 1, 1);
+         INSERT INTO order_audit (order_id, source, event_id, event_type, from_status, to_status, at)
+             VALUES ('ord_m', 'shop', 'evt_b', 'payment.refunded', 'paid', 'refunded', 3),
+                    ('ord_m', 'shop', 'evt_a', 'payment.succeeded', 'pending', 'paid', 2);",
+    );
     let store = reopen(&path);
     assert_eq!(user_version(&path), SqliteStore::schema_version());
     let m = order_view(&store, "ord_m").await;
@@ -125,30 +131,15 @@ async fn order_histories_survive_the_move_into_the_orders_rows() {
 /// order's outbox rows, in order, after the move into `orders.outbox_ids`; new transitions add to that list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outbox_rows_stay_with_their_orders_after_the_index_is_dropped() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("old.db");
-    {
-        let conn = rusqlite::Connection::open(&path).expect("open");
-        for sql in [
-            include_str!("../../migrations/0001_init.sql"),
-            include_str!("../../migrations/0002_outbox_dispatch.sql"),
-            include_str!("../../migrations/0003_billing.sql"),
-            include_str!("../../migrations/0004_retention.sql"),
-            include_str!("../../migrations/0005_history_in_orders.sql"),
-        ] {
-            conn.execute_batch(sql).expect("old migration");
-        }
-        conn.pragma_update(None, "user_version", 5).expect("version");
-        conn.execute_batch(
-            "INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
-                 VALUES ('ord_m', 100, 'usd', 'refunded', 1, 3), ('ord_n', 5, 'usd', 'pending', 1, 1);
-             INSERT INTO outbox (id, kind, sink, order_id, source, event_id, payload, status, created_at)
-                 VALUES (7, 'order.paid', 'crm', 'ord_m', 'shop', 'evt_a', '{}', 'delivered', 2),
-                        (9, 'order.refunded', 'crm', 'ord_m', 'shop', 'evt_b', '{}', 'pending', 3),
-                        (8, '_alert', '_alerts', NULL, NULL, NULL, '{}', 'pending', 2);",
-        )
-        .expect("old rows");
-    }
+    let (_dir, path) = file_at_schema(
+        5,
+        "INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
+             VALUES ('ord_m', 100, 'usd', 'refunded', 1, 3), ('ord_n', 5, 'usd', 'pending', 1, 1);
+         INSERT INTO outbox (id, kind, sink, order_id, source, event_id, payload, status, created_at)
+             VALUES (7, 'order.paid', 'crm', 'ord_m', 'shop', 'evt_a', '{}', 'delivered', 2),
+                    (9, 'order.refunded', 'crm', 'ord_m', 'shop', 'evt_b', '{}', 'pending', 3),
+                    (8, '_alert', '_alerts', NULL, NULL, NULL, '{}', 'pending', 2);",
+    );
     let store = reopen(&path);
     assert_eq!(user_version(&path), SqliteStore::schema_version());
     let m = order_view(&store, "ord_m").await;
