@@ -29,12 +29,6 @@ pub enum PgError {
     /// One delivery of a batch failed inside its own savepoint (and left nothing behind); its batch-mates went on.
     #[error("the delivery could not be recorded: {0}")]
     Savepoint(String),
-    /// The schema was migrated by a newer build of payhook than this one.
-    #[error(
-        "the schema's version is {found}, newer than this build of payhook knows ({known}): run the payhook release \
-         that wrote it, or a newer one"
-    )]
-    NewerSchema { found: usize, known: usize },
     /// Applying a migration failed.
     #[error("migration {version} failed")]
     Migration {

@@ -163,7 +163,11 @@ async fn a_file_from_a_newer_build_is_refused() {
     drop(reopen(&path));
     side_connection(&path).pragma_update(None, "user_version", SqliteStore::schema_version() + 1).expect("version");
     let err = SqliteStore::open(SqliteOptions::new(&path)).expect_err("a newer schema is refused");
-    let chain: Vec<String> =
-        std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source()).map(|e| e.to_string()).collect();
-    assert!(chain.iter().any(|e| e.contains("newer than this build")), "{chain:?}");
+    let mut chain = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(e) = source {
+        chain.push_str(&format!(": {e}"));
+        source = e.source();
+    }
+    assert!(chain.contains("newer than this build"), "{chain}");
 }
