@@ -18,6 +18,8 @@ concurrency=${2:-64}
 scenario=${3:-steady}
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/bench-lib.sh"
+# From the repository, so that cargo reads its .cargo/config.toml (how the bundled SQLite is compiled).
+cd "$root"
 mapfile -t bench_args < <(scenario_args "$scenario" "$orders" "$concurrency")
 db=${PAYHOOK_BENCH_POSTGRES_URL:-${PAYHOOK_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}}
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p payhook
@@ -72,6 +74,7 @@ run_mode() { # name instances storage-toml
   first=$(IFS=,; echo "${urls[*]}")
   "$bin" --config "$work/$name-1.toml" bench --url "$first" "${bench_args[@]}" --verify --json > "$work/$name.json"
   for p in "${pids[@]:$started}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
+  pids=("${pids[@]:0:$started}")   # gone: their ids may be another process's by the time cleanup runs
 }
 
 run_mode group-commit 1 ''

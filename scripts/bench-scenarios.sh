@@ -13,6 +13,8 @@ orders=${2:-30000}
 concurrency=${3:-64}
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/bench-lib.sh"
+# From the repository, so that cargo reads its .cargo/config.toml (how the bundled SQLite is compiled).
+cd "$root"
 db=${PAYHOOK_BENCH_POSTGRES_URL:-${PAYHOOK_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}}
 case $backend in sqlite|postgres) ;; *) echo "usage: $0 [sqlite|postgres] [ORDERS] [CONCURRENCY]" >&2; exit 2 ;; esac
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p payhook
@@ -61,6 +63,7 @@ TOML
   mapfile -t args < <(scenario_args "$scenario" "$orders" "$concurrency")
   "$bin" --config "$work/$scenario.toml" bench "${args[@]}" --verify --json > "$work/$scenario.json"
   kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+  unset 'pids[-1]'   # gone: its id may be another process's by the time cleanup runs
 }
 
 port=18380

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Group commit against one commit per event, on SQLite, in one run: same machine, same workload, back to back.
+# Group commit against one commit per event, on SQLite, in one run: same machine, same workload, interleaved.
 #
 #   scripts/bench-sqlite.sh [ORDERS] [CONCURRENCY] [SCENARIO]
 #
-# Starts three payhook servers on fresh SQLite files (group commit with pipelined fsync — the default —, group
-# commit with synchronous=FULL inside COMMIT, and one commit per event), drives each with
+# Starts payhook servers on fresh SQLite files in three modes (group commit with pipelined fsync — the default —,
+# group commit with synchronous=FULL inside COMMIT, and one commit per event), drives each with
 # `payhook bench --scenario SCENARIO … --verify` (steady by default: `--dup 0.2 --refund 0.1 --shuffle`; the other
-# scenarios' flags are in scripts/bench-lib.sh), and prints one line per mode plus the ratios.
+# scenarios' flags are in scripts/bench-lib.sh), and prints one line per mode and round plus the ratios.
 #
 # The machine is shared, so a burst of someone else's load can land on one mode and not the others. The modes run
 # interleaved, $PAYHOOK_BENCH_ROUNDS times (default 3): each round is every mode once, each on a fresh file. The
@@ -16,8 +16,12 @@ set -euo pipefail
 orders=${1:-30000}
 concurrency=${2:-64}
 scenario=${3:-steady}
+rounds=${PAYHOOK_BENCH_ROUNDS:-3}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "PAYHOOK_BENCH_ROUNDS must be a whole number of at least 1" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/bench-lib.sh"
+# From the repository, so that cargo reads its .cargo/config.toml (how the bundled SQLite is compiled).
+cd "$root"
 mapfile -t bench_args < <(scenario_args "$scenario" "$orders" "$concurrency")
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p payhook
 bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
@@ -27,7 +31,6 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 export PAYHOOK_API_TOKEN=bench-token
 
-rounds=${PAYHOOK_BENCH_ROUNDS:-3}
 modes=(group-pipelined group-in-commit per-event)
 declare -A storage=([group-pipelined]='fsync = "pipelined"' [group-in-commit]='fsync = "in-commit"' \
   [per-event]='group_commit = false')
@@ -49,10 +52,13 @@ secrets = ["whsec_bench_secret"]
 TOML
   "$bin" --config "$file.toml" serve 2>"$file.log" &
   pids+=($!)
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
+  local ready=
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && ready=1 && break; sleep 0.1; done
+  [[ -n $ready ]] || { echo "payhook ($name) on port $port did not become ready" >&2; cat "$file.log" >&2; exit 1; }
   "$bin" --config "$file.toml" bench "${bench_args[@]}" --verify --json > "$file.json"
   kill "${pids[-1]}"
   wait "${pids[-1]}" 2>/dev/null || true
+  unset 'pids[-1]'   # gone: its id may be another process's by the time cleanup runs
 }
 
 port=18181

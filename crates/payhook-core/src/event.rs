@@ -220,6 +220,11 @@ pub enum OrderAction {
     Dispute,
 }
 
+impl OrderAction {
+    /// Every action, for rules and tests that must cover them all.
+    pub const ALL: [OrderAction; 4] = [Self::Pay, Self::Fail, Self::Refund, Self::Dispute];
+}
+
 /// The business effect an event carries, independent of the provider's vocabulary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -196,7 +196,7 @@ mod tests {
     fn legal_transitions_are_exactly_the_design_table() {
         use OrderStatus::*;
         let mut edges: Vec<(OrderStatus, OrderStatus)> = Vec::new();
-        for action in [OrderAction::Pay, OrderAction::Fail, OrderAction::Refund, OrderAction::Dispute] {
+        for action in OrderAction::ALL {
             for from in action.legal_from() {
                 edges.push((*from, action.target()));
             }
@@ -218,7 +218,13 @@ mod tests {
     /// writes at most one outbox row per order and kind (SQLite keeps no unique index for it).
     #[test]
     fn no_status_can_be_reached_again_once_left() {
-        let actions = [OrderAction::Pay, OrderAction::Fail, OrderAction::Refund, OrderAction::Dispute];
+        let actions = OrderAction::ALL;
+        // A new action does not compile here until it is considered, and listed in `OrderAction::ALL`.
+        for a in actions {
+            match a {
+                OrderAction::Pay | OrderAction::Fail | OrderAction::Refund | OrderAction::Dispute => {}
+            }
+        }
         let next = |s: OrderStatus| -> Vec<OrderStatus> {
             actions.iter().filter(|a| a.legal_from().contains(&s)).map(|a| a.target()).collect()
         };
@@ -230,6 +236,18 @@ mod tests {
                 if !seen.contains(&s) {
                     seen.push(s);
                     frontier.extend(next(s));
+                }
+            }
+        }
+    }
+
+    /// With the test above, this makes "one outbox row per order and kind" hold: a kind names one target status.
+    #[test]
+    fn each_outbox_kind_belongs_to_one_target_status() {
+        for a in OrderAction::ALL {
+            for b in OrderAction::ALL {
+                if a.outbox_kind() == b.outbox_kind() {
+                    assert_eq!(a.target(), b.target(), "{} names two targets", a.outbox_kind());
                 }
             }
         }

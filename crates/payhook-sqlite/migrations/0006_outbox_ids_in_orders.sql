@@ -4,6 +4,8 @@
 -- by the checkpoint) per event. The order's row is already written by the guarded UPDATE of the same transition.
 -- The index also enforced one row per (order, kind, sink): the ledger's transitions form no cycle (a test in
 -- payhook-core's ledger proves it), so an order takes each transition, and writes each kind, at most once.
+-- A trigger keeps the list: every outbox row with an order is listed by the statement that inserts it, whoever runs
+-- it (an older payhook process on the same file included).
 ALTER TABLE orders ADD COLUMN outbox_ids TEXT NOT NULL DEFAULT '[]';
 UPDATE orders SET outbox_ids = (
     SELECT json_group_array(id) FROM (SELECT id FROM outbox o WHERE o.order_id = orders.id ORDER BY id)
@@ -35,3 +37,8 @@ DROP TABLE outbox;
 ALTER TABLE outbox_v3 RENAME TO outbox;
 CREATE INDEX outbox_due ON outbox (sink, next_attempt_at) WHERE status = 'pending';
 CREATE INDEX outbox_orderless ON outbox (source, event_id) WHERE order_id IS NULL;
+-- A later migration that rebuilds the outbox must create this trigger again (dropping a table drops its triggers).
+CREATE TRIGGER outbox_listed_by_order AFTER INSERT ON outbox WHEN NEW.order_id IS NOT NULL
+BEGIN
+    UPDATE orders SET outbox_ids = json_insert(outbox_ids, '$[#]', NEW.id) WHERE id = NEW.order_id;
+END;

@@ -284,20 +284,15 @@ fn apply_order(
         "occurred_at": event.occurred_at,
     });
     let payload = payload.to_string();
-    let order_id = plan.order_id.as_str();
-    for outbox_id in route_outbox(conn, routing, plan.outbox_kind, Some(order_id), source, event, &payload, now_ms)? {
-        // The order lists its outbox rows itself (see migration 0006): its page is already dirty from the
-        // guarded update, where an index on `outbox.order_id` would dirty one more page at a random place.
-        conn.prepare_cached("UPDATE orders SET outbox_ids = json_insert(outbox_ids, '$[#]', ?2) WHERE id = ?1")
-            .db()?
-            .execute(params![order_id, outbox_id])
-            .db()?;
-    }
+    // The order lists the rows in its own `outbox_ids` (trigger `outbox_listed_by_order`, migration 0006): its page
+    // is already dirty from the guarded update, where an index on `outbox.order_id` would dirty one more page at a
+    // random place.
+    route_outbox(conn, routing, plan.outbox_kind, Some(plan.order_id.as_str()), source, event, &payload, now_ms)?;
     Ok(Recorded { outcome: Outcome::Processed, detail: None })
 }
 
 /// Writes an effect's outbox rows: one per sink that takes `kind`, or one `unrouted` row when no sink does, so the
-/// effect is still recorded once. Returns their ids.
+/// effect is still recorded once.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn route_outbox(
     conn: &Connection,
@@ -308,15 +303,12 @@ pub(crate) fn route_outbox(
     event: &Event,
     payload: &str,
     now_ms: i64,
-) -> Result<Vec<i64>> {
+) -> Result<()> {
     let sinks = routing.sinks_for(kind);
-    let sinks = if sinks.is_empty() { vec![""] } else { sinks };
-    sinks
-        .into_iter()
-        .map(|sink| {
-            insert_outbox(conn, kind, sink, order_id, Some(source), Some(event.event_id.as_str()), payload, now_ms)
-        })
-        .collect()
+    for sink in if sinks.is_empty() { vec![""] } else { sinks } {
+        insert_outbox(conn, kind, sink, order_id, Some(source), Some(event.event_id.as_str()), payload, now_ms)?;
+    }
+    Ok(())
 }
 
 /// The plan's guarded `UPDATE`, which also appends the transition to the order's history (the audit lives in the

@@ -268,12 +268,7 @@ fn check_effects(view: &OrderView, found: &mut Vec<Violation>) {
     let transitions: BTreeSet<String> = view
         .history
         .iter()
-        .filter_map(|t| {
-            [OrderAction::Pay, OrderAction::Fail, OrderAction::Refund, OrderAction::Dispute]
-                .into_iter()
-                .find(|a| a.target() == t.to)
-                .map(|a| a.outbox_kind().to_owned())
-        })
+        .filter_map(|t| OrderAction::ALL.into_iter().find(|a| a.target() == t.to).map(|a| a.outbox_kind().to_owned()))
         .collect();
     let mut rows: BTreeMap<(&str, &str), usize> = BTreeMap::new();
     for row in view.outbox.iter().filter(|r| r.kind.starts_with("order.")) {

@@ -128,7 +128,8 @@ async fn order_histories_survive_the_move_into_the_orders_rows() {
 }
 
 /// A file written while the outbox was found through its `(order_id, kind, sink)` index (schema 5) lists every
-/// order's outbox rows, in order, after the move into `orders.outbox_ids`; new transitions add to that list.
+/// order's outbox rows, in order, after the move into `orders.outbox_ids`; every new row with an order is added to
+/// its list, whoever inserts it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outbox_rows_stay_with_their_orders_after_the_index_is_dropped() {
     let (_dir, path) = file_at_schema(
@@ -152,5 +153,15 @@ async fn outbox_rows_stay_with_their_orders_after_the_index_is_dropped() {
     let o = order_view(&store, "ord_o").await;
     assert_eq!(o.outbox.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>(), ["order.paid"]);
     assert!(o.outbox[0].id > 9, "ids keep growing after the table rebuild");
+    // A row inserted by another process that knows nothing of `outbox_ids` (an older payhook on the same file) is
+    // listed too: the database keeps the list.
+    side_connection(&path)
+        .execute_batch(
+            "INSERT INTO outbox (kind, sink, order_id, source, event_id, payload, status, created_at)
+                 VALUES ('order.failed', 'crm', 'ord_n', 'shop', 'evt_c', '{}', 'pending', 4)",
+        )
+        .expect("an older process's insert");
+    let n = order_view(&store, "ord_n").await;
+    assert_eq!(n.outbox.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>(), ["order.failed"]);
     store.shutdown();
 }
