@@ -8,8 +8,8 @@ use crate::pool;
 use deadpool_postgres::{Object, Pool};
 use payhook_core::event::{Effect, EventId, OrderId, SourceName};
 use payhook_store::{
-    AttemptEntry, AuditEntry, EventFilter, EventSummary, EventView, OrderView, OutboxFilter, OutboxView, Outcome,
-    Stats, StoreError,
+    AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, OrderView, OutboxFilter, OutboxView,
+    Outcome, Stats, StoreError,
 };
 use std::time::Duration;
 use tokio_postgres::Row;
@@ -32,6 +32,8 @@ const ATTEMPTS_SQL: &str = "SELECT a.attempt, a.at, a.outcome, a.detail
 const EVENT_AUDIT_SQL: &str = "SELECT source, event_id, event_type, from_status, to_status, at FROM order_audit
      WHERE order_id = $1 AND source = $2 AND event_id = $3 ORDER BY seq";
 // COLLATE "C": byte order, whatever the database's collation, as the SQLite backend sorts.
+const EVENT_BILLING_SQL: &str = "SELECT object, object_id, from_status, to_status, at FROM billing_audit
+     WHERE source = $1 AND event_id = $2 ORDER BY at, object COLLATE \"C\", object_id COLLATE \"C\"";
 const STATS_EVENTS_SQL: &str = "SELECT status, count(*) FROM inbox GROUP BY status ORDER BY status COLLATE \"C\"";
 const STATS_ORDERS_SQL: &str = "SELECT status, count(*) FROM orders GROUP BY status ORDER BY status COLLATE \"C\"";
 const STATS_OUTBOX_SQL: &str = "SELECT kind, count(*) FROM outbox GROUP BY kind ORDER BY kind COLLATE \"C\"";
@@ -156,17 +158,23 @@ pub(crate) async fn order(pool: &Pool, id: &OrderId) -> Result<Option<OrderView>
 /// the row, its attempts and its orderless outbox rows in a first round trip, then (its order being named by its
 /// effect) its changes and its order's outbox rows.
 pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Result<Option<EventView>> {
-    let (row, attempts, orderless, order_id, by_order) = with_connection(pool, async |client: &Object| {
+    let (row, attempts, orderless, billing, order_id, by_order) = with_connection(pool, async |client: &Object| {
         let event = client.prepare_cached(EVENT_SQL).await?;
         let attempts = client.prepare_cached(ATTEMPTS_SQL).await?;
         let orderless = client.prepare_cached(&orderless_outbox_sql()).await?;
+        let billing = client.prepare_cached(EVENT_BILLING_SQL).await?;
         let key: [&(dyn ToSql + Sync); 2] = [&source.as_str(), &id.as_str()];
-        let reads = vec![client.query(&event, &key), client.query(&attempts, &key), client.query(&orderless, &key)];
+        let reads = vec![
+            client.query(&event, &key),
+            client.query(&attempts, &key),
+            client.query(&orderless, &key),
+            client.query(&billing, &key),
+        ];
         let (begun, rows, _) = pipeline(Some(client.batch_execute(SNAPSHOT)), reads, none()).await;
         begun.expect("first was given")?;
         let mut rows = rows.into_iter();
-        let mut next = || rows.next().expect("three queries were sent");
-        let (row, attempts, orderless) = (next()?.into_iter().next(), next()?, next()?);
+        let mut next = || rows.next().expect("four queries were sent");
+        let (row, attempts, orderless, billing) = (next()?.into_iter().next(), next()?, next()?, next()?);
         // The order an event concerns is in its stored effect; a body that does not decode is reported below.
         let effect = row.as_ref().and_then(|r| r.try_get::<_, Option<String>>(2).ok().flatten());
         let order_id = match effect.and_then(|e| serde_json::from_str::<Effect>(&e).ok()) {
@@ -186,7 +194,7 @@ pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Res
         let (_, rows, ended) = pipeline(none(), reads, Some(client.batch_execute("COMMIT"))).await;
         ended.expect("last was given")?;
         let by_order = rows.into_iter().collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok((row, attempts, orderless, order_id, by_order))
+        Ok((row, attempts, orderless, billing, order_id, by_order))
     })
     .await?;
     let Some(r) = row else { return Ok(None) };
@@ -208,6 +216,16 @@ pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Res
         _ => (Vec::new(), Vec::new()),
     };
     outbox.extend(outbox_views(&orderless)?);
+    let mut billing_changes = Vec::with_capacity(billing.len());
+    for b in &billing {
+        billing_changes.push(BillingChange {
+            object: get(b, 0, "changed object")?,
+            object_id: get(b, 1, "changed object id")?,
+            from: get(b, 2, "billing change from")?,
+            to: get(b, 3, "billing change to")?,
+            at_ms: get(b, 4, "billing change time")?,
+        });
+    }
     Ok(Some(EventView {
         source: source.clone(),
         event_id: id.clone(),
@@ -224,6 +242,7 @@ pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Res
         raw_body: get(&r, 10, "body")?,
         attempt_log,
         changes,
+        billing_changes,
         outbox,
     }))
 }

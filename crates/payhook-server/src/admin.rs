@@ -13,8 +13,8 @@ use crate::settings::{Settings, SourceSettings};
 use base64::Engine;
 use payhook_core::event::{Effect, EventId, SourceName};
 use payhook_store::{
-    AttemptEntry, AuditEntry, EventFilter, EventSummary, EventView, OutboxFilter, OutboxView, Outcome, Parsed,
-    Replayed, Stats, Store, StoreError,
+    AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, OutboxFilter, OutboxView, Outcome,
+    Parsed, Replayed, Stats, Store, StoreError,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -166,6 +166,8 @@ pub struct EventDetail {
     pub attempt_log: Vec<AttemptEntry>,
     /// The order changes it made.
     pub changes: Vec<AuditEntry>,
+    /// The subscription and entitlement changes it made.
+    pub billing_changes: Vec<BillingChange>,
     /// The outbox rows it caused.
     pub outbox: Vec<OutboxView>,
 }
@@ -195,6 +197,7 @@ impl From<EventView> for EventDetail {
             body_encoding,
             attempt_log: v.attempt_log,
             changes: v.changes,
+            billing_changes: v.billing_changes,
             outbox: v.outbox,
         }
     }

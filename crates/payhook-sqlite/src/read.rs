@@ -5,8 +5,8 @@ use crate::writer::unavailable;
 use payhook_core::event::{Currency, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
 use payhook_store::{
-    AttemptEntry, AuditEntry, EventFilter, EventSummary, EventView, OrderView, OutboxFilter, OutboxView, Outcome,
-    Stats, StoreError,
+    AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, OrderView, OutboxFilter, OutboxView,
+    Outcome, Stats, StoreError,
 };
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 
@@ -239,6 +239,24 @@ fn event_in(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<
         ),
         &[&src.as_str(), &id.as_str()],
     )?);
+    let billing_changes = conn
+        .prepare_cached(
+            "SELECT object, object_id, from_status, to_status, at FROM billing_audit
+             WHERE source = ?1 AND event_id = ?2 ORDER BY at, object, object_id",
+        )
+        .map_err(unavailable)?
+        .query_map([src.as_str(), id.as_str()], |r| {
+            Ok(BillingChange {
+                object: r.get(0)?,
+                object_id: r.get(1)?,
+                from: r.get(2)?,
+                to: r.get(3)?,
+                at_ms: r.get(4)?,
+            })
+        })
+        .map_err(unavailable)?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(unavailable)?;
     Ok(Some(EventView {
         source: src.clone(),
         event_id: id.clone(),
@@ -255,6 +273,7 @@ fn event_in(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<
         raw_body: body,
         attempt_log,
         changes,
+        billing_changes,
         outbox,
     }))
 }

@@ -220,8 +220,25 @@ pub struct EventView {
     pub attempt_log: Vec<AttemptEntry>,
     /// The order changes it made.
     pub changes: Vec<AuditEntry>,
+    /// The subscription and entitlement changes it made.
+    pub billing_changes: Vec<BillingChange>,
     /// The outbox rows it caused.
     pub outbox: Vec<OutboxView>,
+}
+
+/// One change an event made to a subscription or an entitlement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BillingChange {
+    /// `subscription` or `entitlement`.
+    pub object: String,
+    /// The subscription's id, or the entitlement's invoice id.
+    pub object_id: String,
+    /// State before; `None` when the change created the row.
+    pub from: Option<String>,
+    /// State after.
+    pub to: String,
+    /// When, unix milliseconds.
+    pub at_ms: i64,
 }
 
 /// One recorded attempt at applying an event.

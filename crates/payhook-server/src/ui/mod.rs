@@ -653,6 +653,21 @@ async fn event<S: Store>(
                 }
             }
         } }
+        @if !d.billing_changes.is_empty() {
+            h2 { "Billing changes" }
+            div.scroll { table {
+                thead { tr { th { "Object" } th { "Id" } th { "From" } th { "To" } th { "At (UTC)" } } }
+                tbody {
+                    @for c in &d.billing_changes {
+                        tr {
+                            td { (c.object) } td.mono { (c.object_id) }
+                            td { @if let Some(from) = &c.from { (badge(from)) } @else { span.muted { "new" } } }
+                            td { (badge(&c.to)) } td.mono { (time(c.at_ms)) }
+                        }
+                    }
+                }
+            } }
+        }
         h2 { "Outbox rows" }
         (outbox_table(&d.outbox, &session.csrf))
         h2 { "Headers" }

@@ -124,6 +124,20 @@ async fn two_invoice_paid_deliveries_for_one_invoice_sent_together_grant_once() 
     let ents = api_get(&app, "/v1/customers/cus_team/entitlements").await;
     assert_eq!(ents.json["granted"], 1, "{}", ents.json);
     assert_eq!(outbox_count(&app, "entitlement.granted").await, 1);
+
+    // The operator sees which event granted it, and that the other changed nothing.
+    let applied = answers.iter().find(|a| a["status"] == "processed").expect("processed")["event_id"].clone();
+    let detail = api_get(&app, &format!("/v1/events/payments/{}", applied.as_str().expect("event id"))).await;
+    assert_eq!(
+        detail.json["billing_changes"],
+        json!([{"object": "entitlement", "object_id": "in_seat", "from": null, "to": "granted",
+                "at_ms": detail.json["billing_changes"][0]["at_ms"]}]),
+        "{}",
+        detail.json
+    );
+    let other = dup["event_id"].as_str().expect("event id");
+    let detail = api_get(&app, &format!("/v1/events/payments/{other}")).await;
+    assert_eq!(detail.json["billing_changes"], json!([]), "{}", detail.json);
 }
 
 /// Paystack: a refund that arrives before its charge refunds the order and the charge then changes nothing; a

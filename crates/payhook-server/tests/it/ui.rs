@@ -189,13 +189,14 @@ async fn ui_pages_render_after_login() {
     let session = login(&app).await;
     let cookie = Some(session.cookie.as_str());
     let unparseable = format!("/ui/events/payments/{}", not_json["event_id"].as_str().unwrap());
-    let pages: [(&str, &[&str]); 15] = [
+    let pages: [(&str, &[&str]); 16] = [
         ("/ui", &["id=\"count-dead_lettered\"", "<svg", "Deliveries by source"]),
         ("/ui/events", &["evt_late", "evt_paid"]),
         ("/ui/events?source=payments&status=dead_lettered&type=", &["evt_late"]),
         ("/ui/events?source=&status=processed&type=payment.succeeded", &["evt_paid"]),
         ("/ui/events/payments/evt_late", &["Replay this dead letter", "x-webhook-signature", "&quot;order_id&quot;"]),
         ("/ui/events/payments/evt_paid", &["order.paid", "ord_paid"]),
+        ("/ui/events/payments/evt_inv", &["Billing changes", "entitlement", "in_ui", "granted"]),
         (&unparseable, &["not json", "Replay this dead letter"]),
         ("/ui/dead-letters", &["evt_late", "bulk-preview"]),
         ("/ui/outbox", &["order.paid"]),

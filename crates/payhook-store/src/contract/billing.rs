@@ -1,6 +1,6 @@
 //! Contract cases for subscriptions, entitlements and signature nonces.
 
-use super::{T0, claim, claim_due, count, event_id, ingest, ingest_concurrently, processed, retry, source};
+use super::{T0, claim, claim_due, count, event_id, event_view, ingest, ingest_concurrently, processed, retry, source};
 use crate::{
     Delivery, EntitlementView, NonceClaim, NonceClaimed, OutboxFilter, Outcome, Parsed, PruneRequest, Retried, Store,
     SubscriptionView,
@@ -213,6 +213,27 @@ pub async fn the_end_of_a_subscription_revokes_its_entitlements<S: Store>(store:
     let changes: Vec<(Option<&str>, &str, &str)> =
         ent.history.iter().map(|h| (h.from.as_deref(), h.to.as_str(), h.event_id.as_str())).collect();
     assert_eq!(changes, [(None, "granted", "evt_ip"), (Some("granted"), "revoked", "evt_sd")]);
+    // Each event's detail lists the billing changes it made.
+    let made = async |id: &str| -> Vec<(String, String, Option<String>, String)> {
+        event_view(&store, id)
+            .await
+            .billing_changes
+            .into_iter()
+            .map(|c| (c.object, c.object_id, c.from, c.to))
+            .collect()
+    };
+    let change = |object: &str, id: &str, from: Option<&str>, to: &str| {
+        (object.to_owned(), id.to_owned(), from.map(str::to_owned), to.to_owned())
+    };
+    assert_eq!(made("evt_ip").await, [change("entitlement", "in_e", None, "granted")]);
+    assert_eq!(
+        made("evt_sd").await,
+        [
+            change("entitlement", "in_e", Some("granted"), "revoked"),
+            change("subscription", "sub_e", Some("active"), "canceled")
+        ]
+    );
+    assert!(made("evt_if").await.is_empty(), "a failed payment changes nothing");
     assert_eq!(outbox_count(&store, "entitlement.revoked").await, 1);
     assert_eq!(outbox_count(&store, "invoice.payment_failed").await, 1);
     assert_eq!(outbox_count(&store, "subscription.updated").await, 2);
