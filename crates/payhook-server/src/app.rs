@@ -2,6 +2,7 @@
 
 use crate::dispatcher::Dispatcher;
 use crate::error::ApiError;
+use crate::listener::{ConnectionMetrics, Listener, TlsError, TlsReloader};
 use crate::metrics::{self, DispatchMetrics, SourceMetrics};
 use crate::settings::{Settings, SourceSettings};
 use crate::worker::RetryWorker;
@@ -71,6 +72,8 @@ pub struct AppState<S> {
     /// The background tasks, for `/readyz`: unset while disabled.
     pub(crate) worker_task: OnceLock<AbortHandle>,
     pub(crate) dispatcher_task: OnceLock<AbortHandle>,
+    /// The public listener's connection counters.
+    pub(crate) connections: Arc<ConnectionMetrics>,
 }
 
 impl<S> AppState<S> {
@@ -118,16 +121,39 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
         .route("/outbox/{id}/retry", post(admin_api::retry_outbox::<S>))
         .route("/stats", get(admin_api::stats::<S>))
         .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&state), api::require_token::<S>));
-    Router::new()
+    let token = || axum::middleware::from_fn_with_state(Arc::clone(&state), api::require_token::<S>);
+    // Operator surfaces stay off the public port unless asked for: /metrics moves to its own listener or takes the
+    // API token; /openapi.json takes the token unless `server.public_openapi`.
+    let mut operator = Router::new();
+    if state.settings.metrics_listen.is_none() {
+        operator = operator.route("/metrics", get(metrics_text::<S>));
+    }
+    if !state.settings.public_openapi {
+        operator = operator.route("/openapi.json", get(openapi_json));
+    }
+    let mut public = Router::new()
         .route("/webhooks/{source}", post(ingest::handle::<S>))
         .nest("/v1", v1)
         .nest("/ui", ui::router(Arc::clone(&state)))
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz::<S>))
-        .route("/metrics", get(metrics_text::<S>))
-        .route("/openapi.json", get(openapi_json))
+        .route("/readyz", get(readyz::<S>));
+    if operator.has_routes() {
+        public = public.merge(operator.route_layer(token()));
+    }
+    if state.settings.public_openapi {
+        public = public.route("/openapi.json", get(openapi_json));
+    }
+    public
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .with_state(state)
+}
+
+/// The routes of the separate metrics listener (`server.metrics_listen`): `/metrics` without a token.
+fn metrics_router<S: Store>(state: Arc<AppState<S>>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_text::<S>))
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(state)
 }
 
@@ -188,6 +214,8 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
         stats,
         now_ms: now_ms(),
     });
+    let mut body = body;
+    state.connections.render_into(&mut body);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
@@ -203,6 +231,8 @@ pub(crate) async fn openapi_json() -> impl IntoResponse {
 pub struct Running<S> {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Where the separate metrics listener listens, when `server.metrics_listen` is set.
+    pub metrics_addr: Option<SocketAddr>,
     /// The shared state (sources and their counters).
     pub state: Arc<AppState<S>>,
     /// The worker, to drive by hand when the background one is disabled.
@@ -211,14 +241,32 @@ pub struct Running<S> {
     pub dispatcher: Dispatcher<S>,
     cancel: CancellationToken,
     server: JoinHandle<std::io::Result<()>>,
+    metrics_server: Option<JoinHandle<std::io::Result<()>>>,
+    tls: Option<Arc<TlsReloader>>,
     worker_task: Option<JoinHandle<()>>,
     dispatcher_task: Option<JoinHandle<()>>,
     prune_task: Option<JoinHandle<()>>,
 }
 
-/// Starts serving on `listener`, with the retry worker unless the settings disable it.
+/// Starts serving on `listener` (HTTPS when `settings.listener.tls` is set), with the retry worker unless the
+/// settings disable it, and the metrics listener when `settings.metrics_listen` is set.
 pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>) -> std::io::Result<Running<S>> {
     let addr = listener.local_addr()?;
+    let tls = match settings.listener.tls.clone() {
+        Some(tls) => Some(Arc::new(
+            TlsReloader::load(tls).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+        )),
+        None => None,
+    };
+    let metrics_listener = match settings.metrics_listen {
+        Some(at) => {
+            let std_listener = std::net::TcpListener::bind(at)?;
+            std_listener.set_nonblocking(true)?;
+            Some(TcpListener::from_std(std_listener)?)
+        }
+        None => None,
+    };
+    let metrics_addr = metrics_listener.as_ref().map(TcpListener::local_addr).transpose()?;
     let worker_wake = Arc::new(Notify::new());
     let worker = RetryWorker::new(Arc::clone(&store), settings.worker.clone(), Arc::clone(&worker_wake));
     let sources = settings
@@ -249,12 +297,20 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         dispatch_metrics: Arc::clone(dispatcher.metrics()),
         worker_task: OnceLock::new(),
         dispatcher_task: OnceLock::new(),
+        connections: Arc::new(ConnectionMetrics::default()),
     });
     let cancel = CancellationToken::new();
     let app = router(Arc::clone(&state));
-    let shutdown = cancel.clone();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
+    let public = Listener {
+        tcp: listener,
+        settings: state.settings.listener.clone(),
+        tls: tls.clone(),
+        metrics: Arc::clone(&state.connections),
+    };
+    let server = tokio::spawn(public.run(app, cancel.clone()));
+    let metrics_server = metrics_listener.map(|tcp| {
+        let settings = crate::settings::ListenerSettings { tls: None, ..state.settings.listener.clone() };
+        crate::listener::spawn_plain(tcp, settings, metrics_router(Arc::clone(&state)), cancel.clone())
     });
     let worker_task = state.settings.worker.enabled.then(|| tokio::spawn(worker.clone().run(cancel.clone())));
     let dispatcher_task =
@@ -268,14 +324,40 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     let prune_task = state.settings.retention.enabled.then(|| {
         tokio::spawn(crate::retention::run(Arc::clone(&state.store), state.settings.retention.clone(), cancel.clone()))
     });
-    Ok(Running { addr, state, worker, dispatcher, cancel, server, worker_task, dispatcher_task, prune_task })
+    Ok(Running {
+        addr,
+        metrics_addr,
+        state,
+        worker,
+        dispatcher,
+        cancel,
+        server,
+        metrics_server,
+        tls,
+        worker_task,
+        dispatcher_task,
+        prune_task,
+    })
 }
 
 impl<S: Store> Running<S> {
-    /// Graceful shutdown: stop accepting, let in-flight requests commit and be answered, stop the worker.
+    /// Reads the HTTPS certificate and key again (on SIGHUP); new connections use them, open ones keep theirs. On
+    /// failure the current ones stay in use. Without HTTPS there is nothing to reload.
+    pub fn reload_tls(&self) -> Result<bool, TlsError> {
+        match &self.tls {
+            Some(tls) => tls.reload().map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Graceful shutdown: stop accepting, close connections without a request in progress, let in-flight requests
+    /// commit and be answered for up to `server.shutdown_grace_ms` (then close what is left), stop the worker.
     pub async fn shutdown(self) -> std::io::Result<()> {
         self.cancel.cancel();
         let served = self.server.await.map_err(std::io::Error::other)?;
+        if let Some(metrics_server) = self.metrics_server {
+            let _ = metrics_server.await;
+        }
         if let Some(worker) = self.worker_task {
             let _ = worker.await;
         }

@@ -2,6 +2,7 @@
 //!
 //! - `app`: state, routes, start and graceful shutdown.
 //! - `ingest`: `POST /webhooks/{source}`, the hot path.
+//! - `listener`: the public listener: connection cap, header and idle timeouts, TLS, shutdown grace.
 //! - `api`: the `/v1` orders API behind the bearer token.
 //! - [`admin`]: operator actions (list, show, replay, bulk replay, outbox retry, stats), shared with the CLI;
 //!   `admin_api` serves them under `/v1`.
@@ -22,6 +23,7 @@ mod app;
 pub mod dispatcher;
 mod error;
 mod ingest;
+mod listener;
 mod metrics;
 mod openapi;
 pub mod retention;
@@ -32,5 +34,6 @@ pub mod worker;
 pub use api::parse_order;
 pub use app::{AppState, ROUTES, Running, SourceRuntime, now_ms, router, start};
 pub use error::ApiError;
+pub use listener::TlsError;
 pub use metrics::SourceMetrics;
-pub use settings::{RetentionSettings, Settings, SourceSettings, WorkerSettings};
+pub use settings::{ListenerSettings, RetentionSettings, Settings, SourceSettings, TlsSettings, WorkerSettings};

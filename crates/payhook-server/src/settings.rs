@@ -27,6 +27,56 @@ pub struct Settings {
     pub replay: ReplaySettings,
     /// How long settled events keep their payloads and dedup keys.
     pub retention: RetentionSettings,
+    /// The public listener's bounds, TLS and shutdown grace.
+    pub listener: ListenerSettings,
+    /// `/openapi.json` without the API token.
+    pub public_openapi: bool,
+    /// Serve `/metrics` on its own listener at this address (without a token) instead of on the public port
+    /// (where it takes the API token).
+    pub metrics_listen: Option<std::net::SocketAddr>,
+}
+
+/// The public listener's bounds: what an idle, slow or flooding client can hold, and for how long.
+#[derive(Debug, Clone)]
+pub struct ListenerSettings {
+    /// A request head (request line and headers) must be complete within this many milliseconds of its first byte
+    /// (of the accept, for a connection's first request); the connection is closed otherwise.
+    pub header_read_timeout_ms: u64,
+    /// A keep-alive connection without a request for this many milliseconds is closed.
+    pub keep_alive_idle_ms: u64,
+    /// Connections open at once at most; beyond it a new connection is closed at once.
+    pub max_connections: usize,
+    /// Largest request head in bytes (hyper's read buffer; at least 8192); larger heads are answered 431.
+    pub max_header_bytes: usize,
+    /// Most headers in a request; more are answered 431.
+    pub max_headers: usize,
+    /// On shutdown, requests in progress get this many milliseconds to finish; then what is left is closed.
+    pub shutdown_grace_ms: u64,
+    /// Serve HTTPS with this certificate and key instead of plain HTTP.
+    pub tls: Option<TlsSettings>,
+}
+
+impl Default for ListenerSettings {
+    fn default() -> Self {
+        Self {
+            header_read_timeout_ms: 10_000,
+            keep_alive_idle_ms: 60_000,
+            max_connections: 4_096,
+            max_header_bytes: 65_536,
+            max_headers: 100,
+            shutdown_grace_ms: 30_000,
+            tls: None,
+        }
+    }
+}
+
+/// The public listener's certificate chain and private key, in PEM files, read again on SIGHUP.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    /// The certificate chain, leaf first.
+    pub cert_path: std::path::PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_path: std::path::PathBuf,
 }
 
 /// How long settled events (processed, duplicate, ignored) keep their payloads and their dedup keys. Dead letters
@@ -179,6 +229,9 @@ impl Settings {
             dispatcher: DispatcherSettings::default(),
             replay: ReplaySettings::default(),
             retention: RetentionSettings::default(),
+            listener: ListenerSettings::default(),
+            public_openapi: false,
+            metrics_listen: None,
         }
     }
 }

@@ -9,7 +9,7 @@ use payhook_core::retry::RetryPolicy;
 use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
 use payhook_postgres::PgOptions;
 use payhook_server::settings::{AlertSettings, DispatcherSettings, ReplaySettings, SinkSettings};
-use payhook_server::{RetentionSettings, Settings, SourceSettings, WorkerSettings};
+use payhook_server::{ListenerSettings, RetentionSettings, Settings, SourceSettings, TlsSettings, WorkerSettings};
 use payhook_sqlite::{CommitSync, SqliteOptions};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -130,6 +130,22 @@ struct RawServer {
     api_token_env: Option<String>,
     body_limit_bytes: usize,
     body_timeout_ms: u64,
+    header_read_timeout_ms: u64,
+    keep_alive_idle_ms: u64,
+    max_connections: usize,
+    max_header_bytes: usize,
+    max_headers: usize,
+    shutdown_grace_ms: u64,
+    public_openapi: bool,
+    metrics_listen: String,
+    tls: Option<RawTls>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert_path: PathBuf,
+    key_path: PathBuf,
 }
 
 #[derive(Debug, Deserialize)]
@@ -406,6 +422,46 @@ fn merge(base: &mut toml::Table, user: toml::Table) {
     }
 }
 
+/// The public listener's bounds; each must be positive, and the header limit at least hyper's minimum buffer.
+fn resolve_listener(raw: &RawServer) -> Result<ListenerSettings> {
+    for (key, value) in [
+        ("header_read_timeout_ms", raw.header_read_timeout_ms),
+        ("keep_alive_idle_ms", raw.keep_alive_idle_ms),
+        ("max_connections", raw.max_connections as u64),
+        ("max_headers", raw.max_headers as u64),
+    ] {
+        if value == 0 {
+            bail!("server.{key} must be positive");
+        }
+    }
+    if raw.max_header_bytes < 8192 {
+        bail!(
+            "server.max_header_bytes must be at least 8192 (a request head needs room), not {}",
+            raw.max_header_bytes
+        );
+    }
+    let tls = match &raw.tls {
+        None => None,
+        Some(t) => {
+            for (key, path) in [("cert_path", &t.cert_path), ("key_path", &t.key_path)] {
+                if !path.is_file() {
+                    bail!("server.tls.{key}: {} is not a readable file", path.display());
+                }
+            }
+            Some(TlsSettings { cert_path: t.cert_path.clone(), key_path: t.key_path.clone() })
+        }
+    };
+    Ok(ListenerSettings {
+        header_read_timeout_ms: raw.header_read_timeout_ms,
+        keep_alive_idle_ms: raw.keep_alive_idle_ms,
+        max_connections: raw.max_connections,
+        max_header_bytes: raw.max_header_bytes,
+        max_headers: raw.max_headers,
+        shutdown_grace_ms: raw.shutdown_grace_ms,
+        tls,
+    })
+}
+
 fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
     let listen: SocketAddr = raw
         .server
@@ -440,6 +496,15 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
     settings.body_limit_bytes = raw.server.body_limit_bytes;
     settings.body_timeout_ms = raw.server.body_timeout_ms;
     settings.api_token = api_token;
+    settings.listener = resolve_listener(&raw.server)?;
+    settings.public_openapi = raw.server.public_openapi;
+    settings.metrics_listen = match raw.server.metrics_listen.trim() {
+        "" => None,
+        at => Some(at.parse().with_context(|| format!("server.metrics_listen: {at:?} is not an address"))?),
+    };
+    if settings.metrics_listen.is_some_and(|at| at == listen) {
+        bail!("server.metrics_listen: must differ from server.listen");
+    }
     settings.worker = WorkerSettings {
         enabled: raw.worker.enabled,
         poll_interval_ms: raw.worker.poll_interval_ms.max(1),

@@ -183,10 +183,49 @@ async fn serve(cfg: Config) -> Result<()> {
 /// Serves on `listen` with `store` until SIGTERM or Ctrl-C, then drains: whichever backend, the same runtime.
 async fn serve_with<S: Store>(listen: SocketAddr, settings: Settings, store: Arc<S>, db: &str) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    let https = settings.listener.tls.is_some();
     let running = payhook_server::start(listener, settings, store)?;
-    tracing::info!(addr = %running.addr, db, "payhook is listening");
-    running.serve_until(shutdown_signal()).await?;
+    tracing::info!(
+        addr = %running.addr,
+        scheme = if https { "https" } else { "http" },
+        metrics = ?running.metrics_addr,
+        db,
+        "payhook is listening"
+    );
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    let mut reload = reload_signal();
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(()) = reload.recv() => match running.reload_tls() {
+                Ok(true) => tracing::info!("SIGHUP: the TLS certificate and key were read again"),
+                Ok(false) => tracing::info!("SIGHUP: nothing to reload (no server.tls)"),
+                Err(e) => tracing::error!(error = %e, "SIGHUP: the TLS certificate and key could not be read; the previous ones stay in use"),
+            },
+        }
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+    running.shutdown().await?;
     Ok(())
+}
+
+/// SIGHUP, as a stream of reload requests (none where there are no Unix signals).
+fn reload_signal() -> tokio::sync::mpsc::Receiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    #[cfg(unix)]
+    if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                if tx.send(()).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    drop(tx);
+    rx
 }
 
 async fn shutdown_signal() {

@@ -294,6 +294,13 @@ impl TestApp {
         let status = resp.status();
         (status, resp.text().await.expect("body"))
     }
+
+    /// `GET path` with the API token, as text.
+    pub async fn get_text_authorized(&self, path: &str) -> (StatusCode, String) {
+        let resp = self.client.get(self.url(path)).bearer_auth(API_TOKEN).send().await.expect("GET");
+        let status = resp.status();
+        (status, resp.text().await.expect("body"))
+    }
 }
 
 /// One recorded delivery, straight from `store` (usable once the app's `running` has been moved out).

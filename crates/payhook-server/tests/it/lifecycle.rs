@@ -26,7 +26,7 @@ async fn health_readiness_and_metrics_report_deliveries_and_verification_failure
     let body = app.encode("stripe", &event("evt_5", Pay, "ord_1", 100));
     app.post_raw("stripe", &app.sign("stripe", &body, now_secs() - 3600), body).await;
 
-    let (status, text) = app.get_text("/metrics").await;
+    let (status, text) = app.get_text_authorized("/metrics").await;
     assert_eq!(status, StatusCode::OK);
     let value = |series: &str| -> u64 {
         text.lines()

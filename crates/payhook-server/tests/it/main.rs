@@ -8,6 +8,7 @@ mod helpers;
 mod hostile;
 mod ingest;
 mod lifecycle;
+mod listener;
 mod metrics;
 mod openapi;
 mod orders;

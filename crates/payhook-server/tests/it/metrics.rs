@@ -1,7 +1,7 @@
 //! `/metrics` after a known workload: every counter exact, every histogram counting what it should, and the text
 //! well formed.
 
-use crate::helpers::{TestApp, event, now_secs};
+use crate::helpers::{API_TOKEN, TestApp, event, now_secs};
 use axum::Router;
 use axum::routing::post;
 use payhook_core::event::OrderAction::Pay;
@@ -109,7 +109,7 @@ async fn metrics_count_a_known_workload_exactly() {
     let pass = app.running.dispatcher.run_until_idle(now_ms()).await.expect("dispatch");
     assert_eq!(pass.delivered, processed);
 
-    let resp = app.client.get(app.url("/metrics")).send().await.expect("GET /metrics");
+    let resp = app.client.get(app.url("/metrics")).bearer_auth(API_TOKEN).send().await.expect("GET /metrics");
     assert_eq!(resp.status(), StatusCode::OK);
     let content_type = resp.headers()[reqwest::header::CONTENT_TYPE].to_str().unwrap().to_owned();
     assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");

@@ -12,7 +12,7 @@ fn documented(path: &str) -> bool {
 #[tokio::test]
 async fn the_openapi_document_describes_every_route_with_its_method() {
     let app = TestApp::spawn().await;
-    let reply = read_json(app.client.get(app.url("/openapi.json")).send().await.unwrap()).await;
+    let reply = read_json(app.client.get(app.url("/openapi.json")).bearer_auth(API_TOKEN).send().await.unwrap()).await;
     assert_eq!(reply.status, StatusCode::OK);
     let doc = reply.json;
     assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")), "{doc}");

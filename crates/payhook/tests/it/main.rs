@@ -5,5 +5,6 @@ mod admin_cli;
 mod cli;
 mod crash;
 mod helpers;
+mod hostile;
 mod postgres;
 mod serve;
