@@ -151,6 +151,7 @@ async fn serve(cfg: Config) -> Result<()> {
     if cfg.settings.api_token.is_none() {
         tracing::warn!("no API token is configured: /v1 answers 401 (set PAYHOOK_API_TOKEN)");
     }
+    warn_if_fd_limit_below(cfg.settings.listener.max_connections);
     let db = cfg.storage.describe();
     match cfg.storage {
         StorageConfig::Sqlite(options) => {
@@ -210,6 +211,32 @@ async fn serve_with<S: Store>(listen: SocketAddr, settings: Settings, store: Arc
     Ok(())
 }
 
+/// Descriptors payhook needs beside its connections: the database and its WAL, the listeners, sinks, logs.
+const FD_HEADROOM: u64 = 64;
+
+/// Warns when the process's soft limit of open files is below `server.max_connections` plus headroom: the cap would
+/// never be reached, and accepts would fail with "too many open files" instead (logged by the listener).
+fn warn_if_fd_limit_below(max_connections: usize) {
+    let Some(soft) = std::fs::read_to_string("/proc/self/limits").ok().and_then(|limits| soft_nofile(&limits)) else {
+        return;
+    };
+    let needed = max_connections as u64 + FD_HEADROOM;
+    if soft < needed {
+        tracing::warn!(
+            open_files_limit = soft,
+            max_connections,
+            "the open-file limit is below server.max_connections + {FD_HEADROOM}: raise it (ulimit -n, systemd \
+             LimitNOFILE) to at least {needed}, or lower server.max_connections"
+        );
+    }
+}
+
+/// The soft limit of `Max open files` in the text of `/proc/self/limits`.
+fn soft_nofile(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
+}
+
 /// SIGHUP, as a stream of reload requests (none where there are no Unix signals).
 fn reload_signal() -> tokio::sync::mpsc::Receiver<()> {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
@@ -246,4 +273,19 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::soft_nofile;
+
+    #[test]
+    fn the_soft_open_file_limit_is_read_from_proc_limits() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max cpu time              unlimited            unlimited            seconds   \n\
+                      Max open files            1024                 524288               files     \n";
+        assert_eq!(soft_nofile(limits), Some(1024));
+        assert_eq!(soft_nofile("Max open files  unlimited  unlimited  files"), None);
+        assert_eq!(soft_nofile(""), None);
+    }
 }
