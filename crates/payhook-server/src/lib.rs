@@ -3,6 +3,8 @@
 //! - `app`: state, routes, start and graceful shutdown.
 //! - `ingest`: `POST /webhooks/{source}`, the hot path.
 //! - `api`: the `/v1` orders API behind the bearer token.
+//! - `auth`: the API token for `/v1` and the dashboard's login: the client's address, the comparison, the
+//!   throttle on failures.
 //! - [`admin`]: operator actions (list, show, replay, bulk replay, outbox retry, stats), shared with the CLI;
 //!   `admin_api` serves them under `/v1`.
 //! - [`worker`]: the retry worker for deferred events.
@@ -19,6 +21,7 @@ pub mod admin;
 mod admin_api;
 mod api;
 mod app;
+mod auth;
 pub mod dispatcher;
 mod error;
 mod ingest;
@@ -31,6 +34,7 @@ pub mod worker;
 
 pub use api::parse_order;
 pub use app::{AppState, ROUTES, Running, SourceRuntime, now_ms, router, start};
+pub use auth::{InvalidIpRange, IpRange};
 pub use error::ApiError;
 pub use metrics::SourceMetrics;
-pub use settings::{RetentionSettings, Settings, SourceSettings, WorkerSettings};
+pub use settings::{AuthSettings, RetentionSettings, Settings, SourceSettings, WorkerSettings};
