@@ -772,10 +772,11 @@ mod tests {
                 ("PAYHOOK_SERVER__LISTEN", "0.0.0.0:9090"),
                 ("PAYHOOK_WORKER__CLAIM_BATCH", "7"),
                 ("PAYHOOK_RETENTION__ENABLED", "false"),
-                ("PAYHOOK_API_TOKEN", "not-an-override"),
+                ("PAYHOOK_API_TOKEN", "not-an-override-but-the-token"),
             ]),
         )
         .unwrap();
+        assert_eq!(c.settings.api_token.as_ref().map(Secret::expose), Some("not-an-override-but-the-token"));
         assert_eq!(c.listen.to_string(), "0.0.0.0:9090");
         assert_eq!(c.settings.worker.claim_batch, 7);
         assert!(!c.settings.retention.enabled);
@@ -919,7 +920,7 @@ mod tests {
         assert_eq!(token(&c), Some(TOKEN_40));
         assert_eq!(c.api_token_origin, TokenOrigin::Env("PAYHOOK_API_TOKEN".into()));
         let c = with_env(&format!("[server]\napi_token = \"  {TOKEN_40} \"\n"), &[]).unwrap();
-        assert_eq!((token(&c), c.api_token_origin), (Some(TOKEN_40), TokenOrigin::Inline));
+        assert_eq!((token(&c), &c.api_token_origin), (Some(TOKEN_40), &TokenOrigin::Inline));
     }
 
     #[test]
@@ -931,15 +932,15 @@ mod tests {
             "{err}"
         );
         let c = with_env(text, &[("SOME_UNSET_VAR", TOKEN_40)]).unwrap();
-        assert_eq!((token(&c), c.api_token_origin), (Some(TOKEN_40), TokenOrigin::Env("SOME_UNSET_VAR".into())));
+        assert_eq!((token(&c), &c.api_token_origin), (Some(TOKEN_40), &TokenOrigin::Env("SOME_UNSET_VAR".into())));
         // An inline token wins, and then the variable is not needed.
         let inline = format!("{text}api_token = \"{TOKEN_40}\"\n");
         assert_eq!(with_env(&inline, &[]).unwrap().api_token_origin, TokenOrigin::Inline);
         // The default variable unset: no token, the API closed.
         let c = with_env("", &[]).unwrap();
-        assert_eq!((token(&c), c.api_token_origin), (None, TokenOrigin::Unset(Some(DEFAULT_TOKEN_ENV.into()))));
+        assert_eq!((token(&c), &c.api_token_origin), (None, &TokenOrigin::Unset(Some(DEFAULT_TOKEN_ENV.into()))));
         let c = with_env("[server]\napi_token_env = \"\"\n", &[]).unwrap();
-        assert_eq!((token(&c), c.api_token_origin), (None, TokenOrigin::Unset(None)));
+        assert_eq!((token(&c), &c.api_token_origin), (None, &TokenOrigin::Unset(None)));
     }
 
     #[test]
