@@ -34,7 +34,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-export PAYHOOK_API_TOKEN=bench-token
+export PAYHOOK_API_TOKEN=bench-token-0123456789abcdef
 sep='?'; [[ $db == *\?* ]] && sep='&'
 
 config() { # file port schema storage-toml

@@ -29,7 +29,7 @@ work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
-export PAYHOOK_API_TOKEN=bench-token
+export PAYHOOK_API_TOKEN=bench-token-0123456789abcdef
 
 modes=(group-pipelined group-in-commit per-event)
 declare -A storage=([group-pipelined]='fsync = "pipelined"' [group-in-commit]='fsync = "in-commit"' \

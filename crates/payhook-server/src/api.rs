@@ -2,10 +2,11 @@
 //! bearer token.
 
 use crate::app::{AppState, now_ms};
+use crate::auth::{Client, Refusal, Surface};
 use crate::error::ApiError;
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, Request, State};
+use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -13,18 +14,19 @@ use payhook_core::event::{Currency, CustomerId, Money, OrderId, SubscriptionId};
 use payhook_store::{NewOrder, OrderView, Registered, Store};
 use serde::Deserialize;
 use serde_json::json;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use subtle::ConstantTimeEq;
 
-/// Rejects requests without `Authorization: Bearer <token>`, comparing in constant time.
+/// Lets through requests with the right `Authorization: Bearer <token>`, through [`crate::auth::AuthGate`]: compared in
+/// constant time, and refused with 429 for a client address that failed too often, whatever it sends.
 pub(crate) async fn require_token<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     // An empty token would match a request without any Authorization header: treat it as no token at all.
-    let Some(expected) = state.settings.api_token.as_ref().filter(|t| !t.expose().is_empty()) else {
-        return Err(ApiError::Unauthorized {
+    let Some(expected) = state.settings.api_token.as_ref().filter(|t| !t.expose().trim().is_empty()) else {
+        return Err(ApiError::TokenRequired {
             reason: "api_disabled",
             message: "no API token is configured (set server.api_token_env or server.api_token)".into(),
         });
@@ -35,11 +37,15 @@ pub(crate) async fn require_token<S: Store>(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map_or("", |(_, token)| token.trim());
-    if bool::from(given.as_bytes().ct_eq(expected.expose().as_bytes())) {
-        Ok(next.run(request).await)
-    } else {
-        Err(ApiError::Unauthorized { reason: "missing_token", message: "a valid bearer token is required".into() })
+        .map(|(_, token)| token);
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    let client = Client::of(peer, request.headers(), &state.settings.auth.trusted_proxies);
+    match state.auth.authenticate(Surface::Api, client, expected, given, now_ms()) {
+        Ok(()) => Ok(next.run(request).await),
+        Err(Refusal::Throttled { retry_after_secs }) => Err(ApiError::TooManyAuthFailures { retry_after_secs }),
+        Err(Refusal::Missing | Refusal::Wrong) => {
+            Err(ApiError::TokenRequired { reason: "missing_token", message: "a valid bearer token is required".into() })
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Building and running the HTTP application: shared state, routes, the worker, and graceful shutdown.
 
+use crate::auth::AuthGate;
 use crate::dispatcher::Dispatcher;
 use crate::error::ApiError;
 use crate::listener::{ConnectionMetrics, Listener, TlsError, TlsReloader};
@@ -67,6 +68,8 @@ pub struct AppState<S> {
     pub(crate) throughput: metrics::Throughput,
     /// The dashboard's logged-in sessions.
     pub(crate) ui_sessions: ui::Sessions,
+    /// The API token's gate for `/v1` and the dashboard's login, with the throttle on failures.
+    pub(crate) auth: AuthGate,
     /// The dispatcher's send latencies.
     pub(crate) dispatch_metrics: Arc<DispatchMetrics>,
     /// The background tasks, for `/readyz`: unset while disabled.
@@ -211,6 +214,7 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
         sources: names.into_iter().map(|n| (n.as_str(), &state.sources[n].metrics)),
         dispatch: &state.dispatch_metrics,
         writer: state.store.writer_metrics(),
+        auth: state.auth.snapshot(),
         stats,
         now_ms: now_ms(),
     });
@@ -285,6 +289,7 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         .collect();
     let dispatcher_wake = Arc::new(Notify::new());
     let dispatcher = Dispatcher::new(Arc::clone(&store), &settings, Arc::clone(&dispatcher_wake));
+    let auth = AuthGate::new(&settings.auth);
     let state = Arc::new(AppState {
         store,
         settings,
@@ -294,6 +299,7 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         bulk_replay: tokio::sync::Mutex::new(()),
         throughput: metrics::Throughput::default(),
         ui_sessions: ui::Sessions::default(),
+        auth,
         dispatch_metrics: Arc::clone(dispatcher.metrics()),
         worker_task: OnceLock::new(),
         dispatcher_task: OnceLock::new(),

@@ -16,13 +16,27 @@ pub enum ApiError {
     /// No source or object by that name.
     #[error("{0}")]
     NotFound(String),
-    /// The signature is missing, malformed, stale or wrong, or the API token is.
+    /// The signature is missing, malformed, stale or wrong.
     #[error("{message}")]
     Unauthorized {
-        /// Stable reason code (`missing_header`, `malformed`, `stale`, `mismatch`, `missing_token`).
+        /// Stable reason code (`missing_header`, `malformed`, `stale`, `mismatch`, …).
         reason: &'static str,
         /// What was wrong.
         message: String,
+    },
+    /// The `/v1` bearer token is missing or wrong, or no token is configured: 401 with `WWW-Authenticate: Bearer`.
+    #[error("{message}")]
+    TokenRequired {
+        /// Stable reason code (`missing_token`, `api_disabled`).
+        reason: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// The client's address failed to give the API token too often: 429 with `Retry-After`, whatever it sent.
+    #[error("too many failed attempts at the API token from this address; retry in {retry_after_secs} s")]
+    TooManyAuthFailures {
+        /// Seconds until the address may try again.
+        retry_after_secs: u64,
     },
     /// The route exists but not with this method.
     #[error("method not allowed on this route")]
@@ -93,6 +107,8 @@ impl ApiError {
         match self {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Unauthorized { reason, .. } => (StatusCode::UNAUTHORIZED, reason),
+            ApiError::TokenRequired { reason, .. } => (StatusCode::UNAUTHORIZED, reason),
+            ApiError::TooManyAuthFailures { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_auth_failures"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
@@ -142,6 +158,15 @@ impl IntoResponse for ApiError {
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        match self {
+            ApiError::TokenRequired { .. } => {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::TooManyAuthFailures { retry_after_secs } => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            }
+            _ => {}
         }
         response
     }

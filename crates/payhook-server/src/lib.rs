@@ -4,6 +4,8 @@
 //! - `ingest`: `POST /webhooks/{source}`, the hot path.
 //! - `listener`: the public listener: connection cap, header and idle timeouts, TLS, shutdown grace.
 //! - `api`: the `/v1` orders API behind the bearer token.
+//! - `auth`: the API token for `/v1` and the dashboard's login: the client's address, the comparison, the
+//!   throttle on failures.
 //! - [`admin`]: operator actions (list, show, replay, bulk replay, outbox retry, stats), shared with the CLI;
 //!   `admin_api` serves them under `/v1`.
 //! - [`worker`]: the retry worker for deferred events.
@@ -20,6 +22,7 @@ pub mod admin;
 mod admin_api;
 mod api;
 mod app;
+mod auth;
 pub mod dispatcher;
 mod error;
 mod ingest;
@@ -33,7 +36,10 @@ pub mod worker;
 
 pub use api::parse_order;
 pub use app::{AppState, ROUTES, Running, SourceRuntime, now_ms, router, start};
+pub use auth::{InvalidIpRange, IpRange};
 pub use error::ApiError;
 pub use listener::TlsError;
 pub use metrics::SourceMetrics;
-pub use settings::{ListenerSettings, RetentionSettings, Settings, SourceSettings, TlsSettings, WorkerSettings};
+pub use settings::{
+    AuthSettings, ListenerSettings, RetentionSettings, Settings, SourceSettings, TlsSettings, WorkerSettings,
+};

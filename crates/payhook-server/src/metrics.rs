@@ -5,6 +5,7 @@
 //! time, from [`Store::stats`] and [`Store::writer_metrics`]. The text is written by hand: a dozen families
 //! do not need a metrics library, and the names and labels stay in one file.
 
+use crate::auth::{SURFACES, Surface};
 use payhook_store::metrics::{Histogram, HistogramSnapshot, WriterMetrics};
 use payhook_store::{Outcome, Stats};
 use std::fmt::Write;
@@ -99,6 +100,40 @@ impl DispatchMetrics {
     }
 }
 
+/// Refusals of the API token, by surface (`auth::SURFACES`): failed attempts, and attempts refused unread because
+/// their address failed too often.
+#[derive(Debug, Default)]
+pub(crate) struct AuthMetrics {
+    failures: [AtomicU64; SURFACES.len()],
+    throttled: [AtomicU64; SURFACES.len()],
+}
+
+impl AuthMetrics {
+    /// Counts an attempt with a missing or wrong token.
+    pub(crate) fn failed(&self, surface: Surface) {
+        self.failures[surface.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an attempt refused because its address is throttled.
+    pub(crate) fn throttled(&self, surface: Surface) {
+        self.throttled[surface.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters, with the number of addresses the throttle holds.
+    pub(crate) fn snapshot(&self, addresses: usize) -> AuthSnapshot {
+        let load = |c: &[AtomicU64; SURFACES.len()]| std::array::from_fn(|i| c[i].load(Ordering::Relaxed));
+        AuthSnapshot { failures: load(&self.failures), throttled: load(&self.throttled), addresses: addresses as u64 }
+    }
+}
+
+/// The authentication counters at one scrape.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AuthSnapshot {
+    failures: [u64; SURFACES.len()],
+    throttled: [u64; SURFACES.len()],
+    addresses: u64,
+}
+
 fn micros(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
@@ -109,6 +144,7 @@ pub(crate) struct Scrape<'a, I> {
     pub(crate) sources: I,
     pub(crate) dispatch: &'a DispatchMetrics,
     pub(crate) writer: WriterMetrics,
+    pub(crate) auth: AuthSnapshot,
     /// `None` when the database could not be read: the in-memory families are rendered all the same.
     pub(crate) stats: Option<Stats>,
     pub(crate) now_ms: i64,
@@ -176,6 +212,37 @@ where
     sample(&mut out, "payhook_writer_queue_capacity", "", w.queue_capacity);
     family(&mut out, "payhook_writer_up", "gauge", "1 while the writer takes work.");
     sample(&mut out, "payhook_writer_up", "", u64::from(w.running));
+
+    family(
+        &mut out,
+        "payhook_auth_failures_total",
+        "counter",
+        "Attempts with a missing or wrong API token, by surface (api: /v1, ui: the dashboard's login).",
+    );
+    for s in SURFACES {
+        sample(
+            &mut out,
+            "payhook_auth_failures_total",
+            &format!("surface=\"{}\"", s.as_str()),
+            scrape.auth.failures[s.index()],
+        );
+    }
+    family(
+        &mut out,
+        "payhook_auth_throttled_total",
+        "counter",
+        "Attempts answered 429 because their client address failed too often, by surface.",
+    );
+    for s in SURFACES {
+        sample(
+            &mut out,
+            "payhook_auth_throttled_total",
+            &format!("surface=\"{}\"", s.as_str()),
+            scrape.auth.throttled[s.index()],
+        );
+    }
+    family(&mut out, "payhook_auth_throttle_addresses", "gauge", "Client addresses the authentication throttle holds.");
+    sample(&mut out, "payhook_auth_throttle_addresses", "", scrape.auth.addresses);
 
     family(&mut out, "payhook_stats_up", "gauge", "1 when the database answered this scrape's row counts.");
     sample(&mut out, "payhook_stats_up", "", u64::from(scrape.stats.is_some()));

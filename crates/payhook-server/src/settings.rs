@@ -13,7 +13,8 @@ pub struct Settings {
     pub body_limit_bytes: usize,
     /// How long a client may take to send its body, in milliseconds; slower ones are answered 408.
     pub body_timeout_ms: u64,
-    /// Bearer token for `/v1`; without one the API answers 401 to everyone.
+    /// Bearer token for `/v1` and the dashboard's login, compared with surrounding whitespace trimmed; without one
+    /// (or with an empty one) both answer 401 to everyone.
     pub api_token: Option<Secret>,
     /// The retry worker.
     pub worker: WorkerSettings,
@@ -34,6 +35,8 @@ pub struct Settings {
     /// Serve `/metrics` on its own listener at this address (without a token) instead of on the public port
     /// (where it takes the API token).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Who the client of a request is, and how often a client may fail to give the API token.
+    pub auth: AuthSettings,
 }
 
 /// The public listener's bounds: what an idle, slow or flooding client can hold, and for how long.
@@ -77,6 +80,28 @@ pub struct TlsSettings {
     pub cert_path: std::path::PathBuf,
     /// The private key (PKCS#8, PKCS#1 or SEC1).
     pub key_path: std::path::PathBuf,
+}
+
+/// The client address of a request and the throttle on failed attempts at the API token (`/v1` and the dashboard's
+/// login share it).
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    /// Peers whose `X-Forwarded-For` is believed: from them, the client is the right-most forwarded address that is
+    /// not itself in this list. Empty: the peer is always the client.
+    pub trusted_proxies: Vec<crate::auth::IpRange>,
+    /// Failed attempts a client address regains per minute.
+    pub failures_per_minute: u32,
+    /// Failed attempts a client address may make in a row before it is answered 429, whatever it sends.
+    pub failure_burst: u32,
+    /// Client addresses the throttle holds at most; when full, addresses whose allowance has refilled are
+    /// forgotten first, else the least recently seen.
+    pub max_addresses: usize,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self { trusted_proxies: Vec::new(), failures_per_minute: 10, failure_burst: 10, max_addresses: 10_000 }
+    }
 }
 
 /// How long settled events (processed, duplicate, ignored) keep their payloads and their dedup keys. Dead letters
@@ -232,6 +257,7 @@ impl Settings {
             listener: ListenerSettings::default(),
             public_openapi: false,
             metrics_listen: None,
+            auth: AuthSettings::default(),
         }
     }
 }

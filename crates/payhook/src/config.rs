@@ -9,7 +9,9 @@ use payhook_core::retry::RetryPolicy;
 use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
 use payhook_postgres::PgOptions;
 use payhook_server::settings::{AlertSettings, DispatcherSettings, ReplaySettings, SinkSettings};
-use payhook_server::{ListenerSettings, RetentionSettings, Settings, SourceSettings, TlsSettings, WorkerSettings};
+use payhook_server::{
+    AuthSettings, IpRange, ListenerSettings, RetentionSettings, Settings, SourceSettings, TlsSettings, WorkerSettings,
+};
 use payhook_sqlite::{CommitSync, SqliteOptions};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -139,6 +141,10 @@ struct RawServer {
     public_openapi: bool,
     metrics_listen: String,
     tls: Option<RawTls>,
+    trusted_proxies: Vec<String>,
+    auth_failures_per_minute: u32,
+    auth_failure_burst: u32,
+    auth_throttle_max_addresses: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,6 +209,25 @@ pub struct Config {
     pub storage: StorageConfig,
     /// How logs are written.
     pub log_format: LogFormat,
+    /// Where the API token came from.
+    pub api_token_origin: TokenOrigin,
+}
+
+/// The variable `server.api_token_env` names by default. Unset, it means no token: `/v1` and the dashboard are
+/// closed and `payhook serve` warns. Any other variable it names must be set.
+pub const DEFAULT_TOKEN_ENV: &str = "PAYHOOK_API_TOKEN";
+/// The shortest API token accepted, in characters, once surrounding whitespace is trimmed.
+pub const MIN_TOKEN_CHARS: usize = 24;
+
+/// Where the API token came from, for `config check` and the startup warning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenOrigin {
+    /// `server.api_token`, in the file or from `PAYHOOK_SERVER__API_TOKEN`.
+    Inline,
+    /// The environment variable `server.api_token_env` names.
+    Env(String),
+    /// No token: the default variable is unset (`Some` of it), or `server.api_token_env` is empty (`None`).
+    Unset(Option<String>),
 }
 
 /// The store `storage.url` selects, with its resolved options.
@@ -275,7 +300,8 @@ impl Config {
         let mut merged: toml::Table = toml::from_str(DEFAULT_TOML).context("the built-in defaults do not parse")?;
         let user: toml::Table = toml::from_str(text).map_err(|e| anyhow::anyhow!("{name}: {}", located(text, &e)))?;
         merge(&mut merged, user);
-        let overrides = env_overrides(env)?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let overrides = env_overrides(env.iter().cloned())?;
         for (var, path, value) in &overrides {
             set_path(&mut merged, path, value.clone()).with_context(|| format!("environment variable {var}"))?;
         }
@@ -292,7 +318,8 @@ impl Config {
             }
         };
         let raw: RawConfig = RawConfig::deserialize(merged).map_err(|e| blame(e.to_string()))?;
-        resolve(raw, file).map_err(|e| blame(format!("{e:#}")))
+        let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        resolve(raw, file, &var).map_err(|e| blame(format!("{e:#}")))
     }
 }
 
@@ -462,17 +489,43 @@ fn resolve_listener(raw: &RawServer) -> Result<ListenerSettings> {
     })
 }
 
-fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
+/// The API token: `server.api_token` when set, else the variable `server.api_token_env` names, read through `var`;
+/// trimmed of surrounding whitespace (a trailing newline from a secrets file is not part of it), and at least
+/// [`MIN_TOKEN_CHARS`] long.
+fn resolve_api_token(
+    server: &RawServer,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Option<Secret>, TokenOrigin)> {
+    let checked = |token: &str, setting: &str| -> Result<Secret> {
+        if token.chars().count() < MIN_TOKEN_CHARS {
+            bail!("{setting}: the API token must be at least {MIN_TOKEN_CHARS} characters");
+        }
+        Ok(Secret::new(token))
+    };
+    if let Some(token) = server.api_token.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+        return Ok((Some(checked(token, "server.api_token")?), TokenOrigin::Inline));
+    }
+    let Some(name) = server.api_token_env.as_deref().map(str::trim).filter(|n| !n.is_empty()) else {
+        return Ok((None, TokenOrigin::Unset(None)));
+    };
+    match var(name) {
+        Some(value) => {
+            let token = checked(value.trim(), &format!("server.api_token_env ({name})"))?;
+            Ok((Some(token), TokenOrigin::Env(name.to_owned())))
+        }
+        None if name == DEFAULT_TOKEN_ENV => Ok((None, TokenOrigin::Unset(Some(name.to_owned())))),
+        None => bail!("server.api_token_env ({name}): the environment variable {name} is not set"),
+    }
+}
+
+fn resolve(raw: RawConfig, file: Option<PathBuf>, var: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
     let listen: SocketAddr = raw
         .server
         .listen
         .parse()
         .with_context(|| format!("server.listen: {:?} is not an address", raw.server.listen))?;
-    let api_token = match (&raw.server.api_token, &raw.server.api_token_env) {
-        (Some(t), _) if !t.is_empty() => Some(Secret::new(t.clone())),
-        (_, Some(var)) => std::env::var(var).ok().filter(|t| !t.is_empty()).map(Secret::new),
-        _ => None,
-    };
+    let (api_token, api_token_origin) = resolve_api_token(&raw.server, var)?;
+    let auth = resolve_auth(&raw.server)?;
     if raw.server.body_limit_bytes == 0 {
         bail!("server.body_limit_bytes must be positive");
     }
@@ -505,6 +558,7 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
     if settings.metrics_listen.is_some_and(|at| at == listen) {
         bail!("server.metrics_listen: must differ from server.listen");
     }
+    settings.auth = auth;
     settings.worker = WorkerSettings {
         enabled: raw.worker.enabled,
         poll_interval_ms: raw.worker.poll_interval_ms.max(1),
@@ -553,7 +607,29 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
     }
     let mut storage = storage;
     storage.set_routing(settings.routing());
-    Ok(Config { file, listen, settings, storage, log_format })
+    Ok(Config { file, listen, settings, storage, log_format, api_token_origin })
+}
+
+fn resolve_auth(server: &RawServer) -> Result<AuthSettings> {
+    let mut trusted_proxies = Vec::new();
+    for (i, text) in server.trusted_proxies.iter().enumerate() {
+        trusted_proxies.push(IpRange::parse(text).with_context(|| format!("server.trusted_proxies[{i}]"))?);
+    }
+    for (key, value) in [
+        ("auth_failures_per_minute", server.auth_failures_per_minute as usize),
+        ("auth_failure_burst", server.auth_failure_burst as usize),
+        ("auth_throttle_max_addresses", server.auth_throttle_max_addresses),
+    ] {
+        if value == 0 {
+            bail!("server.{key}: must be positive");
+        }
+    }
+    Ok(AuthSettings {
+        trusted_proxies,
+        failures_per_minute: server.auth_failures_per_minute,
+        failure_burst: server.auth_failure_burst,
+        max_addresses: server.auth_throttle_max_addresses,
+    })
 }
 
 fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
@@ -763,10 +839,11 @@ mod tests {
                 ("PAYHOOK_SERVER__LISTEN", "0.0.0.0:9090"),
                 ("PAYHOOK_WORKER__CLAIM_BATCH", "7"),
                 ("PAYHOOK_RETENTION__ENABLED", "false"),
-                ("PAYHOOK_API_TOKEN", "not-an-override"),
+                ("PAYHOOK_API_TOKEN", "not-an-override-but-the-token"),
             ]),
         )
         .unwrap();
+        assert_eq!(c.settings.api_token.as_ref().map(Secret::expose), Some("not-an-override-but-the-token"));
         assert_eq!(c.listen.to_string(), "0.0.0.0:9090");
         assert_eq!(c.settings.worker.claim_batch, 7);
         assert!(!c.settings.retention.enabled);
@@ -871,5 +948,90 @@ mod tests {
     fn an_unknown_fsync_mode_is_named() {
         let err = format!("{:#}", Config::from_toml("[storage]\nfsync = \"never\"\n", "t", None).unwrap_err());
         assert!(err.contains("storage.fsync"), "{err}");
+    }
+
+    const TOKEN_40: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    fn with_env(text: &str, env: &[(&str, &str)]) -> Result<Config> {
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        Config::from_toml_and_env(text, "f.toml", None, env)
+    }
+
+    fn token(c: &Config) -> Option<&str> {
+        c.settings.api_token.as_ref().map(Secret::expose)
+    }
+
+    #[test]
+    fn an_api_token_shorter_than_24_characters_is_refused_naming_the_setting() {
+        let err = format!("{:#}", with_env("", &[("PAYHOOK_API_TOKEN", "0123456789")]).unwrap_err());
+        assert!(
+            err.contains("server.api_token_env (PAYHOOK_API_TOKEN): the API token must be at least 24 characters"),
+            "{err}"
+        );
+        assert!(!err.contains("0123456789"), "the token is echoed: {err}");
+        // Whitespace does not count: 23 characters and a newline are still too short.
+        let err =
+            format!("{:#}", with_env("", &[("PAYHOOK_API_TOKEN", &format!("{}\n", &TOKEN_40[..23]))]).unwrap_err());
+        assert!(err.contains("at least 24 characters"), "{err}");
+        let text = "[server]\nlisten = \"127.0.0.1:8080\"\napi_token = \"x\"\n";
+        let err = format!("{:#}", with_env(text, &[]).unwrap_err());
+        assert!(err.starts_with("f.toml:3: server.api_token: the API token must be at least 24"), "{err}");
+        // Exactly 24 is enough.
+        let c = with_env("", &[("PAYHOOK_API_TOKEN", &TOKEN_40[..24])]).unwrap();
+        assert_eq!(token(&c), Some(&TOKEN_40[..24]));
+    }
+
+    #[test]
+    fn the_api_token_is_trimmed_of_surrounding_whitespace() {
+        let c = with_env("", &[("PAYHOOK_API_TOKEN", &format!("{TOKEN_40}\n"))]).unwrap();
+        assert_eq!(token(&c), Some(TOKEN_40));
+        assert_eq!(c.api_token_origin, TokenOrigin::Env("PAYHOOK_API_TOKEN".into()));
+        let c = with_env(&format!("[server]\napi_token = \"  {TOKEN_40} \"\n"), &[]).unwrap();
+        assert_eq!((token(&c), &c.api_token_origin), (Some(TOKEN_40), &TokenOrigin::Inline));
+    }
+
+    #[test]
+    fn an_api_token_env_naming_an_unset_variable_is_an_error_unless_it_is_the_default() {
+        let text = "[server]\napi_token_env = \"SOME_UNSET_VAR\"\n";
+        let err = format!("{:#}", with_env(text, &[]).unwrap_err());
+        assert!(
+            err.starts_with("f.toml:2: server.api_token_env (SOME_UNSET_VAR): the environment variable SOME_UNSET_VAR"),
+            "{err}"
+        );
+        let c = with_env(text, &[("SOME_UNSET_VAR", TOKEN_40)]).unwrap();
+        assert_eq!((token(&c), &c.api_token_origin), (Some(TOKEN_40), &TokenOrigin::Env("SOME_UNSET_VAR".into())));
+        // An inline token wins, and then the variable is not needed.
+        let inline = format!("{text}api_token = \"{TOKEN_40}\"\n");
+        assert_eq!(with_env(&inline, &[]).unwrap().api_token_origin, TokenOrigin::Inline);
+        // The default variable unset: no token, the API closed.
+        let c = with_env("", &[]).unwrap();
+        assert_eq!((token(&c), &c.api_token_origin), (None, &TokenOrigin::Unset(Some(DEFAULT_TOKEN_ENV.into()))));
+        let c = with_env("[server]\napi_token_env = \"\"\n", &[]).unwrap();
+        assert_eq!((token(&c), &c.api_token_origin), (None, &TokenOrigin::Unset(None)));
+    }
+
+    #[test]
+    fn trusted_proxies_and_the_throttle_are_resolved_and_checked() {
+        let c = with_env("", &[]).unwrap();
+        let auth = &c.settings.auth;
+        assert!(auth.trusted_proxies.is_empty());
+        assert_eq!((auth.failures_per_minute, auth.failure_burst, auth.max_addresses), (10, 10, 10_000));
+
+        let text = "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"127.0.0.1\", \"fd00::/8\"]\n\
+                    auth_failures_per_minute = 5\nauth_failure_burst = 20\nauth_throttle_max_addresses = 100\n";
+        let auth = with_env(text, &[]).unwrap().settings.auth;
+        let proxies: Vec<String> = auth.trusted_proxies.iter().map(ToString::to_string).collect();
+        assert_eq!(proxies, ["10.0.0.0/8", "127.0.0.1/32", "fd00::/8"]);
+        assert_eq!((auth.failures_per_minute, auth.failure_burst, auth.max_addresses), (5, 20, 100));
+
+        let err =
+            format!("{:#}", with_env("[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"proxy\"]\n", &[]).unwrap_err());
+        assert!(err.starts_with("f.toml:2: server.trusted_proxies[1]: \"proxy\" is not an IP address"), "{err}");
+        let err = format!("{:#}", with_env("[server]\ntrusted_proxies = [\"10.1.0.0/8\"]\n", &[]).unwrap_err());
+        assert!(err.contains("server.trusted_proxies[0]") && err.contains("10.0.0.0/8"), "{err}");
+        for key in ["auth_failures_per_minute", "auth_failure_burst", "auth_throttle_max_addresses"] {
+            let err = format!("{:#}", with_env(&format!("[server]\n{key} = 0\n"), &[]).unwrap_err());
+            assert!(err.contains(&format!("server.{key}: must be positive")), "{err}");
+        }
     }
 }

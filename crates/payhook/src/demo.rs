@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-const TOKEN: &str = "demo-token";
+/// The demo's API token: public, like the demo, and long enough for the configuration's minimum.
+const TOKEN: &str = "demo-token-0123456789abcdef";
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const FORGER: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 

@@ -17,7 +17,7 @@ mod table;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use config::{Config, LogFormat, StorageConfig};
+use config::{Config, LogFormat, StorageConfig, TokenOrigin};
 use payhook_postgres::PgStore;
 use payhook_server::Settings;
 use payhook_sqlite::SqliteStore;
@@ -116,10 +116,7 @@ async fn run(cli: Cli) -> Result<()> {
             println!("{file}: ok");
             println!("  listen   {}", cfg.listen);
             println!("  storage  {}", cfg.storage.describe());
-            println!(
-                "  api      {}",
-                if cfg.settings.api_token.is_some() { "token set" } else { "no token: /v1 is closed" }
-            );
+            println!("  api      {}", describe_token(&cfg));
             for s in &cfg.settings.sources {
                 println!(
                     "  source   {:<16} POST /webhooks/{} ({:?}, {:?})",
@@ -144,12 +141,24 @@ async fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// Where the API token comes from and how long it is, never the token: `config check`'s `api` line.
+fn describe_token(cfg: &Config) -> String {
+    let chars = cfg.settings.api_token.as_ref().map_or(0, |t| t.expose().chars().count());
+    match &cfg.api_token_origin {
+        TokenOrigin::Inline => format!("token set (from server.api_token, {chars} characters)"),
+        TokenOrigin::Env(var) => format!("token set (from {var}, {chars} characters)"),
+        TokenOrigin::Unset(Some(var)) => format!("no token: /v1 and the dashboard are closed ({var} is not set)"),
+        TokenOrigin::Unset(None) => "no token: /v1 and the dashboard are closed (server.api_token_env is empty)".into(),
+    }
+}
+
 async fn serve(cfg: Config) -> Result<()> {
     if cfg.settings.sources.is_empty() {
         tracing::warn!("no sources are configured: every webhook will be answered 404");
     }
-    if cfg.settings.api_token.is_none() {
-        tracing::warn!("no API token is configured: /v1 answers 401 (set PAYHOOK_API_TOKEN)");
+    if let TokenOrigin::Unset(var) = &cfg.api_token_origin {
+        let set = var.as_deref().unwrap_or("server.api_token_env or server.api_token");
+        tracing::warn!("no API token is configured: /v1 and the dashboard answer 401 to everyone (set {set})");
     }
     warn_if_fd_limit_below(cfg.settings.listener.max_connections);
     let db = cfg.storage.describe();

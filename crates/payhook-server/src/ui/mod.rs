@@ -16,11 +16,12 @@ pub(crate) use session::Sessions;
 use crate::admin::{self, EventQuery, OutboxQuery, ReplayFilter};
 use crate::admin_api::{replay_many, replay_one, retry_one_outbox};
 use crate::app::{AppState, now_ms};
+use crate::auth::{Client, Refusal, Surface};
 use crate::error::ApiError;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Extension, Form, Path, Query, Request, State};
+use axum::extract::{ConnectInfo, Extension, Form, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -31,8 +32,8 @@ use payhook_store::{EventSummary, OutboxView, Outcome, Store};
 use render::{Frame, Section, badge, csrf_field, time};
 use serde::Deserialize;
 use session::Session;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use subtle::ConstantTimeEq;
 
 /// The largest form the dashboard reads; its forms are a few short fields.
 const FORM_LIMIT_BYTES: usize = 16 * 1024;
@@ -213,17 +214,31 @@ async fn login_page<S: Store>(State(state): State<Arc<AppState<S>>>, headers: He
 
 async fn login<S: Store>(
     State(state): State<Arc<AppState<S>>>,
+    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
     // An empty token would let an empty form in: without a configured token the dashboard is closed, as /v1 is.
-    let Some(expected) = state.settings.api_token.as_ref().filter(|t| !t.expose().is_empty()) else {
+    let Some(expected) = state.settings.api_token.as_ref().filter(|t| !t.expose().trim().is_empty()) else {
         let page = login_form(Some("No API token is configured (server.api_token_env), so the dashboard is closed."));
         return (StatusCode::UNAUTHORIZED, Html(page.into_string())).into_response();
     };
-    if !bool::from(form.token.trim().as_bytes().ct_eq(expected.expose().as_bytes())) {
-        tracing::warn!("dashboard login refused: wrong token");
-        return (StatusCode::UNAUTHORIZED, Html(login_form(Some("Wrong token.")).into_string())).into_response();
+    let peer = connect.map(|Extension(ConnectInfo(peer))| peer);
+    let client = Client::of(peer, &headers, &state.settings.auth.trusted_proxies);
+    match state.auth.authenticate(Surface::Ui, client, expected, Some(&form.token), now_ms()) {
+        Ok(()) => {}
+        Err(Refusal::Throttled { retry_after_secs }) => {
+            let (status, message) = ApiError::TooManyAuthFailures { retry_after_secs }.status_and_message();
+            // "too many failed attempts …; retry in 6 s" as a sentence.
+            let sentence = format!("{}{}.", message[..1].to_uppercase(), &message[1..]);
+            let page = login_form(Some(&sentence));
+            let mut response = (status, Html(page.into_string())).into_response();
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            return response;
+        }
+        Err(Refusal::Missing | Refusal::Wrong) => {
+            return (StatusCode::UNAUTHORIZED, Html(login_form(Some("Wrong token.")).into_string())).into_response();
+        }
     }
     let new = match state.ui_sessions.create(now_ms()) {
         Ok(new) => new,

@@ -1,6 +1,7 @@
 //! Integration tests of payhook-server: the real app on a real socket over a real SQLite file.
 
 mod admin;
+mod auth;
 mod dispatch;
 mod failpoints;
 mod faults;

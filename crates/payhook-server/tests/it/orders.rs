@@ -18,6 +18,7 @@ async fn the_api_refuses_requests_without_the_right_bearer_token() {
         let reply = read_json(req.send().await.unwrap()).await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.json);
         assert_eq!(reply.json["error"], "missing_token");
+        assert_eq!(reply.headers["www-authenticate"], "Bearer");
         let message = reply.json["message"].as_str().unwrap();
         assert!(message.contains("token") && !message.contains("signature"), "{message}");
     }
@@ -95,6 +96,7 @@ async fn without_a_configured_token_the_api_is_closed_to_everyone() {
             let reply = read_json(req.send().await.unwrap()).await;
             assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "token {token:?}: {}", reply.json);
             assert_eq!(reply.json["error"], "api_disabled", "token {token:?}");
+            assert_eq!(reply.headers["www-authenticate"], "Bearer");
         }
         assert_eq!(app.stats().await.orders, vec![]);
     }

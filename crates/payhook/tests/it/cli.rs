@@ -381,3 +381,71 @@ fn payhook_demo_runs_to_completion_and_explains_each_case() {
     assert_eq!(stdout.matches("   why: ").count(), 8, "every case says why:\n{stdout}");
     assert!(stdout.contains("attempts per row") && !stdout.contains("\"error\""), "{stdout}");
 }
+
+/// A token from `openssl rand -hex 20`: 40 characters.
+const ENV_TOKEN: &str = "5f1c0e9a7b3d2c4e6f8a0b1c2d3e4f5a6b7c8d9e";
+
+/// The standard configuration with its inline token taken out, so that `server.api_token_env` decides.
+fn without_inline_token(config: String) -> String {
+    config.lines().filter(|l| !l.starts_with("api_token =")).map(|l| format!("{l}\n")).collect()
+}
+
+#[tokio::test]
+async fn the_api_token_from_the_environment_is_trimmed_and_a_short_or_missing_one_is_refused() {
+    let dir = TestDir::new();
+    dir.write("env.toml", &without_inline_token(config_toml(free_port())));
+    let run = |args: &[&str], token: Option<&str>| {
+        let mut cmd = dir.payhook();
+        if let Some(token) = token {
+            cmd.env("PAYHOOK_API_TOKEN", token);
+        }
+        cmd.args(["--config", "env.toml"]).args(args).stdin(std::process::Stdio::null()).output().unwrap()
+    };
+
+    // Ten characters: `config check` and `serve` both refuse, naming the setting and never the token.
+    for args in [&["config", "check"][..], &["serve"]] {
+        let out = run(args, Some("0123456789"));
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?} accepted a 10-character token: {}", text(&out.stdout));
+        assert!(
+            stderr.contains("server.api_token_env (PAYHOOK_API_TOKEN): the API token must be at least 24 characters"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("0123456789"), "the token is echoed: {stderr}");
+    }
+
+    // With a trailing newline (as `$(cat token-file)` in some shells, or a secrets mount, leaves it).
+    let out = run(&["config", "check"], Some(&format!("{ENV_TOKEN}\n")));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("token set (from PAYHOOK_API_TOKEN, 40 characters)"), "{stdout}");
+    assert!(!stdout.contains(ENV_TOKEN), "config check prints the token: {stdout}");
+    let server =
+        Server::start_edited_with_env(&dir, without_inline_token, &[("PAYHOOK_API_TOKEN", &format!("{ENV_TOKEN}\n"))])
+            .await;
+    let resp = server.client.get(server.url("/v1/orders/ord_none")).bearer_auth(ENV_TOKEN).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND, "the trimmed token is not accepted: {}", server.log());
+    drop(server);
+
+    // A variable that is named but unset is an error; the default one unset closes the API with a warning.
+    let unset = without_inline_token(config_toml(8099));
+    dir.write("unset.toml", &unset.replacen("[server]\n", "[server]\napi_token_env = \"SOME_UNSET_VAR\"\n", 1));
+    let out = dir.run(&["--config", "unset.toml", "config", "check"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "an unset variable passed: {}", text(&out.stdout));
+    assert!(
+        stderr.contains("server.api_token_env (SOME_UNSET_VAR): the environment variable SOME_UNSET_VAR is not set"),
+        "{stderr}"
+    );
+    let out = run(&["config", "check"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("no token: /v1 and the dashboard are closed (PAYHOOK_API_TOKEN is not set)"));
+    let server = Server::start_edited(&dir, without_inline_token).await;
+    let resp = server.client.get(server.url("/v1/orders/ord_none")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        server.log().contains("no API token is configured") && server.log().contains("(set PAYHOOK_API_TOKEN)"),
+        "{}",
+        server.log()
+    );
+}

@@ -17,7 +17,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
-pub const API_TOKEN: &str = "it-api-token-0123456789";
+pub const API_TOKEN: &str = "it-api-token-0123456789abcdef";
 pub const SECRET: &str = "whsec_test";
 pub const SOURCE: &str = "payments";
 pub const AMOUNT: i64 = 1999;
@@ -128,6 +128,11 @@ impl Server {
 
     /// Like [`Server::start`], with the standard test configuration passed through `edit`.
     pub async fn start_edited(dir: &TestDir, edit: impl Fn(String) -> String) -> Self {
+        Self::start_edited_with_env(dir, edit, &[]).await
+    }
+
+    /// Like [`Server::start_edited`], with `env` added to the child's environment.
+    pub async fn start_edited_with_env(dir: &TestDir, edit: impl Fn(String) -> String, env: &[(&str, &str)]) -> Self {
         // Another process may grab the port between our probe and the server's bind: try a few ports.
         for _ in 0..3 {
             let port = free_port();
@@ -141,6 +146,7 @@ impl Server {
                 .arg("serve")
                 // Every delivery's own line too (debug), so tests can read what was recorded.
                 .env("PAYHOOK_LOG", "info,payhook_server::ingest=debug")
+                .envs(env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(log_file.try_clone().expect("clone log handle"))
                 .stderr(log_file)

@@ -1,0 +1,573 @@
+//! The API token, for both surfaces that take it: the `/v1` bearer token and the dashboard's login form.
+//!
+//! - [`Client`]: which address is asking — the peer's, or, when the peer is a trusted proxy, the right-most
+//!   `X-Forwarded-For` hop that is not itself one ([`client_ip`]).
+//! - [`token_matches`]: the comparison, of SHA-256 digests in constant time, so neither the content nor the length
+//!   of the configured token shows in how long a refusal takes.
+//! - [`AuthGate`]: the comparison behind a token bucket of failures per client address. An address whose bucket
+//!   is empty is refused with 429 whatever it sends, the right token included, until a failure's worth has
+//!   refilled; a success costs nothing. Every refusal is counted and logged with the client's address, never
+//!   with what was submitted.
+//!
+//! Time is a parameter (`now_ms`), so the bucket is tested without sleeping.
+
+use crate::metrics::AuthMetrics;
+use crate::settings::AuthSettings;
+use axum::http::HeaderMap;
+use payhook_core::signature::Secret;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Mutex;
+use subtle::ConstantTimeEq;
+
+/// Where the API token was tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Surface {
+    /// A `/v1` request's `Authorization: Bearer` header.
+    Api,
+    /// The dashboard's login form.
+    Ui,
+}
+
+/// Every surface, in the order the metrics render them.
+pub(crate) const SURFACES: [Surface; 2] = [Surface::Api, Surface::Ui];
+
+impl Surface {
+    /// The `surface` label and log field.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Surface::Api => "api",
+            Surface::Ui => "ui",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Surface::Api => 0,
+            Surface::Ui => 1,
+        }
+    }
+}
+
+/// Why an attempt was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// No token was submitted (no `Authorization: Bearer` header, an empty form field).
+    Missing,
+    /// A token was submitted and it is not the configured one.
+    Wrong,
+    /// The client's address failed too often: refused without looking at the token.
+    Throttled {
+        /// Seconds until the address may try again.
+        retry_after_secs: u64,
+    },
+}
+
+impl Refusal {
+    /// The `reason` log field.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            Refusal::Missing => "missing",
+            Refusal::Wrong => "wrong",
+            Refusal::Throttled { .. } => "throttled",
+        }
+    }
+}
+
+/// Whether `given` is the `expected` token, both trimmed of surrounding whitespace.
+///
+/// Compares the SHA-256 digests of the two in constant time: the digests always have the same length, so the time
+/// taken says nothing about the configured token's length or about how much of it a guess got right.
+pub(crate) fn token_matches(expected: &str, given: &str) -> bool {
+    let expected = Sha256::digest(expected.trim().as_bytes());
+    let given = Sha256::digest(given.trim().as_bytes());
+    bool::from(expected.as_slice().ct_eq(given.as_slice()))
+}
+
+/// A range of addresses, `10.0.0.0/8`, `fd00::/8`, or one address (`127.0.0.1`, a `/32` or `/128`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpRange {
+    network: IpAddr,
+    prefix_len: u8,
+}
+
+/// Why a string is not an [`IpRange`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidIpRange {
+    /// Neither an address nor `address/prefix`.
+    #[error("{0:?} is not an IP address or a CIDR range (such as 10.0.0.0/8 or fd00::/8)")]
+    Syntax(String),
+    /// The prefix is longer than the address.
+    #[error("{0:?}: the prefix length is longer than the address ({1} bits at most)")]
+    PrefixTooLong(String, u8),
+    /// Bits are set beyond the prefix: probably a typo for an address or for a wider range.
+    #[error("{0:?} has bits set beyond its prefix: write {1}")]
+    HostBits(String, IpRange),
+}
+
+impl IpRange {
+    /// Parses `a.b.c.d`, `a.b.c.d/n`, an IPv6 address or `ipv6/n`. IPv4-mapped IPv6 addresses are taken as the
+    /// IPv4 address they map.
+    pub fn parse(text: &str) -> Result<Self, InvalidIpRange> {
+        let syntax = || InvalidIpRange::Syntax(text.to_owned());
+        let (addr, prefix) = match text.trim().split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix.parse::<u8>().map_err(|_| syntax())?)),
+            None => (text.trim(), None),
+        };
+        let addr = addr.parse::<IpAddr>().map_err(|_| syntax())?;
+        let bits = bits_of(addr);
+        let prefix_len = prefix.unwrap_or(bits);
+        if prefix_len > bits {
+            return Err(InvalidIpRange::PrefixTooLong(text.to_owned(), bits));
+        }
+        let range = IpRange { network: mask(addr, prefix_len), prefix_len };
+        if range.network != addr {
+            return Err(InvalidIpRange::HostBits(text.to_owned(), range));
+        }
+        // `::ffff:10.0.0.0/104` is `10.0.0.0/8`: peers are compared in their canonical form.
+        if let IpAddr::V6(v6) = addr
+            && let Some(v4) = v6.to_ipv4_mapped()
+            && prefix_len >= 96
+        {
+            return Ok(IpRange { network: IpAddr::V4(v4), prefix_len: prefix_len - 96 });
+        }
+        Ok(range)
+    }
+
+    /// Whether `ip` is in this range (an IPv4-mapped IPv6 address counts as its IPv4 address).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        bits_of(ip) == bits_of(self.network) && mask(ip, self.prefix_len) == self.network
+    }
+}
+
+impl fmt::Display for IpRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix_len)
+    }
+}
+
+fn bits_of(ip: IpAddr) -> u8 {
+    match ip {
+        IpAddr::V4(_) => 32,
+        IpAddr::V6(_) => 128,
+    }
+}
+
+/// `ip` with every bit beyond the first `prefix_len` cleared.
+fn mask(ip: IpAddr, prefix_len: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let keep = u32::MAX.checked_shl(32 - u32::from(prefix_len.min(32))).unwrap_or(0);
+            IpAddr::V4((u32::from(v4) & keep).into())
+        }
+        IpAddr::V6(v6) => {
+            let keep = u128::MAX.checked_shl(128 - u32::from(prefix_len.min(128))).unwrap_or(0);
+            IpAddr::V6((u128::from(v6) & keep).into())
+        }
+    }
+}
+
+/// The client's address: `peer`, unless `peer` is a trusted proxy; then the right-most address of
+/// `X-Forwarded-For` (every value of the header, in order, comma-separated) that is not itself a trusted proxy.
+///
+/// Each proxy appends the address it received the request from, so entries right of the last untrusted one were
+/// written by proxies the operator runs, and entries left of it by whoever sent the request: a client that forges
+/// `X-Forwarded-For: 1.2.3.4` only adds entries that are never read. A header with an entry that is not an address
+/// (`unknown`, an empty entry) is not believed at all: the peer is the client. When every entry is a trusted proxy,
+/// the left-most one is. IPv4-mapped IPv6 addresses are taken as IPv4; an entry may carry a port (`1.2.3.4:5678`,
+/// `[2001:db8::1]:443`).
+pub fn client_ip<'a>(peer: IpAddr, forwarded_for: impl IntoIterator<Item = &'a str>, trusted: &[IpRange]) -> IpAddr {
+    let peer = peer.to_canonical();
+    let is_trusted = |ip: IpAddr| trusted.iter().any(|range| range.contains(ip));
+    if !is_trusted(peer) {
+        return peer;
+    }
+    let mut hops = Vec::new();
+    for value in forwarded_for {
+        for entry in value.split(',') {
+            match parse_hop(entry.trim()) {
+                Some(ip) => hops.push(ip),
+                None => return peer,
+            }
+        }
+    }
+    hops.iter().rev().copied().find(|ip| !is_trusted(*ip)).or_else(|| hops.first().copied()).unwrap_or(peer)
+}
+
+fn parse_hop(entry: &str) -> Option<IpAddr> {
+    let ip = entry.parse::<IpAddr>().or_else(|_| entry.parse::<SocketAddr>().map(|s| s.ip())).ok()?;
+    Some(ip.to_canonical())
+}
+
+/// Who is asking: the client's address as [`client_ip`] decides it, and the connection's peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Client {
+    /// The client's address; `None` when the connection's address is unknown (a router served without
+    /// `ConnectInfo`, as in tests): all such requests share one bucket.
+    pub(crate) addr: Option<IpAddr>,
+    /// The connection's peer, when known.
+    pub(crate) peer: Option<IpAddr>,
+}
+
+impl Client {
+    /// The client of a request from `peer` (the `ConnectInfo<SocketAddr>` the server attaches to each request;
+    /// `None` without it) and the request's `X-Forwarded-For`, believed only from `trusted` peers.
+    pub(crate) fn of(peer: Option<SocketAddr>, headers: &HeaderMap, trusted: &[IpRange]) -> Self {
+        let peer = peer.map(|p| p.ip().to_canonical());
+        let forwarded = headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok());
+        let addr = peer.map(|peer| if trusted.is_empty() { peer } else { client_ip(peer, forwarded, trusted) });
+        Client { addr, peer }
+    }
+}
+
+/// The throttle's key for an address: IPv6 addresses by their /64, since one host commonly holds a whole /64 and
+/// could otherwise try 2^64 addresses' worth of tokens.
+fn bucket_key(addr: Option<IpAddr>) -> Option<IpAddr> {
+    addr.map(|ip| match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & (u128::MAX << 64))),
+    })
+}
+
+/// A token's worth of refill: the bucket counts in 1/60,000ths of a token, so that refilling at `per_minute` tokens a
+/// minute adds exactly `per_minute` units a millisecond and the arithmetic stays in integers.
+const UNITS_PER_TOKEN: u64 = 60_000;
+
+/// One address's allowance of failures: `units` (see [`UNITS_PER_TOKEN`]) at `at_ms`, refilling at the configured
+/// rate up to the burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bucket {
+    units: u64,
+    at_ms: i64,
+    /// The address was already refused once since its bucket last had a token; its further refusals are logged at
+    /// debug level (they are still counted).
+    announced: bool,
+}
+
+/// What the throttle decided about one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// The token matched and the address had a token left.
+    Accepted,
+    /// The token did not match; one of the address's tokens is spent.
+    Failed,
+    /// The address has no token left: refused without regard to the token.
+    Throttled {
+        /// Milliseconds until one token is back.
+        retry_after_ms: u64,
+        /// The first refusal since the bucket emptied.
+        first: bool,
+    },
+}
+
+/// A token bucket of authentication failures per client address, bounded in the number of addresses it holds.
+#[derive(Debug)]
+pub(crate) struct Throttle {
+    per_minute: u64,
+    burst_units: u64,
+    max_addresses: usize,
+    buckets: Mutex<HashMap<Option<IpAddr>, Bucket>>,
+}
+
+impl Throttle {
+    pub(crate) fn new(per_minute: u32, burst: u32, max_addresses: usize) -> Self {
+        Self {
+            per_minute: u64::from(per_minute.max(1)),
+            burst_units: u64::from(burst.max(1)) * UNITS_PER_TOKEN,
+            max_addresses: max_addresses.max(1),
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `bucket` as it stands at `now_ms` (a clock that went back refills nothing).
+    fn refilled(&self, bucket: Bucket, now_ms: i64) -> Bucket {
+        let elapsed_ms = u64::try_from(now_ms.saturating_sub(bucket.at_ms)).unwrap_or(0);
+        let units = bucket.units.saturating_add(elapsed_ms.saturating_mul(self.per_minute)).min(self.burst_units);
+        Bucket { units, at_ms: now_ms.max(bucket.at_ms), announced: bucket.announced && units < UNITS_PER_TOKEN }
+    }
+
+    /// Decides an attempt from `addr` at `now_ms` whose token `matched` (or not), in one step under the lock so
+    /// that concurrent attempts from one address cannot spend the same token twice.
+    pub(crate) fn attempt(&self, addr: Option<IpAddr>, matched: bool, now_ms: i64) -> Admission {
+        let key = bucket_key(addr);
+        let mut buckets = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let current = buckets.get(&key).map(|b| self.refilled(*b, now_ms));
+        if let Some(bucket) = current
+            && bucket.units < UNITS_PER_TOKEN
+        {
+            let retry_after_ms = (UNITS_PER_TOKEN - bucket.units).div_ceil(self.per_minute);
+            buckets.insert(key, Bucket { announced: true, ..bucket });
+            return Admission::Throttled { retry_after_ms, first: !bucket.announced };
+        }
+        if matched {
+            return Admission::Accepted;
+        }
+        let bucket = match current {
+            Some(bucket) => bucket,
+            None => {
+                self.make_room(&mut buckets, now_ms);
+                Bucket { units: self.burst_units, at_ms: now_ms, announced: false }
+            }
+        };
+        buckets.insert(key, Bucket { units: bucket.units - UNITS_PER_TOKEN, ..bucket });
+        Admission::Failed
+    }
+
+    /// Frees a place for one more address when the table is full: first the addresses whose buckets have refilled
+    /// (they are as good as absent), else the eighth that failed least recently, so that a flood of new addresses
+    /// pays for a scan of the table once every `max_addresses / 8` of them rather than every time.
+    fn make_room(&self, buckets: &mut HashMap<Option<IpAddr>, Bucket>, now_ms: i64) {
+        if buckets.len() < self.max_addresses {
+            return;
+        }
+        buckets.retain(|_, b| self.refilled(*b, now_ms).units < self.burst_units);
+        if buckets.len() < self.max_addresses {
+            return;
+        }
+        let mut ages: Vec<i64> = buckets.values().map(|b| b.at_ms).collect();
+        let evict = (ages.len() / 8).max(1);
+        let (_, cutoff, _) = ages.select_nth_unstable(evict - 1);
+        let cutoff = *cutoff;
+        buckets.retain(|_, b| b.at_ms > cutoff);
+    }
+
+    /// Addresses held.
+    pub(crate) fn addresses(&self) -> usize {
+        self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+}
+
+/// The API token's gate for both surfaces: the comparison, the throttle, the counters and the log lines.
+#[derive(Debug)]
+pub(crate) struct AuthGate {
+    throttle: Throttle,
+    metrics: AuthMetrics,
+}
+
+impl AuthGate {
+    pub(crate) fn new(settings: &AuthSettings) -> Self {
+        Self {
+            throttle: Throttle::new(settings.failures_per_minute, settings.failure_burst, settings.max_addresses),
+            metrics: AuthMetrics::default(),
+        }
+    }
+
+    /// Checks `given` (what the client submitted, if anything) against `expected` for `client` on `surface` at
+    /// `now_ms`. A refusal is counted and logged at WARN with the client's address, the peer's when it differs, the
+    /// surface and the reason; further refusals of an already throttled address are logged at DEBUG, so a client
+    /// hammering away cannot flood the log (the counter still counts each one).
+    pub(crate) fn authenticate(
+        &self,
+        surface: Surface,
+        client: Client,
+        expected: &Secret,
+        given: Option<&str>,
+        now_ms: i64,
+    ) -> Result<(), Refusal> {
+        let given = given.map(str::trim).filter(|g| !g.is_empty());
+        let matched = given.is_some_and(|g| token_matches(expected.expose(), g));
+        let (refusal, announce) = match self.throttle.attempt(client.addr, matched, now_ms) {
+            Admission::Accepted => return Ok(()),
+            Admission::Failed => {
+                self.metrics.failed(surface);
+                (if given.is_some() { Refusal::Wrong } else { Refusal::Missing }, true)
+            }
+            Admission::Throttled { retry_after_ms, first } => {
+                self.metrics.throttled(surface);
+                let retry_after_secs = retry_after_ms.div_ceil(1000).max(1);
+                (Refusal::Throttled { retry_after_secs }, first)
+            }
+        };
+        log_refusal(surface, client, refusal, announce);
+        Err(refusal)
+    }
+
+    /// The counters and the number of addresses held, for `/metrics`.
+    pub(crate) fn snapshot(&self) -> crate::metrics::AuthSnapshot {
+        self.metrics.snapshot(self.throttle.addresses())
+    }
+}
+
+fn log_refusal(surface: Surface, client: Client, refusal: Refusal, announce: bool) {
+    let client_text = client.addr.map_or_else(|| "unknown".to_owned(), |a| a.to_string());
+    let (surface, reason) = (surface.as_str(), refusal.reason());
+    let message = match refusal {
+        Refusal::Throttled { .. } => "authentication refused: too many failures from this address",
+        _ => "authentication failed",
+    };
+    match (client.peer.filter(|p| Some(*p) != client.addr), announce) {
+        (Some(peer), true) => tracing::warn!(client = %client_text, %peer, surface, reason, "{message}"),
+        (None, true) => tracing::warn!(client = %client_text, surface, reason, "{message}"),
+        (Some(peer), false) => tracing::debug!(client = %client_text, %peer, surface, reason, "{message}"),
+        (None, false) => tracing::debug!(client = %client_text, surface, reason, "{message}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn ranges(list: &[&str]) -> Vec<IpRange> {
+        list.iter().map(|r| IpRange::parse(r).unwrap()).collect()
+    }
+
+    const MINUTE_MS: u64 = 60_000;
+
+    #[test]
+    fn the_token_compare_accepts_the_token_trimmed_and_nothing_else() {
+        let token = "0123456789abcdef01234567";
+        assert!(token_matches(token, token));
+        assert!(token_matches(&format!("{token}\n"), token), "a trailing newline in the configuration");
+        assert!(token_matches(token, &format!("  {token}\t")), "whitespace around the submitted token");
+        assert!(!token_matches(token, &token[..23]), "a prefix");
+        assert!(!token_matches(token, &format!("{token}8")), "an extension");
+        assert!(!token_matches(token, ""), "nothing");
+        assert!(!token_matches(token, &token.to_uppercase()), "another case");
+        assert!(!token_matches(token, "1123456789abcdef01234567"), "one character changed");
+    }
+
+    #[test]
+    fn a_burst_of_failures_empties_the_bucket_and_then_even_the_right_token_waits() {
+        let t = Throttle::new(10, 10, 100);
+        let a = Some(ip("192.0.2.1"));
+        for i in 0..10 {
+            assert_eq!(t.attempt(a, false, 1_000), Admission::Failed, "failure {i}");
+        }
+        // 10 per minute: one token every 6 s.
+        assert_eq!(t.attempt(a, true, 1_000), Admission::Throttled { retry_after_ms: 6_000, first: true });
+        assert_eq!(t.attempt(a, false, 4_000), Admission::Throttled { retry_after_ms: 3_000, first: false });
+        // Another address is not affected.
+        assert_eq!(t.attempt(Some(ip("192.0.2.2")), true, 1_000), Admission::Accepted);
+        assert_eq!(t.attempt(Some(ip("192.0.2.2")), false, 1_000), Admission::Failed);
+    }
+
+    #[test]
+    fn the_bucket_refills_at_the_configured_rate_up_to_the_burst() {
+        let t = Throttle::new(10, 3, 100);
+        let a = Some(ip("192.0.2.1"));
+        for _ in 0..3 {
+            assert_eq!(t.attempt(a, false, 0), Admission::Failed);
+        }
+        assert!(matches!(t.attempt(a, true, 5_999), Admission::Throttled { retry_after_ms: 1, .. }));
+        // One token back after 6 s: one failure, then throttled again.
+        assert_eq!(t.attempt(a, false, 6_000), Admission::Failed);
+        assert!(matches!(t.attempt(a, true, 6_000), Admission::Throttled { first: true, .. }), "announced anew");
+        // After an hour the bucket holds the burst, not sixty minutes' worth.
+        for _ in 0..3 {
+            assert_eq!(t.attempt(a, false, 3_600_000), Admission::Failed);
+        }
+        assert!(matches!(t.attempt(a, true, 3_600_000), Admission::Throttled { .. }));
+    }
+
+    #[test]
+    fn a_success_spends_nothing() {
+        let t = Throttle::new(1, 2, 100);
+        let a = Some(ip("192.0.2.1"));
+        assert_eq!(t.attempt(a, false, 0), Admission::Failed);
+        for _ in 0..50 {
+            assert_eq!(t.attempt(a, true, 0), Admission::Accepted);
+        }
+        assert_eq!(t.attempt(a, false, 0), Admission::Failed);
+        assert!(matches!(t.attempt(a, true, 0), Admission::Throttled { retry_after_ms: MINUTE_MS, .. }));
+        assert_eq!(t.addresses(), 1, "successes add no address");
+    }
+
+    #[test]
+    fn ipv6_addresses_of_one_64_share_a_bucket() {
+        let t = Throttle::new(1, 1, 100);
+        assert_eq!(t.attempt(Some(ip("2001:db8:1:2::1")), false, 0), Admission::Failed);
+        assert!(matches!(t.attempt(Some(ip("2001:db8:1:2:ffff::9")), true, 0), Admission::Throttled { .. }));
+        assert_eq!(t.attempt(Some(ip("2001:db8:1:3::1")), true, 0), Admission::Accepted);
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_evicts_refilled_buckets_before_the_oldest() {
+        // One failure a minute, three in a row: fifteen addresses fail once at 0 (full again at 60 s); an attacker
+        // fails three times at 30 s (a token back at 90 s).
+        let t = Throttle::new(1, 3, 16);
+        for i in 0..15u8 {
+            assert_eq!(t.attempt(Some(IpAddr::from([203, 0, 113, i])), false, 0), Admission::Failed);
+        }
+        let attacker = Some(ip("198.51.100.1"));
+        for _ in 0..3 {
+            assert_eq!(t.attempt(attacker, false, 30_000), Admission::Failed);
+        }
+        assert_eq!(t.addresses(), 16);
+        // The table is full; a new address makes room by dropping the refilled ones, and the attacker, still
+        // throttled, stays throttled.
+        assert_eq!(t.attempt(Some(ip("192.0.2.7")), false, 60_000), Admission::Failed);
+        assert_eq!(t.addresses(), 2);
+        assert!(matches!(t.attempt(attacker, true, 60_000), Admission::Throttled { retry_after_ms: 30_000, .. }));
+
+        // Nothing refilled: the least recently failed eighth goes, and the table never exceeds its bound.
+        let t = Throttle::new(1, 5, 16);
+        for i in 0..1_000u16 {
+            let [hi, lo] = i.to_be_bytes();
+            t.attempt(Some(IpAddr::from([10, 0, hi, lo])), false, i64::from(i));
+            assert!(t.addresses() <= 16, "{} addresses after {i}", t.addresses());
+        }
+        let newest = Some(IpAddr::from([10, 0, 3, 231]));
+        assert_eq!(t.attempt(newest, false, 1_000), Admission::Failed, "the newest address is still counted");
+        let buckets = t.buckets.lock().unwrap();
+        assert!(buckets.values().all(|b| b.at_ms > 900), "an old entry survived: {buckets:?}");
+    }
+
+    #[test]
+    fn an_untrusted_peer_is_the_client_whatever_it_forwards() {
+        let trusted = ranges(&["10.0.0.0/8"]);
+        assert_eq!(client_ip(ip("203.0.113.9"), ["1.2.3.4"], &trusted), ip("203.0.113.9"));
+        assert_eq!(client_ip(ip("203.0.113.9"), [], &[]), ip("203.0.113.9"));
+    }
+
+    #[test]
+    fn behind_trusted_proxies_the_right_most_untrusted_hop_is_the_client() {
+        let trusted = ranges(&["10.0.0.0/8", "127.0.0.1"]);
+        let peer = ip("127.0.0.1");
+        assert_eq!(client_ip(peer, ["203.0.113.9"], &trusted), ip("203.0.113.9"));
+        // The client forged the left-most entries; the proxies appended the rest.
+        assert_eq!(client_ip(peer, ["6.6.6.6, 7.7.7.7, 203.0.113.9, 10.1.2.3"], &trusted), ip("203.0.113.9"));
+        // Several header lines read as one list, in order.
+        assert_eq!(client_ip(peer, ["6.6.6.6", "203.0.113.9", "10.1.2.3"], &trusted), ip("203.0.113.9"));
+        // Ports and IPv4-mapped addresses.
+        assert_eq!(client_ip(peer, ["203.0.113.9:5555, [::ffff:10.0.0.1]:80"], &trusted), ip("203.0.113.9"));
+        assert_eq!(client_ip(ip("::ffff:127.0.0.1"), ["[2001:db8::1]:443"], &trusted), ip("2001:db8::1"));
+        // Only proxies: the left-most one. No header: the peer.
+        assert_eq!(client_ip(peer, ["10.0.0.5, 10.0.0.6"], &trusted), ip("10.0.0.5"));
+        assert_eq!(client_ip(peer, [], &trusted), peer);
+    }
+
+    #[test]
+    fn a_malformed_forwarded_for_falls_back_to_the_peer() {
+        let trusted = ranges(&["127.0.0.1"]);
+        let peer = ip("127.0.0.1");
+        for header in ["unknown", "", "203.0.113.9,,10.0.0.1", "203.0.113.9, nonsense", "203.0.113.300"] {
+            assert_eq!(client_ip(peer, [header], &trusted), peer, "{header:?}");
+        }
+    }
+
+    #[test]
+    fn ranges_parse_strictly() {
+        let r = IpRange::parse("10.0.0.0/8").unwrap();
+        assert!(r.contains(ip("10.255.0.1")) && !r.contains(ip("11.0.0.1")) && !r.contains(ip("::1")));
+        assert!(r.contains(ip("::ffff:10.1.1.1")), "IPv4-mapped");
+        assert_eq!(IpRange::parse("127.0.0.1").unwrap().to_string(), "127.0.0.1/32");
+        assert!(IpRange::parse("0.0.0.0/0").unwrap().contains(ip("8.8.8.8")));
+        let v6 = IpRange::parse("fd00::/8").unwrap();
+        assert!(v6.contains(ip("fd12::1")) && !v6.contains(ip("fe80::1")) && !v6.contains(ip("10.0.0.1")));
+        assert_eq!(IpRange::parse("::ffff:10.0.0.0/104").unwrap(), r);
+        assert!(
+            matches!(IpRange::parse("10.0.0.1/8"), Err(InvalidIpRange::HostBits(_, r)) if r.to_string() == "10.0.0.0/8")
+        );
+        assert!(matches!(IpRange::parse("10.0.0.0/33"), Err(InvalidIpRange::PrefixTooLong(_, 32))));
+        for bad in ["", "localhost", "10.0.0.0/", "10.0.0.0/x", "10.0.0/8", "1.2.3.4:80"] {
+            assert!(matches!(IpRange::parse(bad), Err(InvalidIpRange::Syntax(_))), "{bad:?}");
+        }
+    }
+}
