@@ -163,11 +163,7 @@ impl PgOptions {
     /// /etc/payhook/ca.pem`), or `off (Unix socket)` when every host is a socket, where the server never speaks
     /// TLS.
     pub fn tls_summary(&self) -> String {
-        if tls::unix_sockets_only(&self.config) {
-            "off (Unix socket)".to_owned()
-        } else {
-            self.tls.to_string()
-        }
+        if tls::unix_sockets_only(&self.config) { "off (Unix socket)".to_owned() } else { self.tls.to_string() }
     }
 
     /// A batch that has not committed by then is abandoned and its requests answered 503: a little more than

@@ -311,7 +311,8 @@ impl TlsOptions {
         let connector = match mode {
             SslMode::Disable => None,
             _ => {
-                let roots = file_roots.unwrap_or_else(|| RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() });
+                let roots =
+                    file_roots.unwrap_or_else(|| RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() });
                 let config = client_config(verification, Arc::new(roots))?;
                 Some(MakeTls { inner: MakeRustlsConnect::new(config), facts: Arc::new(Facts { mode, trust }) })
             }
@@ -718,11 +719,7 @@ mod tests {
     fn the_tls_keys_are_taken_out_of_a_key_value_string_quotes_and_escapes_included() {
         assert_eq!(
             parts("host=db user=u sslmode = verify-ca  sslrootcert='/etc/my ca\\'s.pem' dbname=d"),
-            (
-                "host=db user=u dbname=d".to_owned(),
-                Some("verify-ca".to_owned()),
-                Some("/etc/my ca's.pem".to_owned())
-            )
+            ("host=db user=u dbname=d".to_owned(), Some("verify-ca".to_owned()), Some("/etc/my ca's.pem".to_owned()))
         );
         assert_eq!(parts("host=db sslmode=disable"), ("host=db".to_owned(), Some("disable".to_owned()), None));
         // Not understood: left for tokio-postgres to refuse.
@@ -804,10 +801,8 @@ mod tests {
 
         // A certificate from another CA is refused by both, as untrusted.
         let stranger_key = rcgen::KeyPair::generate().unwrap();
-        let stranger = rcgen::CertificateParams::new(vec!["db.example".to_owned()])
-            .unwrap()
-            .self_signed(&stranger_key)
-            .unwrap();
+        let stranger =
+            rcgen::CertificateParams::new(vec!["db.example".to_owned()]).unwrap().self_signed(&stranger_key).unwrap();
         let refused = chain_only.verify_server_cert(stranger.der(), &[], &own, &[], now).unwrap_err();
         assert_eq!(Problem::of(&refused), Problem::Untrusted, "{refused}");
     }

@@ -795,7 +795,10 @@ mod tests {
             ("url = \"mysql://u:pw@h/d\"", "storage.url"),
             ("url = \"postgres://u:pw@h:notaport/d\"", "storage.url"),
             ("url = \"postgres://u:pw@h/d?sslmode=verfy-full\"", "storage.url: sslmode \"verfy-full\" is not one of"),
-            ("url = \"postgres://u:pw@h/d?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem\"", "/nonexistent/ca.pem"),
+            (
+                "url = \"postgres://u:pw@h/d?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem\"",
+                "/nonexistent/ca.pem",
+            ),
             ("url = \"postgres://u:pw@h/d\"\npool_size = 0", "storage.pool_size"),
             ("url = \"postgres://u:pw@h/d\"\npool_size = 4\nwriters = 5", "storage.writers"),
         ] {

@@ -128,10 +128,7 @@ fn start_cluster() -> Cluster {
             .arg(&data),
     );
     let hba = data.join("pg_hba.conf");
-    write(
-        &hba,
-        "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
-    );
+    write(&hba, "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n");
     if as_root {
         run("chown", Command::new("chown").args(["postgres:postgres"]).arg(&hba));
     }
@@ -313,7 +310,7 @@ async fn disable_is_refused_by_a_server_that_rejects_plaintext() {
     if test_url().is_none() {
         return;
     }
-    let e = open(&cluster().url("127.0.0.1", "sslmode=disable")).await.err().expect("plaintext must be refused");
+    let e = open(&cluster().url("127.0.0.1", "sslmode=disable")).await.expect_err("plaintext must be refused");
     let text = chain(&e);
     eprintln!("refused as expected: {text}");
     assert!(text.contains("pg_hba.conf rejects connection") && text.contains("no encryption"), "{text}");
