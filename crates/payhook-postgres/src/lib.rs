@@ -53,7 +53,7 @@ mod tls;
 mod writer;
 
 pub use error::PgError;
-pub use tls::{Problem, SslMode, TlsConfigError, TlsError, TlsOptions};
+pub use tls::{SslMode, TlsConfigError, TlsError, TlsOptions, TlsProblem};
 pub use writer::{BatchFailed, BatchStats};
 
 use deadpool_postgres::Pool;

@@ -551,7 +551,7 @@ impl TlsConnect<Socket> for Connect {
                 let rejected = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()).cloned();
                 match rejected {
                     Some(cause) => Box::new(TlsError::Handshake {
-                        problem: Problem::of(&cause),
+                        problem: TlsProblem::of(&cause),
                         mode: facts.mode,
                         host,
                         trust: facts.trust.clone(),
@@ -575,7 +575,7 @@ pub enum TlsError {
     #[error("{problem} (sslmode={mode}, host {host:?}, {trust})")]
     Handshake {
         /// What went wrong, in words.
-        problem: Problem,
+        problem: TlsProblem,
         /// The connection's mode.
         mode: SslMode,
         /// The host connected to.
@@ -612,7 +612,7 @@ const NOT_OFFERED: &str = "server does not support TLS";
 
 /// A failed handshake's cause, in an operator's words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Problem {
+pub enum TlsProblem {
     /// The chain does not lead to a trusted root (or a signature in it is wrong, or it was revoked).
     Untrusted,
     /// The certificate is trusted but names another host.
@@ -623,29 +623,29 @@ pub enum Problem {
     Other,
 }
 
-impl Problem {
+impl TlsProblem {
     fn of(e: &rustls::Error) -> Self {
         use CertificateError as C;
         match e {
             rustls::Error::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
-                Problem::WrongHost
+                TlsProblem::WrongHost
             }
             rustls::Error::InvalidCertificate(
                 C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. },
-            ) => Problem::Expired,
-            rustls::Error::InvalidCertificate(_) => Problem::Untrusted,
-            _ => Problem::Other,
+            ) => TlsProblem::Expired,
+            rustls::Error::InvalidCertificate(_) => TlsProblem::Untrusted,
+            _ => TlsProblem::Other,
         }
     }
 }
 
-impl fmt::Display for Problem {
+impl fmt::Display for TlsProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Problem::Untrusted => "the server's certificate is not trusted",
-            Problem::WrongHost => "the server's certificate is not valid for the host name connected to",
-            Problem::Expired => "the server's certificate has expired or is not valid yet",
-            Problem::Other => "the TLS handshake failed",
+            TlsProblem::Untrusted => "the server's certificate is not trusted",
+            TlsProblem::WrongHost => "the server's certificate is not valid for the host name connected to",
+            TlsProblem::Expired => "the server's certificate has expired or is not valid yet",
+            TlsProblem::Other => "the TLS handshake failed",
         })
     }
 }
@@ -797,14 +797,30 @@ mod tests {
         assert!(chain_only.verify_server_cert(leaf.der(), &[], &other, &[], now).is_ok());
         assert!(webpki.verify_server_cert(leaf.der(), &[], &own, &[], now).is_ok());
         let refused = webpki.verify_server_cert(leaf.der(), &[], &other, &[], now).unwrap_err();
-        assert_eq!(Problem::of(&refused), Problem::WrongHost, "{refused}");
+        assert_eq!(TlsProblem::of(&refused), TlsProblem::WrongHost, "{refused}");
 
         // A certificate from another CA is refused by both, as untrusted.
         let stranger_key = rcgen::KeyPair::generate().unwrap();
         let stranger =
             rcgen::CertificateParams::new(vec!["db.example".to_owned()]).unwrap().self_signed(&stranger_key).unwrap();
         let refused = chain_only.verify_server_cert(stranger.der(), &[], &own, &[], now).unwrap_err();
-        assert_eq!(Problem::of(&refused), Problem::Untrusted, "{refused}");
+        assert_eq!(TlsProblem::of(&refused), TlsProblem::Untrusted, "{refused}");
+    }
+
+    #[test]
+    fn a_refused_handshake_is_explained_by_what_was_wrong() {
+        use rustls::Error::{AlertReceived, InvalidCertificate};
+        for (error, problem) in [
+            (InvalidCertificate(CertificateError::UnknownIssuer), TlsProblem::Untrusted),
+            (InvalidCertificate(CertificateError::BadSignature), TlsProblem::Untrusted),
+            (InvalidCertificate(CertificateError::Revoked), TlsProblem::Untrusted),
+            (InvalidCertificate(CertificateError::NotValidForName), TlsProblem::WrongHost),
+            (InvalidCertificate(CertificateError::Expired), TlsProblem::Expired),
+            (InvalidCertificate(CertificateError::NotValidYet), TlsProblem::Expired),
+            (AlertReceived(rustls::AlertDescription::HandshakeFailure), TlsProblem::Other),
+        ] {
+            assert_eq!(TlsProblem::of(&error), problem, "{error}");
+        }
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@
 //! missing server binary (`pg_config --bindir`) is a failure.
 
 use crate::test_url;
-use payhook_postgres::{PgError, PgOptions, PgStore, Problem, TlsError};
+use payhook_postgres::{PgError, PgOptions, PgStore, TlsError, TlsProblem};
 use payhook_store::contract::{T0, ingest, new_order, pay, processed, register_new};
 use payhook_store::{Store, StoreError};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -272,7 +272,7 @@ async fn verify_full_with_another_ca_is_refused_as_not_trusted_and_the_password_
         c.wrong_ca().display()
     );
     let (tls, text) = refused_by_tls(&url).await;
-    assert!(matches!(tls, TlsError::Handshake { problem: Problem::Untrusted, .. }), "{text}");
+    assert!(matches!(tls, TlsError::Handshake { problem: TlsProblem::Untrusted, .. }), "{text}");
     assert!(text.contains("the server's certificate is not trusted"), "{text}");
     assert!(text.contains(&c.wrong_ca().display().to_string()), "names the roots it tried: {text}");
     assert!(!text.contains("s3cret-pw") && !format!("{tls:?}").contains("s3cret-pw"), "{text}");
@@ -287,7 +287,7 @@ async fn verify_full_to_a_host_name_not_in_the_certificate_is_refused() {
     // `hostaddr` reaches the server while the name checked against its certificate is another.
     let query = format!("hostaddr=127.0.0.1&sslmode=verify-full&sslrootcert={}", c.ca().display());
     let (tls, text) = refused_by_tls(&c.url("db.wrong.example", &query)).await;
-    assert!(matches!(tls, TlsError::Handshake { problem: Problem::WrongHost, .. }), "{text}");
+    assert!(matches!(tls, TlsError::Handshake { problem: TlsProblem::WrongHost, .. }), "{text}");
     assert!(text.contains("not valid for the host name") && text.contains("db.wrong.example"), "{text}");
 }
 
@@ -302,7 +302,7 @@ async fn verify_ca_with_the_servers_ca_connects_whatever_the_host_name() {
     // The chain is still checked.
     let query = format!("hostaddr=127.0.0.1&sslmode=verify-ca&sslrootcert={}", c.wrong_ca().display());
     let (tls, text) = refused_by_tls(&c.url("db.wrong.example", &query)).await;
-    assert!(matches!(tls, TlsError::Handshake { problem: Problem::Untrusted, .. }), "{text}");
+    assert!(matches!(tls, TlsError::Handshake { problem: TlsProblem::Untrusted, .. }), "{text}");
 }
 
 #[tokio::test]
