@@ -10,9 +10,13 @@ pub enum PgError {
     /// `storage.url` is not a PostgreSQL connection string.
     #[error("invalid PostgreSQL connection string")]
     Url(#[source] tokio_postgres::Error),
-    /// The connection string asks for TLS (`sslmode=require`), which this build does not speak yet.
-    #[error("sslmode=require is not supported: payhook connects without TLS (use a local socket or a private network)")]
-    TlsUnsupported,
+    /// `sslmode` or `sslrootcert` in the connection string cannot be used.
+    #[error(transparent)]
+    TlsConfig(#[from] crate::tls::TlsConfigError),
+    /// A connection could not be made because TLS failed: the server's certificate was refused, or the server
+    /// does not speak TLS and the mode requires it.
+    #[error("TLS with the database failed")]
+    Tls(#[source] crate::tls::TlsError),
     /// The connection pool could not be built.
     #[error("cannot build the connection pool")]
     Build(#[source] deadpool_postgres::BuildError),

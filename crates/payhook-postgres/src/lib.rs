@@ -22,6 +22,8 @@
 //! - `read`: queries and listings; an order and its history, an event and what it caused, come from one snapshot.
 //! - `pipeline`: sending several statements before reading any answer, in a guaranteed order.
 //! - `pool`: deadpool-postgres, per-session settings, and discarding connections left in doubt.
+//! - `tls`: libpq's `sslmode` and `sslrootcert` ([`TlsOptions`]) with rustls, and failed handshakes explained
+//!   ([`TlsError`]).
 //! - `migrate`: embedded migrations (`migrations/*.sql`, with the plpgsql functions and the locking protocol)
 //!   under an advisory lock.
 //! - `error`: [`PgError`] and its mapping to [`StoreError`].
@@ -47,9 +49,11 @@ mod pipeline;
 mod pool;
 mod read;
 mod retention;
+mod tls;
 mod writer;
 
 pub use error::PgError;
+pub use tls::{SslMode, TlsConfigError, TlsError, TlsOptions, TlsProblem};
 pub use writer::{BatchFailed, BatchStats};
 
 use deadpool_postgres::Pool;
@@ -76,6 +80,9 @@ pub const MAX_BATCH: usize = 64;
 pub struct PgOptions {
     /// Where to connect: parsed from a `postgres://` URL or a `key=value` string. Its `Debug` hides the password.
     pub config: tokio_postgres::Config,
+    /// How to use TLS: `sslmode` and `sslrootcert` of the same string (tokio-postgres's parser knows neither
+    /// `verify-ca`, `verify-full` nor `sslrootcert`, so they are taken out before it parses the rest).
+    pub tls: TlsOptions,
     /// Connections in the pool, shared by the batch transactions, queries, the retry worker and `/readyz`.
     pub pool_size: usize,
     /// Batch transactions in flight at once (each holds one pooled connection); the rest of the pool serves
@@ -100,14 +107,17 @@ pub struct PgOptions {
 
 impl PgOptions {
     /// Defaults for `url`: a pool of 16 with 4 writers, group commit of up to [`MAX_BATCH`] jobs, a queue of
-    /// 4096, 5 s statement and connect timeouts.
+    /// 4096, 5 s statement and connect timeouts; `sslmode=prefer` unless the string says otherwise. A
+    /// `sslrootcert` file is read here, so that a missing or empty one is found before anything starts.
     pub fn new(url: &str) -> Result<Self, PgError> {
-        let config: tokio_postgres::Config = url.parse().map_err(PgError::Url)?;
-        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-            return Err(PgError::TlsUnsupported);
-        }
+        let split = tls::split(url)?;
+        let mut config: tokio_postgres::Config = split.rest.parse().map_err(PgError::Url)?;
+        let mode = split.mode.as_deref().map(SslMode::parse).transpose()?.unwrap_or(SslMode::Prefer);
+        let tls = TlsOptions::new(mode, split.root_cert.map(std::path::PathBuf::from))?;
+        config.ssl_mode(mode.wire());
         Ok(Self {
             config,
+            tls,
             pool_size: 16,
             writers: Self::default_writers(16),
             statement_timeout_ms: 5_000,
@@ -147,6 +157,13 @@ impl PgOptions {
             })
             .collect();
         format!("postgres://{}@{}/{}", c.get_user().unwrap_or(""), hosts.join(","), c.get_dbname().unwrap_or(""))
+    }
+
+    /// The TLS it uses, for logs and messages: the mode and the roots file (`verify-full with sslrootcert
+    /// /etc/payhook/ca.pem`), or `off (Unix socket)` when every host is a socket, where the server never speaks
+    /// TLS.
+    pub fn tls_summary(&self) -> String {
+        if tls::unix_sockets_only(&self.config) { "off (Unix socket)".to_owned() } else { self.tls.to_string() }
     }
 
     /// A batch that has not committed by then is abandoned and its requests answered 503: a little more than

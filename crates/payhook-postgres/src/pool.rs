@@ -1,4 +1,4 @@
-//! The connection pool: deadpool-postgres over tokio-postgres, without TLS.
+//! The connection pool: deadpool-postgres over tokio-postgres, with TLS as `sslmode` says (see `tls`).
 //!
 //! Connections are created lazily and re-created after a failure, so payhook reconnects by itself when the
 //! server comes back. Invariant: a connection whose last use failed in a way that leaves it in doubt (closed,
@@ -7,7 +7,7 @@
 
 use crate::PgOptions;
 use crate::error::PgError;
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime};
 use std::time::Duration;
 use tokio_postgres::NoTls;
 
@@ -26,7 +26,18 @@ pub(crate) fn build(options: &PgOptions) -> Result<Pool, PgError> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(Duration::from_millis(options.connect_timeout_ms));
     }
-    let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+    // The server never speaks TLS on a Unix socket: with only sockets to connect to, not even ask.
+    let manager = match options.tls.connector() {
+        Some(tls) if !crate::tls::unix_sockets_only(&config) => {
+            config.ssl_mode(options.tls.mode().wire());
+            Manager::from_config(config, tls, manager_config)
+        }
+        _ => {
+            config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+            Manager::from_config(config, NoTls, manager_config)
+        }
+    };
     let connect = Duration::from_millis(options.connect_timeout_ms);
     Pool::builder(manager)
         .max_size(options.pool_size.max(1))
@@ -38,9 +49,12 @@ pub(crate) fn build(options: &PgOptions) -> Result<Pool, PgError> {
         .map_err(PgError::Build)
 }
 
-/// A connection from the pool.
+/// A connection from the pool. A new connection that failed because of TLS is a [`PgError::Tls`] saying why.
 pub(crate) async fn get(pool: &Pool) -> Result<Object, PgError> {
-    pool.get().await.map_err(PgError::Pool)
+    pool.get().await.map_err(|e| match &e {
+        PoolError::Backend(cause) => crate::tls::TlsError::behind(cause).map_or(PgError::Pool(e), PgError::Tls),
+        _ => PgError::Pool(e),
+    })
 }
 
 /// Gives a connection back after a failed use: dropped for good when the failure left it in doubt (`broken`),

@@ -255,8 +255,9 @@ impl StorageConfig {
                 format!("sqlite://{} (batch_max {}, fsync {:?})", o.path.display(), o.batch_max, o.sync)
             }
             StorageConfig::Postgres(o) => format!(
-                "{} (pool_size {}, writers {}, batch_max {}, statement_timeout_ms {})",
+                "{} (tls: {}, pool_size {}, writers {}, batch_max {}, statement_timeout_ms {})",
                 o.target(),
+                o.tls_summary(),
                 o.pool_size,
                 o.writers,
                 o.batch_max,
@@ -914,7 +915,7 @@ mod tests {
         assert_eq!(o.config.get_dbname(), Some("hooks"));
         assert_eq!(o.config.get_options(), Some("-csearch_path=ph"));
         let shown = format!("{} {c:?}", c.storage.describe());
-        assert!(shown.contains("db.internal:6543/hooks") && !shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("db.internal:6543/hooks (tls: prefer, ") && !shown.contains("s3cret"), "{shown}");
 
         let c =
             Config::from_toml("[storage]\nurl = \"postgresql://u@h/d\"\ngroup_commit = false\n", "t", None).unwrap();
@@ -922,11 +923,24 @@ mod tests {
     }
 
     #[test]
+    fn the_postgres_tls_mode_comes_from_the_url_and_is_shown_with_the_storage() {
+        let text = "[storage]\nurl = \"postgres://payhook:s3cret@db.example/payhook?sslmode=verify-full\"\n";
+        let c = Config::from_toml(text, "t", None).unwrap();
+        assert_eq!(postgres(&c).tls.mode(), payhook_postgres::SslMode::VerifyFull);
+        let shown = c.storage.describe();
+        assert!(shown.starts_with("postgres://payhook@db.example:5432/payhook (tls: verify-full, "), "{shown}");
+    }
+
+    #[test]
     fn bad_postgres_settings_are_named_without_echoing_the_url() {
         for (text, key) in [
             ("url = \"mysql://u:pw@h/d\"", "storage.url"),
             ("url = \"postgres://u:pw@h:notaport/d\"", "storage.url"),
-            ("url = \"postgres://u:pw@h/d?sslmode=require\"", "sslmode=require"),
+            ("url = \"postgres://u:pw@h/d?sslmode=verfy-full\"", "storage.url: sslmode \"verfy-full\" is not one of"),
+            (
+                "url = \"postgres://u:pw@h/d?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem\"",
+                "/nonexistent/ca.pem",
+            ),
             ("url = \"postgres://u:pw@h/d\"\npool_size = 0", "storage.pool_size"),
             ("url = \"postgres://u:pw@h/d\"\npool_size = 4\nwriters = 5", "storage.writers"),
         ] {

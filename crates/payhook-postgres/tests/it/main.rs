@@ -11,6 +11,8 @@
 //!   events and outbox rows) split by `SKIP LOCKED`, one alert per window and one effect per replay across them,
 //!   no deadlock with dead letters and alerts in overlapping batches.
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
+//! * `tls`: each `sslmode` against a server of its own with `ssl = on` that rejects plaintext: `require` and
+//!   `prefer` connect, `verify-full` needs the right CA and host name, `verify-ca` only the CA, `disable` is refused.
 //! * `upgrade`: a database of the previous schema version, upgraded in place.
 
 mod billing;
@@ -19,6 +21,7 @@ mod contract;
 mod faults;
 mod instances;
 mod resilience;
+mod tls;
 mod upgrade;
 
 use payhook_core::retry::RetryPolicy;
