@@ -12,6 +12,7 @@
 //! - [`retention`]: the pruning task and `prune_all`, shared with `payhook prune`.
 //! - `ui`: the operator dashboard under `/ui`, server-rendered behind the API token.
 //! - [`settings`]: the resolved settings the binary hands over.
+//! - [`secret_url`]: [`SecretUrl`], a sink's or the alerts' URL, shown everywhere only in its redacted form.
 //!
 //! Boundary: this is the only crate that knows axum; it talks to storage only through [`payhook_store::Store`].
 
@@ -25,6 +26,7 @@ mod ingest;
 mod metrics;
 mod openapi;
 pub mod retention;
+pub mod secret_url;
 pub mod settings;
 mod ui;
 pub mod worker;
@@ -33,4 +35,5 @@ pub use api::parse_order;
 pub use app::{AppState, ROUTES, Running, SourceRuntime, now_ms, router, start};
 pub use error::ApiError;
 pub use metrics::SourceMetrics;
+pub use secret_url::SecretUrl;
 pub use settings::{RetentionSettings, Settings, SourceSettings, WorkerSettings};

@@ -6,10 +6,10 @@ use anyhow::{Context, Result, bail};
 use payhook_core::event::SourceName;
 use payhook_core::format::Format;
 use payhook_core::retry::RetryPolicy;
-use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
+use payhook_core::signature::{DEFAULT_REQUIRED_COMPONENTS, Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
 use payhook_postgres::PgOptions;
 use payhook_server::settings::{AlertSettings, DispatcherSettings, ReplaySettings, SinkSettings};
-use payhook_server::{RetentionSettings, Settings, SourceSettings, WorkerSettings};
+use payhook_server::{RetentionSettings, SecretUrl, Settings, SourceSettings, WorkerSettings};
 use payhook_sqlite::{CommitSync, SqliteOptions};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -170,6 +170,8 @@ struct RawSource {
     algorithm: Option<HmacAlgorithm>,
     encoding: Option<Encoding>,
     prefix: Option<String>,
+    /// `http-message-signatures` only: the components every signature must cover.
+    required_components: Option<Vec<String>>,
     #[serde(default)]
     forward: Vec<String>,
 }
@@ -475,11 +477,10 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>) -> Result<Config> {
         }
     }
     if let Some(a) = raw.alerts {
-        if !a.url.starts_with("http://") && !a.url.starts_with("https://") {
-            bail!("alerts.url: {:?} is not an http(s) URL", a.url);
-        }
+        // Never echo the URL: a Slack webhook's path is its secret.
+        let url = SecretUrl::parse(&a.url).context("alerts.url")?;
         settings.alerts = Some(AlertSettings {
-            url: a.url,
+            url,
             window_ms: (a.window_secs.max(1) * 1000) as i64,
             gather_ms: (a.gather_secs * 1000) as i64,
             verification_failures: a.verification_failures.max(1),
@@ -495,9 +496,8 @@ fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
     if s.name.is_empty() || s.name.starts_with('_') {
         bail!("name: must be non-empty and must not start with '_' (reserved)");
     }
-    if !s.url.starts_with("http://") && !s.url.starts_with("https://") {
-        bail!("url: {:?} is not an http(s) URL", s.url);
-    }
+    // Never echo the URL: its path or query may hold the sink's token.
+    let url = SecretUrl::parse(&s.url).context("url")?;
     if s.kinds.is_empty() {
         bail!("kinds: list the outbox kinds this sink takes (order.paid, order.refunded, …) or \"*\"");
     }
@@ -514,7 +514,7 @@ fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
         .context("secret: a Standard Webhooks secret (whsec_ followed by base64)")?;
     Ok(SinkSettings {
         name: s.name,
-        url: s.url,
+        url,
         kinds: s.kinds,
         signer,
         timeout_ms: s.timeout_ms.max(1),
@@ -638,7 +638,19 @@ fn resolve_source(s: RawSource) -> Result<SourceSettings> {
             std::env::var(var).with_context(|| format!("secrets_env: environment variable {var} is not set"))?;
         secrets.extend(value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(|v| Secret::new(v.to_owned())));
     }
-    let verifier = Verifier::new(scheme, &secrets, s.tolerance_secs.unwrap_or(300)).context("secrets")?;
+    let mut verifier = Verifier::new(scheme, &secrets, s.tolerance_secs.unwrap_or(300)).context("secrets")?;
+    if let Some(components) = s.required_components {
+        if *verifier.scheme() != Scheme::HttpMessageSignatures {
+            bail!("required_components: only the http-message-signatures scheme takes this key");
+        }
+        if !components.iter().any(|c| c == "content-digest") {
+            bail!(
+                "required_components: must include \"content-digest\", or the signature would not cover the body \
+                 (the default is {DEFAULT_REQUIRED_COMPONENTS:?})"
+            );
+        }
+        verifier = verifier.with_required_components(&components).context("required_components")?;
+    }
     Ok(SourceSettings { name, verifier, format: s.format, forward: s.forward })
 }
 

@@ -6,4 +6,5 @@ mod cli;
 mod crash;
 mod helpers;
 mod postgres;
+mod secrets;
 mod serve;
