@@ -218,8 +218,7 @@ impl<S: Store> Dispatcher<S> {
                 let started = std::time::Instant::now();
                 let outcome = this.deliver(&target, &job).await;
                 this.metrics.sent(&target.name, started.elapsed());
-                if matches!(outcome, Dispatched::Delivered { .. })
-                    && after_sink_2xx_fires(target.url.expose().as_str())
+                if matches!(outcome, Dispatched::Delivered { .. }) && after_sink_2xx_fires(target.url.expose().as_str())
                 {
                     // A dispatcher that dies after the sink's 2xx and before recording it: the row stays leased
                     // and is sent again, with the same key, once the lease expires.

@@ -179,7 +179,10 @@ mod tests {
 
     #[test]
     fn a_slack_webhook_shows_its_host_and_first_segment_only() {
-        assert_eq!(shown("https://hooks.slack.com/services/T000/B000/XXXXsecret"), "https://hooks.slack.com/services/…");
+        assert_eq!(
+            shown("https://hooks.slack.com/services/T000/B000/XXXXsecret"),
+            "https://hooks.slack.com/services/…"
+        );
     }
 
     #[test]
@@ -260,7 +263,7 @@ mod tests {
         );
         assert!(matches!(redact_urls("no url here"), Cow::Borrowed(_)));
         assert_eq!(redact_urls("cut https://[::1 s3cret"), "cut https://… s3cret");
-        assert_eq!(redact_urls("a \"https://h.example/x/s3cret\" b"), "a \"https://h.example/…\" b");
+        assert_eq!(redact_urls("a \"https://h.example/x/s3cret\" b"), "a \"https://h.example/x/…\" b");
         assert_eq!(redact_urls("http://"), "http://…");
         assert_eq!(redact_urls("(http://h.example/path_(x)/s3cret)"), "(http://h.example/…)");
     }

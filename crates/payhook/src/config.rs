@@ -815,6 +815,67 @@ mod tests {
     }
 
     #[test]
+    fn sink_and_alert_urls_are_only_ever_shown_redacted() {
+        let text = "[alerts]\nurl = \"https://hooks.slack.com/services/T0/B0/s3cr3t-PLANTED\"\n\n[[sinks]]\n\
+                    name = \"shop\"\nurl = \"https://u:s3cr3t-PLANTED@shop.example:8443/hooks/in?token=s3cr3t-PLANTED\"\n\
+                    kinds = [\"*\"]\n";
+        let c = Config::from_toml(text, "t", None).unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cr3t-PLANTED"), "{shown}");
+        assert!(shown.contains("https://shop.example:8443/hooks/…"), "{shown}");
+        assert!(shown.contains("https://hooks.slack.com/services/…"), "{shown}");
+        for (text, key) in [
+            (
+                "[[sinks]]\nname = \"shop\"\nurl = \"ftp://s3cr3t-PLANTED@host/x\"\nkinds = [\"*\"]\n",
+                "sinks[0] (shop): url",
+            ),
+            (
+                "[[sinks]]\nname = \"shop\"\nurl = \"https://host:99999/s3cr3t-PLANTED\"\nkinds = [\"*\"]\n",
+                "sinks[0] (shop): url",
+            ),
+            ("[alerts]\nurl = \"hooks.slack.com/services/s3cr3t-PLANTED\"\n", "alerts.url"),
+        ] {
+            let err = format!("{:#}", Config::from_toml(text, "t", None).unwrap_err());
+            assert!(err.contains(key) && !err.contains("s3cr3t-PLANTED"), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn rfc_9421_sources_require_the_default_components_unless_they_list_others_with_the_body() {
+        let source = |extra: &str| {
+            format!(
+                "[[sources]]\nname = \"acq\"\nscheme = \"http-message-signatures\"\nformat = \"generic\"\n\
+                 secrets = [\"hmac-sha256:k1:c2VjcmV0\"]\n{extra}"
+            )
+        };
+        let c = Config::from_toml(&source(""), "t", None).unwrap();
+        assert_eq!(c.settings.sources[0].verifier.required_components(), DEFAULT_REQUIRED_COMPONENTS);
+        let c = Config::from_toml(
+            &source("required_components = [\"@method\", \"@path\", \"@query\", \"content-digest\", \"x-shop\"]\n"),
+            "t",
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            c.settings.sources[0].verifier.required_components(),
+            ["@method", "@path", "@query", "content-digest", "x-shop"]
+        );
+        for (extra, says) in [
+            ("required_components = [\"@method\", \"@authority\", \"@path\"]\n", "content-digest"),
+            ("required_components = [\"@Method\", \"content-digest\"]\n", "@Method"),
+            ("required_components = [\"@status\", \"content-digest\"]\n", "@status"),
+            ("required_components = [\"content-digest\", \"content-digest\"]\n", "twice"),
+        ] {
+            let err = format!("{:#}", Config::from_toml(&source(extra), "f.toml", None).unwrap_err());
+            assert!(err.starts_with("f.toml:6: sources[0] (acq): required_components") && err.contains(says), "{err}");
+        }
+        let text = "[[sources]]\nname = \"p\"\nscheme = \"stripe\"\nformat = \"stripe\"\nsecrets = [\"s\"]\n\
+                    required_components = [\"content-digest\"]\n";
+        let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+        assert!(err.contains("required_components") && err.contains("http-message-signatures"), "{err}");
+    }
+
+    #[test]
     fn an_unknown_fsync_mode_is_named() {
         let err = format!("{:#}", Config::from_toml("[storage]\nfsync = \"never\"\n", "t", None).unwrap_err());
         assert!(err.contains("storage.fsync"), "{err}");

@@ -44,9 +44,7 @@ pub enum ComponentError {
 /// in lowercase, as RFC 9421 §2.1 writes them.
 pub fn check_component_name(name: &str) -> Result<(), ComponentError> {
     let header_name = !name.is_empty()
-        && name.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b)
-        });
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b));
     if DERIVED_COMPONENTS.contains(&name) || header_name {
         Ok(())
     } else {
@@ -381,8 +379,7 @@ impl super::Verifier {
     /// [`VerifyError::InsufficientCoverage`] naming every required component (and, under payhook's policy,
     /// `content-digest`) that `input` leaves out.
     fn check_coverage(&self, input: &SignatureInput, body: Body) -> Result<(), VerifyError> {
-        let mut missing: Vec<String> =
-            self.required_components.iter().filter(|c| !input.covers(c)).cloned().collect();
+        let mut missing: Vec<String> = self.required_components.iter().filter(|c| !input.covers(c)).cloned().collect();
         if body == Body::Always && !input.covers("content-digest") && !missing.iter().any(|c| c == "content-digest") {
             missing.push("content-digest".to_owned());
         }

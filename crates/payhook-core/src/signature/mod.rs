@@ -49,8 +49,7 @@ use http::{HttpKey, parse_http_key};
 pub use adyen::adyen_signing_string;
 pub use http::{
     ComponentError, DEFAULT_REQUIRED_COMPONENTS, DERIVED_COMPONENTS, RequestParts, SignatureInput,
-    check_component_name, check_content_digest, content_digest, parse_signature, parse_signature_input,
-    signature_base,
+    check_component_name, check_content_digest, content_digest, parse_signature, parse_signature_input, signature_base,
 };
 
 use ed25519::Ed25519Key;
@@ -593,7 +592,9 @@ impl fmt::Debug for Verifier {
         // Key material is deliberately left out; the count is enough to debug
         // a rotation setup.
         let mut s = f.debug_struct("Verifier");
-        s.field("scheme", &self.scheme).field("secrets", &self.keys.len()).field("tolerance_secs", &self.tolerance_secs);
+        s.field("scheme", &self.scheme)
+            .field("secrets", &self.keys.len())
+            .field("tolerance_secs", &self.tolerance_secs);
         if self.scheme == Scheme::HttpMessageSignatures {
             s.field("required_components", &self.required_components);
         }

@@ -117,7 +117,10 @@ fn the_rfc_9421_b_2_5_signature_base_is_rebuilt_byte_for_byte_and_its_hmac_verif
         v.verify(&request, RFC_BODY, 1_618_884_473),
         Err(VerifyError::InsufficientCoverage { missing: vec!["content-digest".into()] })
     );
-    assert_eq!(by_default.verify(&request, RFC_BODY, 1_618_884_473), Err(VerifyError::InsufficientCoverage { missing }));
+    assert_eq!(
+        by_default.verify(&request, RFC_BODY, 1_618_884_473),
+        Err(VerifyError::InsufficientCoverage { missing })
+    );
 }
 
 #[test]
@@ -252,7 +255,8 @@ fn signed_covering(components: &[&str], path: &str) -> Vec<(String, String)> {
     let key = STANDARD.decode("c2VjcmV0LWtleS1mb3ItdGVzdHM=").unwrap();
     let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(&key).unwrap();
     hmac::Mac::update(&mut mac, base.as_bytes());
-    headers.push(("Signature".to_owned(), format!("sig1=:{}:", STANDARD.encode(hmac::Mac::finalize(mac).into_bytes()))));
+    headers
+        .push(("Signature".to_owned(), format!("sig1=:{}:", STANDARD.encode(hmac::Mac::finalize(mac).into_bytes()))));
     headers
 }
 
@@ -263,7 +267,9 @@ fn a_signature_covering_only_the_body_is_refused_by_default_and_one_covering_the
     let body_only = signed_covering(&["content-digest"], "/webhooks/payments");
     assert_eq!(
         check(&v, &body_only, "/webhooks/payments", BODY, NOW),
-        Err(VerifyError::InsufficientCoverage { missing: ["@method", "@authority", "@path"].map(String::from).to_vec() })
+        Err(VerifyError::InsufficientCoverage {
+            missing: ["@method", "@authority", "@path"].map(String::from).to_vec()
+        })
     );
     // Why: a verifier that asked only for the body takes the same signature at any endpoint.
     let lax = http(&[HMAC_SECRET]).with_required_components(["content-digest"]).unwrap();

@@ -56,11 +56,8 @@ impl Vector {
 
 /// Every vector of the file as JSON.
 fn raw() -> Vec<Value> {
-    let text = std::fs::read_to_string(VECTORS_PATH).unwrap_or_else(|e| {
-        panic!(
-            "cannot read the signature vectors at {VECTORS_PATH}: {e}"
-        )
-    });
+    let text = std::fs::read_to_string(VECTORS_PATH)
+        .unwrap_or_else(|e| panic!("cannot read the signature vectors at {VECTORS_PATH}: {e}"));
     let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{VECTORS_PATH} is not valid JSON: {e}"));
     doc["vectors"].as_array().unwrap_or_else(|| panic!("{VECTORS_PATH} has no `vectors` array")).clone()
 }

@@ -74,7 +74,7 @@ async fn metrics_count_a_known_workload_exactly() {
     let app = TestApp::spawn_with(|s, _| {
         s.sinks.push(SinkSettings {
             name: "shop".into(),
-            url,
+            url: payhook_server::SecretUrl::parse(&url).unwrap(),
             kinds: vec!["order.paid".into()],
             signer: None,
             timeout_ms: 2_000,
