@@ -432,7 +432,7 @@ proptest! {
         let secret = Secret::new(format!("hmac-sha256:k1:{}", STANDARD.encode(&key)));
         let mut required = vec!["content-digest", "@method", "@authority", "@path"];
         required.extend(extra.iter().copied());
-        let strict = Verifier::new(Scheme::HttpMessageSignatures, &[secret.clone()], TOLERANCE as u64)
+        let strict = Verifier::new(Scheme::HttpMessageSignatures, std::slice::from_ref(&secret), TOLERANCE as u64)
             .expect("valid")
             .with_required_components(&required)
             .expect("well-formed");
