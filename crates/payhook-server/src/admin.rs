@@ -9,6 +9,7 @@
 //! dedup and ledger path as a new delivery, which is what makes replaying twice, or replaying an event whose effect
 //! was applied meanwhile, change nothing.
 
+use crate::secret_url::redact_urls;
 use crate::settings::{Settings, SourceSettings};
 use base64::Engine;
 use payhook_core::event::{Effect, EventId, SourceName};
@@ -366,7 +367,11 @@ async fn page_of_events<S: Store>(store: &S, mut filter: EventFilter) -> Result<
 pub async fn event_detail<S: Store>(store: &S, source: &str, event_id: &str) -> Result<EventDetail, AdminError> {
     let (source, event_id) = parse_key(source, event_id)?;
     match store.event(&source, &event_id).await? {
-        Some(view) => Ok(view.into()),
+        Some(view) => {
+            let mut detail = EventDetail::from(view);
+            detail.outbox.iter_mut().for_each(redact_outbox_row);
+            Ok(detail)
+        }
         None => Err(AdminError::NotFound(format!("no event {event_id:?} from source {source}"))),
     }
 }
@@ -569,6 +574,7 @@ pub async fn list_outbox<S: Store>(store: &S, query: &OutboxQuery) -> Result<Out
         limit: limit + 1,
     };
     let mut outbox = store.list_outbox(filter).await?;
+    outbox.iter_mut().for_each(redact_outbox_row);
     let next_cursor = next_cursor(&mut outbox, limit as usize, |r| r.id);
     Ok(OutboxPage { outbox, next_cursor })
 }
@@ -584,7 +590,30 @@ pub async fn retry_outbox<S: Store>(store: &S, id: i64, now_ms: i64) -> Result<O
 async fn outbox_row<S: Store>(store: &S, id: i64) -> Result<Option<OutboxView>, AdminError> {
     let Some(before) = id.checked_add(1) else { return Ok(None) };
     let filter = OutboxFilter { before: Some(before), limit: 1, ..OutboxFilter::default() };
-    Ok(store.list_outbox(filter).await?.into_iter().next().filter(|row| row.id == id))
+    let mut row = store.list_outbox(filter).await?.into_iter().next().filter(|row| row.id == id);
+    row.iter_mut().for_each(redact_outbox_row);
+    Ok(row)
+}
+
+/// Redacts every URL in what an outbox row shows of its failures: its last error and, for an alert, its text.
+///
+/// The dispatcher never writes a URL's secret parts into these, but a row recorded by an older version may hold
+/// the HTTP client's message with the sink's full URL in it; every listing (API, dashboard, CLI) goes through here.
+pub fn redact_outbox_row(row: &mut OutboxView) {
+    if let Some(error) = &mut row.last_error
+        && let std::borrow::Cow::Owned(redacted) = redact_urls(error)
+    {
+        *error = redacted;
+    }
+    if row.kind == payhook_store::ALERT_KIND {
+        for field in ["text", "last_text"] {
+            if let Some(serde_json::Value::String(text)) = row.payload.get_mut(field)
+                && let std::borrow::Cow::Owned(redacted) = redact_urls(text)
+            {
+                *text = redacted;
+            }
+        }
+    }
 }
 
 /// Counts by status and the ages of the oldest waiting work, at `now_ms`.

@@ -133,7 +133,7 @@ fn order_json(v: &OrderView) -> serde_json::Value {
             "to": h.to.as_str(),
             "at_ms": h.at_ms,
         })).collect::<Vec<_>>(),
-        "outbox": v.outbox,
+        "outbox": v.outbox.iter().cloned().map(|mut row| { crate::admin::redact_outbox_row(&mut row); row }).collect::<Vec<_>>(),
     })
 }
 

@@ -8,9 +8,14 @@
 //! Classification: 2xx delivered; 408, 409, 425, 429, 5xx, timeouts and connection errors retried with the pure
 //! `RetryPolicy` (honouring `Retry-After`); any other answer is permanent. Permanent, or the budget spent: dead,
 //! with the last error kept, and an alert.
+//!
+//! A sink's URL may hold its credential, so every message about a send names it in its redacted form
+//! ([`SecretUrl`]) and renders the HTTP client's errors without their URL: what is logged, stored as the row's
+//! last error and put into an alert never holds the path, query or user info.
 
 use crate::app::now_ms;
 use crate::metrics::DispatchMetrics;
+use crate::secret_url::{SecretUrl, redact_urls};
 use crate::settings::{ALERTS_SINK, AlertSettings, DispatcherSettings, Settings, SinkSettings};
 use payhook_core::retry::Next;
 use payhook_core::signature::Verifier;
@@ -25,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone)]
 struct Target {
     name: String,
-    url: String,
+    url: SecretUrl,
     signer: Option<Verifier>,
     timeout: Duration,
     max_in_flight: usize,
@@ -166,6 +171,7 @@ impl<S: Store> Dispatcher<S> {
         }
         let mut loops = tokio::task::JoinSet::new();
         for target in self.targets.iter().cloned() {
+            tracing::info!(sink = target.name, url = %target.url, "delivering outbox rows");
             let (this, cancel) = (self.clone(), cancel.clone());
             loops.spawn(async move { this.sink_loop(target, cancel).await });
         }
@@ -212,7 +218,8 @@ impl<S: Store> Dispatcher<S> {
                 let started = std::time::Instant::now();
                 let outcome = this.deliver(&target, &job).await;
                 this.metrics.sent(&target.name, started.elapsed());
-                if matches!(outcome, Dispatched::Delivered { .. }) && after_sink_2xx_fires(&target.url) {
+                if matches!(outcome, Dispatched::Delivered { .. }) && after_sink_2xx_fires(target.url.expose().as_str())
+                {
                     // A dispatcher that dies after the sink's 2xx and before recording it: the row stays leased
                     // and is sent again, with the same key, once the lease expires.
                     let lost = StoreError::Unavailable("failpoint dispatcher::after_sink_2xx".into());
@@ -234,6 +241,7 @@ impl<S: Store> Dispatcher<S> {
                         pass.delivered += 1;
                         tracing::debug!(
                             sink = target.name,
+                            url = %target.url,
                             id = job.id,
                             kind = job.kind,
                             outcome = "delivered",
@@ -245,6 +253,7 @@ impl<S: Store> Dispatcher<S> {
                         pass.retried += 1;
                         tracing::info!(
                             sink = target.name,
+                            url = %target.url,
                             id = job.id,
                             kind = job.kind,
                             outcome = "retry",
@@ -256,6 +265,7 @@ impl<S: Store> Dispatcher<S> {
                         pass.dead += 1;
                         tracing::warn!(
                             sink = target.name,
+                            url = %target.url,
                             id = job.id,
                             kind = job.kind,
                             outcome = "dead",
@@ -275,7 +285,7 @@ impl<S: Store> Dispatcher<S> {
         let msg_id = job.id.to_string();
         let mut req = self
             .client
-            .post(&target.url)
+            .post(target.url.expose().clone())
             .timeout(target.timeout)
             .header("content-type", "application/json")
             .header("idempotency-key", &msg_id);
@@ -293,14 +303,19 @@ impl<S: Store> Dispatcher<S> {
             Ok(resp) => {
                 let status = resp.status();
                 let retry_after = retry_after_ms(resp.headers());
-                let error = format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or(""));
+                let error = match status.canonical_reason() {
+                    Some(reason) => format!("{} {reason} from {}", status.as_u16(), target.url),
+                    None => format!("{} from {}", status.as_u16(), target.url),
+                };
                 if !retryable(status) {
-                    return Dispatched::Dead { status: Some(status.as_u16()), error: error.trim().to_owned() };
+                    return Dispatched::Dead { status: Some(status.as_u16()), error };
                 }
-                (Some(status.as_u16()), retry_after, error.trim().to_owned())
+                (Some(status.as_u16()), retry_after, error)
             }
-            Err(e) if e.is_timeout() => (None, None, format!("no answer within {} ms", target.timeout.as_millis())),
-            Err(e) => (None, None, format!("request failed: {}", error_chain(&e))),
+            Err(e) if e.is_timeout() => {
+                (None, None, format!("no answer from {} within {} ms", target.url, target.timeout.as_millis()))
+            }
+            Err(e) => (None, None, format!("request to {} failed: {}", target.url, client_error(e))),
         };
         let now = now_ms();
         match self.settings.retry.next(attempt, now, fastrand::f64()) {
@@ -343,6 +358,13 @@ fn retryable(status: StatusCode) -> bool {
 fn retry_after_ms(headers: &reqwest::header::HeaderMap) -> Option<i64> {
     let secs: i64 = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
     Some(secs.clamp(0, 86_400) * 1000)
+}
+
+/// A client error as text, without the URL it was about: reqwest names the full URL in its message (`error
+/// sending request for url (…)`), so the URL is dropped first, and anything URL-shaped left in the chain of causes
+/// is redacted.
+fn client_error(e: reqwest::Error) -> String {
+    redact_urls(&error_chain(&e.without_url())).into_owned()
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -15,6 +15,7 @@
 //! - [`retention`]: the pruning task and `prune_all`, shared with `payhook prune`.
 //! - `ui`: the operator dashboard under `/ui`, server-rendered behind the API token.
 //! - [`settings`]: the resolved settings the binary hands over.
+//! - [`secret_url`]: [`SecretUrl`], a sink's or the alerts' URL, shown everywhere only in its redacted form.
 //!
 //! Boundary: this is the only crate that knows axum; it talks to storage only through [`payhook_store::Store`].
 
@@ -30,6 +31,7 @@ mod listener;
 mod metrics;
 mod openapi;
 pub mod retention;
+pub mod secret_url;
 pub mod settings;
 mod ui;
 pub mod worker;
@@ -40,6 +42,7 @@ pub use auth::{InvalidIpRange, IpRange};
 pub use error::ApiError;
 pub use listener::TlsError;
 pub use metrics::SourceMetrics;
+pub use secret_url::SecretUrl;
 pub use settings::{
     AuthSettings, ListenerSettings, RetentionSettings, Settings, SourceSettings, TlsSettings, WorkerSettings,
 };

@@ -16,8 +16,8 @@ const OUTCOMES: [Outcome; 5] =
 
 /// Every reason a delivery is refused with 401: `payhook_core::signature::VerifyError::code`, and `replayed` (a
 /// signature nonce used before for another body).
-pub(crate) const REASONS: [&str; 6] =
-    ["missing_header", "malformed", "stale", "mismatch", "digest_mismatch", "replayed"];
+pub(crate) const REASONS: [&str; 7] =
+    ["missing_header", "malformed", "stale", "mismatch", "digest_mismatch", "insufficient_coverage", "replayed"];
 
 /// Upper bounds of the latency histograms, in microseconds (rendered in seconds): 0.5 ms to 10 s.
 const LATENCY_BOUNDS_US: &[u64] = &[

@@ -133,8 +133,8 @@ impl Default for RetentionSettings {
 pub struct SinkSettings {
     /// Its name, referenced by outbox rows and by sources' `forward`.
     pub name: String,
-    /// Where rows are POSTed.
-    pub url: String,
+    /// Where rows are POSTed; shown only in its redacted form (it may hold a token).
+    pub url: crate::SecretUrl,
     /// The kinds it takes (`order.paid`, …; `*` for all).
     pub kinds: Vec<String>,
     /// Signs what is sent with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
@@ -148,8 +148,8 @@ pub struct SinkSettings {
 /// Where alerts go: a Slack-compatible incoming webhook (`{"text": …}`) or any HTTP endpoint.
 #[derive(Debug, Clone)]
 pub struct AlertSettings {
-    /// Where alerts are POSTed.
-    pub url: String,
+    /// Where alerts are POSTed; shown only in its redacted form (a Slack webhook's path is its secret).
+    pub url: crate::SecretUrl,
     /// Alerts with the same source and reason within this window collapse into one, with a count.
     pub window_ms: i64,
     /// How long an alert gathers its key's repeats before it is sent.

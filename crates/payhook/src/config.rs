@@ -6,11 +6,12 @@ use anyhow::{Context, Result, bail};
 use payhook_core::event::SourceName;
 use payhook_core::format::Format;
 use payhook_core::retry::RetryPolicy;
-use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
+use payhook_core::signature::{DEFAULT_REQUIRED_COMPONENTS, Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
 use payhook_postgres::PgOptions;
 use payhook_server::settings::{AlertSettings, DispatcherSettings, ReplaySettings, SinkSettings};
 use payhook_server::{
-    AuthSettings, IpRange, ListenerSettings, RetentionSettings, Settings, SourceSettings, TlsSettings, WorkerSettings,
+    AuthSettings, IpRange, ListenerSettings, RetentionSettings, SecretUrl, Settings, SourceSettings, TlsSettings,
+    WorkerSettings,
 };
 use payhook_sqlite::{CommitSync, SqliteOptions};
 use serde::Deserialize;
@@ -192,6 +193,8 @@ struct RawSource {
     algorithm: Option<HmacAlgorithm>,
     encoding: Option<Encoding>,
     prefix: Option<String>,
+    /// `http-message-signatures` only: the components every signature must cover.
+    required_components: Option<Vec<String>>,
     #[serde(default)]
     forward: Vec<String>,
 }
@@ -595,11 +598,10 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>, var: &dyn Fn(&str) -> Option<S
         }
     }
     if let Some(a) = raw.alerts {
-        if !a.url.starts_with("http://") && !a.url.starts_with("https://") {
-            bail!("alerts.url: {:?} is not an http(s) URL", a.url);
-        }
+        // Never echo the URL: a Slack webhook's path is its secret.
+        let url = SecretUrl::parse(&a.url).context("alerts.url")?;
         settings.alerts = Some(AlertSettings {
-            url: a.url,
+            url,
             window_ms: (a.window_secs.max(1) * 1000) as i64,
             gather_ms: (a.gather_secs * 1000) as i64,
             verification_failures: a.verification_failures.max(1),
@@ -637,9 +639,8 @@ fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
     if s.name.is_empty() || s.name.starts_with('_') {
         bail!("name: must be non-empty and must not start with '_' (reserved)");
     }
-    if !s.url.starts_with("http://") && !s.url.starts_with("https://") {
-        bail!("url: {:?} is not an http(s) URL", s.url);
-    }
+    // Never echo the URL: its path or query may hold the sink's token.
+    let url = SecretUrl::parse(&s.url).context("url")?;
     if s.kinds.is_empty() {
         bail!("kinds: list the outbox kinds this sink takes (order.paid, order.refunded, …) or \"*\"");
     }
@@ -656,7 +657,7 @@ fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
         .context("secret: a Standard Webhooks secret (whsec_ followed by base64)")?;
     Ok(SinkSettings {
         name: s.name,
-        url: s.url,
+        url,
         kinds: s.kinds,
         signer,
         timeout_ms: s.timeout_ms.max(1),
@@ -780,7 +781,19 @@ fn resolve_source(s: RawSource) -> Result<SourceSettings> {
             std::env::var(var).with_context(|| format!("secrets_env: environment variable {var} is not set"))?;
         secrets.extend(value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(|v| Secret::new(v.to_owned())));
     }
-    let verifier = Verifier::new(scheme, &secrets, s.tolerance_secs.unwrap_or(300)).context("secrets")?;
+    let mut verifier = Verifier::new(scheme, &secrets, s.tolerance_secs.unwrap_or(300)).context("secrets")?;
+    if let Some(components) = s.required_components {
+        if *verifier.scheme() != Scheme::HttpMessageSignatures {
+            bail!("required_components: only the http-message-signatures scheme takes this key");
+        }
+        if !components.iter().any(|c| c == "content-digest") {
+            bail!(
+                "required_components: must include \"content-digest\", or the signature would not cover the body \
+                 (the default is {DEFAULT_REQUIRED_COMPONENTS:?})"
+            );
+        }
+        verifier = verifier.with_required_components(&components).context("required_components")?;
+    }
     Ok(SourceSettings { name, verifier, format: s.format, forward: s.forward })
 }
 
@@ -956,6 +969,67 @@ mod tests {
         assert_eq!(c.log_format, LogFormat::Json);
         let err = format!("{:#}", Config::from_toml("[log]\nformat = \"xml\"\n", "t", None).unwrap_err());
         assert!(err.contains("log.format"), "{err}");
+    }
+
+    #[test]
+    fn sink_and_alert_urls_are_only_ever_shown_redacted() {
+        let text = "[alerts]\nurl = \"https://hooks.slack.com/services/T0/B0/s3cr3t-PLANTED\"\n\n[[sinks]]\n\
+                    name = \"shop\"\nurl = \"https://u:s3cr3t-PLANTED@shop.example:8443/hooks/in?token=s3cr3t-PLANTED\"\n\
+                    kinds = [\"*\"]\n";
+        let c = Config::from_toml(text, "t", None).unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cr3t-PLANTED"), "{shown}");
+        assert!(shown.contains("https://shop.example:8443/hooks/…"), "{shown}");
+        assert!(shown.contains("https://hooks.slack.com/services/…"), "{shown}");
+        for (text, key) in [
+            (
+                "[[sinks]]\nname = \"shop\"\nurl = \"ftp://s3cr3t-PLANTED@host/x\"\nkinds = [\"*\"]\n",
+                "sinks[0] (shop): url",
+            ),
+            (
+                "[[sinks]]\nname = \"shop\"\nurl = \"https://host:99999/s3cr3t-PLANTED\"\nkinds = [\"*\"]\n",
+                "sinks[0] (shop): url",
+            ),
+            ("[alerts]\nurl = \"hooks.slack.com/services/s3cr3t-PLANTED\"\n", "alerts.url"),
+        ] {
+            let err = format!("{:#}", Config::from_toml(text, "t", None).unwrap_err());
+            assert!(err.contains(key) && !err.contains("s3cr3t-PLANTED"), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn rfc_9421_sources_require_the_default_components_unless_they_list_others_with_the_body() {
+        let source = |extra: &str| {
+            format!(
+                "[[sources]]\nname = \"acq\"\nscheme = \"http-message-signatures\"\nformat = \"generic\"\n\
+                 secrets = [\"hmac-sha256:k1:c2VjcmV0\"]\n{extra}"
+            )
+        };
+        let c = Config::from_toml(&source(""), "t", None).unwrap();
+        assert_eq!(c.settings.sources[0].verifier.required_components(), DEFAULT_REQUIRED_COMPONENTS);
+        let c = Config::from_toml(
+            &source("required_components = [\"@method\", \"@path\", \"@query\", \"content-digest\", \"x-shop\"]\n"),
+            "t",
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            c.settings.sources[0].verifier.required_components(),
+            ["@method", "@path", "@query", "content-digest", "x-shop"]
+        );
+        for (extra, says) in [
+            ("required_components = [\"@method\", \"@authority\", \"@path\"]\n", "content-digest"),
+            ("required_components = [\"@Method\", \"content-digest\"]\n", "@Method"),
+            ("required_components = [\"@status\", \"content-digest\"]\n", "@status"),
+            ("required_components = [\"content-digest\", \"content-digest\"]\n", "twice"),
+        ] {
+            let err = format!("{:#}", Config::from_toml(&source(extra), "f.toml", None).unwrap_err());
+            assert!(err.starts_with("f.toml:6: sources[0] (acq): required_components") && err.contains(says), "{err}");
+        }
+        let text = "[[sources]]\nname = \"p\"\nscheme = \"stripe\"\nformat = \"stripe\"\nsecrets = [\"s\"]\n\
+                    required_components = [\"content-digest\"]\n";
+        let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+        assert!(err.contains("required_components") && err.contains("http-message-signatures"), "{err}");
     }
 
     #[test]

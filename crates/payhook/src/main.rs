@@ -126,6 +126,13 @@ async fn run(cli: Cli) -> Result<()> {
                     s.format
                 );
             }
+            // Sink and alert URLs are shown redacted: their paths and queries often hold a token.
+            for s in &cfg.settings.sinks {
+                println!("  sink     {:<16} {} ({})", s.name, s.url, s.kinds.join(", "));
+            }
+            if let Some(a) = &cfg.settings.alerts {
+                println!("  alerts   {}", a.url);
+            }
             Ok(())
         }
         Command::Serve => {

@@ -21,6 +21,37 @@ use super::{Headers, HmacAlgorithm, Key, LENIENT_BASE64, VerifyError};
 pub const DERIVED_COMPONENTS: [&str; 7] =
     ["@method", "@authority", "@path", "@query", "@target-uri", "@scheme", "@request-target"];
 
+/// The components a signature must cover unless its source says otherwise: the method, the authority and the path
+/// tie it to one endpoint (a signature over the body alone could be replayed at another), and `content-digest`
+/// ties it to the body.
+pub const DEFAULT_REQUIRED_COMPONENTS: [&str; 4] = ["@method", "@authority", "@path", "content-digest"];
+
+/// Why a list of required components was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ComponentError {
+    /// Neither a lowercase header field name nor one of [`DERIVED_COMPONENTS`].
+    #[error(
+        "{0:?} is neither a lowercase header field name nor a derived component payhook can rebuild (@method, \
+         @authority, @path, @query, @target-uri, @scheme, @request-target)"
+    )]
+    Unknown(String),
+    /// The same component is listed twice.
+    #[error("{0:?} is listed twice")]
+    Duplicate(String),
+}
+
+/// Checks one component name: a derived component payhook can rebuild, or a header field name (an RFC 9110 token)
+/// in lowercase, as RFC 9421 §2.1 writes them.
+pub fn check_component_name(name: &str) -> Result<(), ComponentError> {
+    let header_name = !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if DERIVED_COMPONENTS.contains(&name) || header_name {
+        Ok(())
+    } else {
+        Err(ComponentError::Unknown(name.to_owned()))
+    }
+}
+
 /// The parts of an HTTP request that derived components are computed from, plus its header fields: a small
 /// [`Headers`] implementation for tests, `payhook send` and integrations that have the request at hand.
 ///
@@ -335,18 +366,40 @@ impl<R: Headers + ?Sized> Headers for WithHeaders<'_, '_, R> {
     }
 }
 
+/// Whether a coverage check insists on `content-digest` beyond the required components.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    /// payhook's policy: the body must be covered, whatever the required components say.
+    Always,
+    /// Only the required components (a raw RFC example checked on its own terms).
+    AsRequired,
+}
+
 impl super::Verifier {
+    /// [`VerifyError::InsufficientCoverage`] naming every required component (and, under payhook's policy,
+    /// `content-digest`) that `input` leaves out.
+    fn check_coverage(&self, input: &SignatureInput, body: Body) -> Result<(), VerifyError> {
+        let mut missing: Vec<String> = self.required_components.iter().filter(|c| !input.covers(c)).cloned().collect();
+        if body == Body::Always && !input.covers("content-digest") && !missing.iter().any(|c| c == "content-digest") {
+            missing.push("content-digest".to_owned());
+        }
+        if missing.is_empty() { Ok(()) } else { Err(VerifyError::InsufficientCoverage { missing }) }
+    }
+
     /// The configured RFC 9421 key called `keyid`, with its index among the secrets.
     fn http_key(&self, keyid: &str) -> Option<(usize, &HttpKey)> {
         self.keys.iter().enumerate().find_map(|(i, k)| k.http().filter(|(id, _)| *id == keyid).map(|(_, key)| (i, key)))
     }
 
     /// Verifies one RFC 9421 signature without payhook's policy (no digest, `created` or `expires` checks):
-    /// selects the key by `keyid`, checks that an `alg` parameter (if any) names its algorithm, rebuilds the
-    /// signature base from `request` and checks `signature` over it (HMAC in constant time, Ed25519 strictly).
+    /// selects the key by `keyid`, checks that an `alg` parameter (if any) names its algorithm, that the signature
+    /// covers every [required component](super::Verifier::required_components), rebuilds the signature base from
+    /// `request` and checks `signature` over it (HMAC in constant time, Ed25519 strictly).
     ///
     /// Returns the index of the matching secret. An unknown or absent keyid, a conflicting `alg` and a signature
-    /// that does not verify are all [`VerifyError::Mismatch`].
+    /// that does not verify are all [`VerifyError::Mismatch`]; a required component left out is
+    /// [`VerifyError::InsufficientCoverage`] (so a verifier checking an example that covers less, such as RFC 9421
+    /// B.2.5, is built with that example's components).
     pub fn verify_http_signature(
         &self,
         input: &SignatureInput,
@@ -357,6 +410,7 @@ impl super::Verifier {
         if input.alg().is_some_and(|alg| alg != key.alg()) {
             return Err(VerifyError::Mismatch);
         }
+        self.check_coverage(input, Body::AsRequired)?;
         let base = signature_base(input, request)?;
         if key.verify(base.as_bytes(), signature) { Ok(index) } else { Err(VerifyError::Mismatch) }
     }
@@ -382,9 +436,9 @@ impl super::Verifier {
             .find(|(label, _)| label == input.label())
             .map(|(_, bytes)| bytes)
             .ok_or_else(|| malformed("Signature", "no signature for the selected Signature-Input label"))?;
-        if !input.covers("content-digest") {
-            return Err(malformed("Signature-Input", "content-digest is not covered, so the body is not signed"));
-        }
+        // Before anything costs more than a comparison: a signature that leaves out what this source requires, or
+        // the body, is refused whatever else it says.
+        self.check_coverage(input, Body::Always)?;
         let created = input.created().ok_or_else(|| malformed("Signature-Input", "no created parameter"))?;
         self.check_fresh(created, now_unix)?;
         if let Some(expires) = input.expires()
@@ -408,9 +462,11 @@ impl super::Verifier {
     /// configured key that can sign (HMAC or `ed25519-private`), returning the headers to add:
     /// `Content-Digest` (SHA-256 of `body`), `Signature-Input` and `Signature`, under the label `sig1`.
     ///
-    /// The signature covers `"@method" "@authority" "@path" "content-digest"` and, when `parts` has one,
-    /// `"content-type"`, with the parameters `created` (= `now_unix`), `keyid`, `alg` and, when given, `nonce`.
-    /// Returns no headers when every configured key is verify-only.
+    /// The signature covers `"@method" "@authority" "@path" "content-digest"`, then every other
+    /// [required component](super::Verifier::required_components) of this verifier, then, when `parts` has one,
+    /// `"content-type"`, with the parameters `created` (= `now_unix`), `keyid`, `alg` and, when given, `nonce`: what
+    /// it signs, its own verifier accepts. Returns no headers when every configured key is verify-only, or when a
+    /// required header field is not among `parts`' headers.
     pub fn sign_request(
         &self,
         parts: &RequestParts<'_>,
@@ -427,9 +483,21 @@ impl super::Verifier {
             return Vec::new();
         };
         let digest = content_digest(body);
-        let mut covered = String::from("(\"@method\" \"@authority\" \"@path\" \"content-digest\"");
-        if parts.get("content-type").is_some() {
-            covered.push_str(" \"content-type\"");
+        let mut components: Vec<&str> = DEFAULT_REQUIRED_COMPONENTS.to_vec();
+        for name in &self.required_components {
+            if !components.contains(&name.as_str()) {
+                components.push(name);
+            }
+        }
+        if parts.get("content-type").is_some() && !components.contains(&"content-type") {
+            components.push("content-type");
+        }
+        let mut covered = String::from("(");
+        for (i, name) in components.iter().enumerate() {
+            if i > 0 {
+                covered.push(' ');
+            }
+            structured::serialize_string(&mut covered, name);
         }
         covered.push_str(&format!(");created={now_unix};keyid="));
         structured::serialize_string(&mut covered, keyid);

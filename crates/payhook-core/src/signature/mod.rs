@@ -48,8 +48,8 @@ use http::{HttpKey, parse_http_key};
 
 pub use adyen::adyen_signing_string;
 pub use http::{
-    DERIVED_COMPONENTS, RequestParts, SignatureInput, check_content_digest, content_digest, parse_signature,
-    parse_signature_input, signature_base,
+    ComponentError, DEFAULT_REQUIRED_COMPONENTS, DERIVED_COMPONENTS, RequestParts, SignatureInput,
+    check_component_name, check_content_digest, content_digest, parse_signature, parse_signature_input, signature_base,
 };
 
 use ed25519::Ed25519Key;
@@ -266,7 +266,11 @@ pub enum Scheme {
     ///
     /// Of the `Signature-Input` members, the first whose `keyid` is configured
     /// is checked (an `alg` parameter, if present, must name that key's
-    /// algorithm), and payhook's policy applies to it: `content-digest` must
+    /// algorithm), and payhook's policy applies to it: it must cover every
+    /// [required component](Verifier::required_components) (by default
+    /// [`DEFAULT_REQUIRED_COMPONENTS`]: `@method`, `@authority`, `@path` and
+    /// `content-digest`, so that it cannot be replayed at another endpoint),
+    /// else [`VerifyError::InsufficientCoverage`]; `content-digest` must
     /// be covered and match the body (`sha-256` and/or `sha-512`), `created`
     /// is required and must lie within the tolerance in either direction, and
     /// an `expires` in the past is [`VerifyError::Stale`] (with `delta_secs`
@@ -421,12 +425,20 @@ pub enum VerifyError {
     /// `Content-Digest` (RFC 9530): the body changed after signing.
     #[error("the body does not match its signed content digest")]
     DigestMismatch,
+    /// An RFC 9421 signature that leaves out components its source requires
+    /// (by default the method, authority, path and content digest): it
+    /// could be replayed at another endpoint, or with another body.
+    #[error("the signature does not cover {}, which this source requires", missing.join(" "))]
+    InsufficientCoverage {
+        /// The required components it does not cover, in the source's order.
+        missing: Vec<String>,
+    },
 }
 
 impl VerifyError {
     /// A short, stable machine code for metrics and logs:
-    /// `"missing_header"`, `"malformed"`, `"stale"`, `"mismatch"` or
-    /// `"digest_mismatch"`.
+    /// `"missing_header"`, `"malformed"`, `"stale"`, `"mismatch"`,
+    /// `"digest_mismatch"` or `"insufficient_coverage"`.
     pub fn code(&self) -> &'static str {
         match self {
             Self::MissingHeader(_) => "missing_header",
@@ -434,6 +446,7 @@ impl VerifyError {
             Self::Stale { .. } => "stale",
             Self::Mismatch => "mismatch",
             Self::DigestMismatch => "digest_mismatch",
+            Self::InsufficientCoverage { .. } => "insufficient_coverage",
         }
     }
 }
@@ -494,6 +507,8 @@ pub struct Verifier {
     scheme: Scheme,
     keys: Vec<Key>,
     tolerance_secs: u64,
+    /// RFC 9421 components every signature must cover (only [`Scheme::HttpMessageSignatures`] reads them).
+    required_components: Vec<String>,
 }
 
 /// One configured secret, decoded for its scheme.
@@ -576,11 +591,14 @@ impl fmt::Debug for Verifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Key material is deliberately left out; the count is enough to debug
         // a rotation setup.
-        f.debug_struct("Verifier")
-            .field("scheme", &self.scheme)
+        let mut s = f.debug_struct("Verifier");
+        s.field("scheme", &self.scheme)
             .field("secrets", &self.keys.len())
-            .field("tolerance_secs", &self.tolerance_secs)
-            .finish()
+            .field("tolerance_secs", &self.tolerance_secs);
+        if self.scheme == Scheme::HttpMessageSignatures {
+            s.field("required_components", &self.required_components);
+        }
+        s.finish()
     }
 }
 
@@ -611,7 +629,39 @@ impl Verifier {
                 return Err(KeyError::Invalid { index, reason: "this keyid is already configured".into() });
             }
         }
-        Ok(Self { scheme, keys, tolerance_secs })
+        let required_components = DEFAULT_REQUIRED_COMPONENTS.iter().map(|c| (*c).to_owned()).collect();
+        Ok(Self { scheme, keys, tolerance_secs, required_components })
+    }
+
+    /// The same verifier requiring RFC 9421 signatures to cover exactly `components` (instead of
+    /// [`DEFAULT_REQUIRED_COMPONENTS`]); other schemes ignore them.
+    ///
+    /// Each must be a lowercase header field name or one of [`DERIVED_COMPONENTS`], listed once
+    /// ([`ComponentError`] otherwise). The list is not required to name `content-digest`:
+    /// [`Verifier::verify`] insists on it anyway, while
+    /// [`Verifier::verify_http_signature`] checks a raw example on the list alone; a configuration should name
+    /// it, so that what it says is what is enforced.
+    pub fn with_required_components<I>(mut self, components: I) -> Result<Self, ComponentError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let mut list: Vec<String> = Vec::new();
+        for name in components {
+            let name = name.as_ref();
+            check_component_name(name)?;
+            if list.iter().any(|c| c == name) {
+                return Err(ComponentError::Duplicate(name.to_owned()));
+            }
+            list.push(name.to_owned());
+        }
+        self.required_components = list;
+        Ok(self)
+    }
+
+    /// The RFC 9421 components every signature must cover, in order.
+    pub fn required_components(&self) -> &[String] {
+        &self.required_components
     }
 
     /// The scheme this verifier checks.

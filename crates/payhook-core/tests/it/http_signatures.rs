@@ -4,8 +4,8 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use payhook_core::signature::{
-    Headers, KeyError, Nonce, RequestParts, Scheme, Secret, Verified, Verifier, VerifyError, check_content_digest,
-    parse_signature, parse_signature_input, signature_base,
+    ComponentError, Headers, KeyError, Nonce, RequestParts, Scheme, Secret, Verified, Verifier, VerifyError,
+    check_component_name, check_content_digest, parse_signature, parse_signature_input, signature_base,
 };
 
 use crate::verifier;
@@ -103,10 +103,24 @@ fn the_rfc_9421_b_2_5_signature_base_is_rebuilt_byte_for_byte_and_its_hmac_verif
                     created=1618884473;keyid=\"test-shared-secret\"";
     assert_eq!(signature_base(&input, &request).unwrap(), expected);
     let (_, signature) = parse_signature(request.get("signature").unwrap()).unwrap().remove(0);
-    let v = http(&[&format!("hmac-sha256:test-shared-secret:{RFC_SHARED_SECRET}")]);
+    let by_default = http(&[&format!("hmac-sha256:test-shared-secret:{RFC_SHARED_SECRET}")]);
+    // The example covers less than payhook requires by default; checked on its own terms, it verifies.
+    let v = by_default.clone().with_required_components(input.components()).unwrap();
     assert_eq!(v.verify_http_signature(&input, &signature, &request), Ok(0));
-    // The full policy refuses it: the example does not cover content-digest.
-    assert!(matches!(v.verify(&request, RFC_BODY, 1_618_884_473), Err(VerifyError::Malformed(_))));
+    let missing: Vec<String> = ["@method", "@path", "content-digest"].map(String::from).to_vec();
+    assert_eq!(
+        by_default.verify_http_signature(&input, &signature, &request),
+        Err(VerifyError::InsufficientCoverage { missing: missing.clone() })
+    );
+    // The full policy refuses it either way: the example does not cover content-digest, so not the body.
+    assert_eq!(
+        v.verify(&request, RFC_BODY, 1_618_884_473),
+        Err(VerifyError::InsufficientCoverage { missing: vec!["content-digest".into()] })
+    );
+    assert_eq!(
+        by_default.verify(&request, RFC_BODY, 1_618_884_473),
+        Err(VerifyError::InsufficientCoverage { missing })
+    );
 }
 
 #[test]
@@ -211,12 +225,112 @@ fn a_body_that_does_not_match_the_signed_digest_is_a_digest_mismatch() {
 }
 
 #[test]
-fn a_signature_that_does_not_cover_content_digest_is_malformed() {
+fn a_signature_that_does_not_cover_content_digest_is_insufficient_coverage() {
     let v = http(&[HMAC_SECRET]);
     let mut headers = signed(&v, BODY, NOW, None);
     let input = crate::header(&headers, "signature-input").replace(" \"content-digest\"", "");
     replace(&mut headers, "signature-input", input);
-    assert!(matches!(check(&v, &headers, "/webhooks/payments", BODY, NOW), Err(VerifyError::Malformed(_))));
+    let refused = check(&v, &headers, "/webhooks/payments", BODY, NOW);
+    assert_eq!(refused, Err(VerifyError::InsufficientCoverage { missing: vec!["content-digest".into()] }));
+    // Even for a verifier whose own list leaves it out: the policy always insists on the body.
+    let lax = http(&[HMAC_SECRET]).with_required_components(["@method"]).unwrap();
+    let refused = check(&lax, &headers, "/webhooks/payments", BODY, NOW);
+    assert_eq!(refused, Err(VerifyError::InsufficientCoverage { missing: vec!["content-digest".into()] }));
+    assert_eq!(refused.unwrap_err().code(), "insufficient_coverage");
+}
+
+/// Headers of a request to `path` signed by hand with the HMAC key of [`HMAC_SECRET`], covering `components`.
+fn signed_covering(components: &[&str], path: &str) -> Vec<(String, String)> {
+    let digest = payhook_core::signature::content_digest(BODY);
+    let list: Vec<String> = components.iter().map(|c| format!("\"{c}\"")).collect();
+    let input_header = format!("sig1=({});created={NOW};keyid=\"payments-2024\";alg=\"hmac-sha256\"", list.join(" "));
+    let mut headers = vec![
+        ("Content-Type".to_owned(), "application/json".to_owned()),
+        ("Content-Digest".to_owned(), digest),
+        ("Signature-Input".to_owned(), input_header.clone()),
+    ];
+    let borrowed: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let input = parse_signature_input(&input_header).unwrap().remove(0);
+    let base = signature_base(&input, &parts(&borrowed, path)).unwrap();
+    let key = STANDARD.decode("c2VjcmV0LWtleS1mb3ItdGVzdHM=").unwrap();
+    let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(&key).unwrap();
+    hmac::Mac::update(&mut mac, base.as_bytes());
+    headers
+        .push(("Signature".to_owned(), format!("sig1=:{}:", STANDARD.encode(hmac::Mac::finalize(mac).into_bytes()))));
+    headers
+}
+
+#[test]
+fn a_signature_covering_only_the_body_is_refused_by_default_and_one_covering_the_defaults_passes() {
+    let v = http(&[HMAC_SECRET]);
+    assert_eq!(v.required_components(), ["@method", "@authority", "@path", "content-digest"]);
+    let body_only = signed_covering(&["content-digest"], "/webhooks/payments");
+    assert_eq!(
+        check(&v, &body_only, "/webhooks/payments", BODY, NOW),
+        Err(VerifyError::InsufficientCoverage {
+            missing: ["@method", "@authority", "@path"].map(String::from).to_vec()
+        })
+    );
+    // Why: a verifier that asked only for the body takes the same signature at any endpoint.
+    let lax = http(&[HMAC_SECRET]).with_required_components(["content-digest"]).unwrap();
+    assert!(check(&lax, &body_only, "/webhooks/payments", BODY, NOW).is_ok());
+    assert!(check(&lax, &body_only, "/webhooks/refunds", BODY, NOW).is_ok(), "replayable elsewhere");
+
+    let defaults = signed_covering(&["@method", "@authority", "@path", "content-digest"], "/webhooks/payments");
+    assert_eq!(check(&v, &defaults, "/webhooks/payments", BODY, NOW).map(|ok| ok.secret_index), Ok(0));
+    assert_eq!(check(&v, &defaults, "/webhooks/refunds", BODY, NOW), Err(VerifyError::Mismatch), "tied to its path");
+    let missing_path = signed_covering(&["@method", "@authority", "content-digest"], "/webhooks/payments");
+    assert_eq!(
+        check(&v, &missing_path, "/webhooks/payments", BODY, NOW),
+        Err(VerifyError::InsufficientCoverage { missing: vec!["@path".into()] })
+    );
+}
+
+#[test]
+fn required_components_must_be_lowercase_header_names_or_known_derived_components_listed_once() {
+    let v = || http(&[HMAC_SECRET]);
+    for good in [
+        &["@method", "@authority", "@path", "@query", "@target-uri", "@scheme", "@request-target"][..],
+        &["content-digest", "x-shop-id", "date", "content-type"][..],
+        &[][..],
+    ] {
+        let built = v().with_required_components(good).unwrap_or_else(|e| panic!("{good:?}: {e}"));
+        assert_eq!(built.required_components(), good);
+    }
+    for bad in ["Content-Digest", "@status", "@signature-params", "@Method", "", "x shop", "x-shop-id;sf", "é"] {
+        let err = v().with_required_components(["content-digest", bad]).unwrap_err();
+        assert_eq!(err, ComponentError::Unknown(bad.to_owned()), "{bad:?}");
+    }
+    let err = v().with_required_components(["@path", "content-digest", "@path"]).unwrap_err();
+    assert_eq!(err, ComponentError::Duplicate("@path".into()));
+    assert_eq!(check_component_name("@query"), Ok(()));
+}
+
+#[test]
+fn sign_request_covers_every_component_its_verifier_requires() {
+    let strict = http(&[HMAC_SECRET])
+        .with_required_components(["@method", "@authority", "@path", "@query", "content-digest", "x-shop-id"])
+        .unwrap();
+    let base = [("Content-Type", "application/json"), ("X-Shop-Id", "shop_42")];
+    let added = strict.sign_request(&parts(&base, "/webhooks/payments"), BODY, NOW, None);
+    let input = crate::header(&added, "signature-input");
+    assert!(
+        input.starts_with(
+            r#"sig1=("@method" "@authority" "@path" "content-digest" "@query" "x-shop-id" "content-type");"#
+        ),
+        "{input}"
+    );
+    let mut headers: Vec<(String, String)> = base.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    headers.extend(added);
+    assert!(check(&strict, &headers, "/webhooks/payments", BODY, NOW).is_ok());
+    // What a default verifier signs does not satisfy the stricter one.
+    let default_signed = signed(&http(&[HMAC_SECRET]), BODY, NOW, None);
+    assert_eq!(
+        check(&strict, &default_signed, "/webhooks/payments", BODY, NOW),
+        Err(VerifyError::InsufficientCoverage { missing: vec!["@query".into(), "x-shop-id".into()] })
+    );
+    // A required header the request lacks cannot be signed.
+    assert!(strict.sign_request(&parts(&base[..1], "/webhooks/payments"), BODY, NOW, None).is_empty());
 }
 
 #[test]

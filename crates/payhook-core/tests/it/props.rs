@@ -420,4 +420,44 @@ proptest! {
         let request = RequestParts { headers: &tampered, ..parts };
         prop_assert_eq!(v.verify(&request, &body, now), Err(VerifyError::Mismatch));
     }
+
+    #[test]
+    fn a_request_signed_for_any_required_components_verifies_and_the_defaults_alone_fall_short_of_them(
+        key in proptest::collection::vec(any::<u8>(), 1..64),
+        extra in proptest::sample::subsequence(
+            vec!["@query", "@scheme", "@target-uri", "@request-target", "date", "x-shop-id"], 0..=6),
+        body in proptest::collection::vec(any::<u8>(), 1..128),
+        now in now(),
+    ) {
+        let secret = Secret::new(format!("hmac-sha256:k1:{}", STANDARD.encode(&key)));
+        let mut required = vec!["content-digest", "@method", "@authority", "@path"];
+        required.extend(extra.iter().copied());
+        let strict = Verifier::new(Scheme::HttpMessageSignatures, std::slice::from_ref(&secret), TOLERANCE as u64)
+            .expect("valid")
+            .with_required_components(&required)
+            .expect("well-formed");
+        let base = [("date", "Tue, 20 Apr 2021 02:07:55 GMT"), ("x-shop-id", "shop_1")];
+        let parts = RequestParts {
+            method: "POST", scheme: "https", authority: "hooks.example.com", path: "/in", query: Some("a=1"),
+            headers: &base,
+        };
+        let with = |added: &[(String, String)]| -> Vec<(String, String)> {
+            base.iter().map(|(k, x)| ((*k).to_owned(), (*x).to_owned())).chain(added.iter().cloned()).collect()
+        };
+        let signed = with(&strict.sign_request(&parts, &body, now, None));
+        let borrowed: Vec<(&str, &str)> = signed.iter().map(|(k, x)| (k.as_str(), x.as_str())).collect();
+        let outcome = strict.verify(&RequestParts { headers: &borrowed, ..parts }, &body, now);
+        prop_assert!(outcome.is_ok(), "{:?}", outcome);
+
+        let by_default = Verifier::new(Scheme::HttpMessageSignatures, &[secret], TOLERANCE as u64).expect("valid");
+        let signed = with(&by_default.sign_request(&parts, &body, now, None));
+        let borrowed: Vec<(&str, &str)> = signed.iter().map(|(k, x)| (k.as_str(), x.as_str())).collect();
+        let outcome = strict.verify(&RequestParts { headers: &borrowed, ..parts }, &body, now);
+        if extra.is_empty() {
+            prop_assert!(outcome.is_ok(), "{:?}", outcome);
+        } else {
+            let missing: Vec<String> = extra.iter().map(|c| (*c).to_owned()).collect();
+            prop_assert_eq!(outcome, Err(VerifyError::InsufficientCoverage { missing }));
+        }
+    }
 }

@@ -577,7 +577,8 @@ fn outbox_table(rows: &[OutboxView], csrf: &str) -> Markup {
                             td.hide-narrow.mono { (r.next_attempt_at_ms.map(time).unwrap_or_default()) }
                             td.wrap {
                                 @if let Some(s) = r.last_status { "HTTP " (s) " " }
-                                (r.last_error.as_deref().unwrap_or(""))
+                                // Rows recorded before errors were redacted at the source may hold a sink's URL.
+                                (crate::secret_url::redact_urls(r.last_error.as_deref().unwrap_or("")).as_ref())
                             }
                             td.wrap {
                                 @if let Some(o) = &r.order_id { a href=(order_href(o)) { (o) } br; }

@@ -460,7 +460,7 @@ async fn a_bulk_replay_is_paced_to_the_configured_rate() {
 fn shop_sink() -> SinkSettings {
     SinkSettings {
         name: "shop".into(),
-        url: "http://127.0.0.1:9/receipts".into(),
+        url: payhook_server::SecretUrl::parse("http://127.0.0.1:9/receipts").unwrap(),
         kinds: vec!["order.paid".into()],
         signer: None,
         timeout_ms: 1_000,

@@ -11,8 +11,8 @@ use axum::routing::post;
 use payhook_core::event::OrderAction::Pay;
 use payhook_core::retry::RetryPolicy;
 use payhook_core::signature::{Scheme, Secret, Verifier};
-use payhook_server::now_ms;
 use payhook_server::settings::{AlertSettings, SinkSettings};
+use payhook_server::{SecretUrl, now_ms};
 use payhook_store::{Claim, OutboxFilter, OutboxView, Store};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -110,7 +110,7 @@ async fn record(
 fn sink(name: &str, url: String, kinds: &[&str]) -> SinkSettings {
     SinkSettings {
         name: name.to_owned(),
-        url,
+        url: SecretUrl::parse(&url).unwrap(),
         kinds: kinds.iter().map(|k| (*k).to_owned()).collect(),
         signer: Some(Verifier::new(Scheme::StandardWebhooks, &[Secret::new(SINK_SECRET)], 300).unwrap()),
         timeout_ms: 2_000,
@@ -210,7 +210,7 @@ async fn a_400_is_permanent_and_a_spent_budget_is_dead_with_the_last_error_and_a
         s.sinks.push(sink("crm", crm, &["*"]));
         s.dispatcher.retry = exact_policy(2);
         s.alerts = Some(AlertSettings {
-            url: alerts,
+            url: SecretUrl::parse(&alerts).unwrap(),
             window_ms: 300_000,
             gather_ms: 0,
             verification_failures: 100,
@@ -300,7 +300,7 @@ async fn a_hundred_dead_letters_in_a_minute_send_one_alert_with_the_count() {
     let url = sink_server.url("/alerts");
     let app = TestApp::spawn_with(|s, _| {
         s.alerts = Some(AlertSettings {
-            url,
+            url: SecretUrl::parse(&url).unwrap(),
             window_ms: 300_000,
             gather_ms: 30_000,
             verification_failures: 1_000,
@@ -327,8 +327,13 @@ async fn a_source_that_keeps_failing_verification_raises_one_alert() {
     let sink_server = Sink::start().await;
     let url = sink_server.url("/alerts");
     let app = TestApp::spawn_with(|s, _| {
-        s.alerts =
-            Some(AlertSettings { url, window_ms: 300_000, gather_ms: 0, verification_failures: 5, timeout_ms: 2_000 })
+        s.alerts = Some(AlertSettings {
+            url: SecretUrl::parse(&url).unwrap(),
+            window_ms: 300_000,
+            gather_ms: 0,
+            verification_failures: 5,
+            timeout_ms: 2_000,
+        })
     })
     .await;
     for _ in 0..12 {
@@ -367,4 +372,154 @@ async fn one_slow_sink_does_not_stall_the_others() {
     }
     assert!(started.elapsed() < Duration::from_millis(1_500), "fast rows arrived in {:?}", started.elapsed());
     assert!(sink_server.seen("/slow").len() <= 1, "the slow sink is still on its first row");
+}
+
+/// A token planted in sink and alert URLs; no stored error, answer, page or alert may ever show it.
+const PLANTED: &str = "s3cr3t-PLANTED-token";
+
+/// A port nobody listens on: bound, read and let go.
+fn refused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Everything an operator can read about the outbox: the API's listing, the event's and the order's detail, and
+/// the dashboard's outbox, event and order pages, as one text.
+async fn everything_shown(app: &TestApp, event_id: &str, order_id: &str) -> String {
+    let mut shown = String::new();
+    for path in
+        ["/v1/outbox?limit=500".to_owned(), format!("/v1/events/payments/{event_id}"), format!("/v1/orders/{order_id}")]
+    {
+        let reply = app.api_get(&path).await;
+        assert_eq!(reply.status.as_u16(), 200, "{path}: {}", reply.json);
+        shown.push_str(&reply.json.to_string());
+    }
+    let login = crate::ui::login(app).await;
+    for path in
+        ["/ui/outbox".to_owned(), format!("/ui/events/payments/{event_id}"), format!("/ui/orders?id={order_id}")]
+    {
+        let page = crate::ui::get(app, &path, Some(&login.cookie)).await;
+        assert_eq!(page.status().as_u16(), 200, "{path}");
+        shown.push_str(&page.text().await.unwrap());
+    }
+    shown
+}
+
+#[tokio::test]
+async fn secrets_in_sink_and_alert_urls_reach_no_stored_error_answer_page_or_alert() {
+    let sink_server = Sink::start().await;
+    let host = sink_server.url.trim_start_matches("http://").to_owned();
+    sink_server.answer(&format!("/hooks/{PLANTED}"), &[(500, None)]);
+    let failing = format!("http://user:{PLANTED}@{host}/hooks/{PLANTED}?token={PLANTED}");
+    let refused = format!("http://127.0.0.1:{}/hooks/{PLANTED}?token={PLANTED}#{PLANTED}", refused_port());
+    let unresolvable = format!("http://payhook-test.invalid/hooks/{PLANTED}?token={PLANTED}");
+    let alerts = format!("http://alerter:{PLANTED}@{host}/alerts/{PLANTED}?token={PLANTED}");
+    let mut settings_debug = String::new();
+    let app = TestApp::spawn_with(|s, _| {
+        s.sinks.push(sink("failing", failing, &["order.paid"]));
+        s.sinks.push(sink("refused", refused, &["order.paid"]));
+        s.sinks.push(sink("unresolvable", unresolvable, &["order.paid"]));
+        s.dispatcher.retry = exact_policy(1);
+        s.alerts = Some(AlertSettings {
+            url: SecretUrl::parse(&alerts).unwrap(),
+            window_ms: 300_000,
+            gather_ms: 0,
+            verification_failures: 100,
+            timeout_ms: 2_000,
+        });
+        settings_debug = format!("{s:?}");
+    })
+    .await;
+    // Should anything print the settings, their URLs are redacted too.
+    assert!(!settings_debug.contains(PLANTED), "{settings_debug}");
+    assert!(settings_debug.contains("http://payhook-test.invalid/hooks/…"), "{settings_debug}");
+    paid_order(&app, "ord_s").await;
+    let pass = app.running.dispatcher.run_once(now_ms()).await.expect("dispatch");
+    assert_eq!(pass.dead, 3, "every sink fails: {pass:?}");
+
+    // The stored errors name each endpoint by its redacted form and say what went wrong (after "retry budget spent
+    // after 1 attempts: ").
+    let expected = [
+        ("failing", format!("500 Internal Server Error from http://{host}/hooks/…")),
+        ("refused", "request to http://127.0.0.1:".to_owned()),
+        ("unresolvable", "request to http://payhook-test.invalid/hooks/… failed".to_owned()),
+    ];
+    for (name, start) in &expected {
+        let error = rows(&app, name).await.remove(0).last_error.expect("a last error");
+        assert!(error.contains(start.as_str()) && !error.contains(PLANTED), "{name}: {error}");
+    }
+
+    // The alerts reach the alert endpoint, name the sinks' redacted URLs and nothing more.
+    app.running.dispatcher.run_until_idle(now_ms() + 3_600_000).await.expect("dispatch");
+    let seen = sink_server.seen(&format!("/alerts/{PLANTED}"));
+    assert_eq!(seen.len(), 3, "one alert per dead row: {seen:?}");
+    let alert_texts: Vec<String> = seen.iter().map(|s| String::from_utf8_lossy(&s.body).into_owned()).collect();
+    let all_alerts = alert_texts.join("\n");
+    assert!(!all_alerts.contains(PLANTED), "{all_alerts}");
+    for fragment in [format!("http://{host}/hooks/…"), "payhook-test.invalid/hooks/…".to_owned()] {
+        assert!(all_alerts.contains(&fragment), "{fragment} in {all_alerts}");
+    }
+
+    let shown = everything_shown(&app, "evt_ord_s", "ord_s").await;
+    assert!(!shown.contains(PLANTED), "a planted secret is shown: {shown}");
+    assert!(shown.contains(&format!("http://{host}/hooks/…")) && shown.contains("payhook-test.invalid"), "{shown}");
+}
+
+#[tokio::test]
+async fn an_alert_endpoint_that_fails_keeps_its_secret_out_of_its_own_error() {
+    let sink_server = Sink::start().await;
+    sink_server.answer("/shop", &[(400, None)]);
+    let port = refused_port();
+    let alerts = format!("http://alerter:{PLANTED}@127.0.0.1:{port}/services/T0/B0/{PLANTED}?token={PLANTED}");
+    let app = TestApp::spawn_with(|s, _| {
+        s.sinks.push(sink("shop", sink_server.url("/shop"), &["order.paid"]));
+        s.alerts = Some(AlertSettings {
+            url: SecretUrl::parse(&alerts).unwrap(),
+            window_ms: 300_000,
+            gather_ms: 0,
+            verification_failures: 100,
+            timeout_ms: 2_000,
+        });
+    })
+    .await;
+    paid_order(&app, "ord_a").await;
+    app.running.dispatcher.run_once(now_ms()).await.expect("dispatch");
+    let pass = app.running.dispatcher.run_once(now_ms()).await.expect("dispatch");
+    assert_eq!(pass.retried, 1, "the alert could not be sent: {pass:?}");
+    let alert = rows(&app, "_alerts").await.remove(0);
+    let error = alert.last_error.expect("the alert's last error");
+    assert!(error.starts_with(&format!("request to http://127.0.0.1:{port}/services/… failed")), "{error}");
+    assert!(!error.contains(PLANTED), "{error}");
+    let shown = everything_shown(&app, "evt_ord_a", "ord_a").await;
+    assert!(!shown.contains(PLANTED) && shown.contains(&format!("127.0.0.1:{port}/services/…")), "{shown}");
+}
+
+#[tokio::test]
+async fn an_error_stored_with_a_full_url_is_shown_redacted_everywhere() {
+    // A row recorded before errors were redacted at the source: the HTTP client's message with the sink's URL.
+    let sink_server = Sink::start().await;
+    let app = TestApp::spawn_with(|s, _| {
+        s.sinks.push(sink("shop", sink_server.url("/shop"), &["order.paid"]));
+        s.alerts = Some(AlertSettings {
+            url: SecretUrl::parse(&sink_server.url("/alerts")).unwrap(),
+            window_ms: 300_000,
+            gather_ms: 3_600_000,
+            verification_failures: 100,
+            timeout_ms: 2_000,
+        });
+    })
+    .await;
+    paid_order(&app, "ord_old").await;
+    let claim = Claim { now_ms: now_ms(), lease_ms: 60_000, limit: 10, owner: "older-version".into() };
+    let job = app.store.claim_outbox("shop", claim).await.expect("claim").pop().expect("due");
+    let error = format!(
+        "request failed: error sending request for url (https://hooks.slack.com/services/T0/B0/{PLANTED}?token={PLANTED})"
+    );
+    let dead = payhook_store::Dispatched::Dead { status: None, error };
+    assert!(app.store.finish_outbox(&job, dead, now_ms()).await.expect("finish"));
+    let stored = app.store.list_outbox(OutboxFilter { limit: 10, ..OutboxFilter::default() }).await.unwrap();
+    assert!(stored.iter().any(|r| r.payload.to_string().contains(PLANTED)), "the alert's text holds it as stored");
+
+    let shown = everything_shown(&app, "evt_ord_old", "ord_old").await;
+    assert!(!shown.contains(PLANTED), "a planted secret is shown: {shown}");
+    assert!(shown.contains("https://hooks.slack.com/services/…"), "{shown}");
 }

@@ -147,7 +147,7 @@ async fn a_dispatcher_dying_after_the_sinks_2xx_repeats_the_delivery_with_the_sa
     let app = TestApp::spawn_with(|s, _| {
         s.sinks.push(SinkSettings {
             name: "shop".into(),
-            url: url.clone(),
+            url: payhook_server::SecretUrl::parse(&url).unwrap(),
             kinds: vec!["order.paid".into()],
             signer: None,
             timeout_ms: 2_000,

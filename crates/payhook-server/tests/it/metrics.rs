@@ -74,7 +74,7 @@ async fn metrics_count_a_known_workload_exactly() {
     let app = TestApp::spawn_with(|s, _| {
         s.sinks.push(SinkSettings {
             name: "shop".into(),
-            url,
+            url: payhook_server::SecretUrl::parse(&url).unwrap(),
             kinds: vec!["order.paid".into()],
             signer: None,
             timeout_ms: 2_000,
@@ -122,7 +122,8 @@ async fn metrics_count_a_known_workload_exactly() {
         assert_eq!(m(&format!(r#"payhook_deliveries_total{{source="payments",outcome="{outcome}"}}"#)), n as f64);
         assert_eq!(m(&format!(r#"payhook_deliveries_total{{source="stripe",outcome="{outcome}"}}"#)), 0.0);
     }
-    let reasons = ["missing_header", "malformed", "stale", "mismatch", "digest_mismatch", "replayed"];
+    let reasons =
+        ["missing_header", "malformed", "stale", "mismatch", "digest_mismatch", "insufficient_coverage", "replayed"];
     for reason in reasons {
         let payments = if reason == "mismatch" { forged } else { 0 };
         let stripe = if reason == "stale" { 1 } else { 0 };

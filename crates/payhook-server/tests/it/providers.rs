@@ -319,3 +319,70 @@ async fn http_message_signatures_verify_and_a_reused_nonce_is_refused() {
     let fresh = app.post_raw("signed", &sign(&other, "nonce-2"), other).await;
     assert_eq!(fresh.status, StatusCode::OK, "{}", fresh.json);
 }
+
+/// RFC 9421: a valid signature that covers only `Content-Digest` is not tied to this endpoint, so the default
+/// required components refuse it: 401 `insufficient_coverage`, counted under that reason, nothing stored; the same
+/// request signed over the defaults is accepted.
+#[tokio::test]
+async fn an_http_message_signature_covering_only_the_body_is_refused_as_insufficient_coverage() {
+    use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
+    use payhook_core::signature::{content_digest, parse_signature_input, signature_base};
+    let app = TestApp::spawn().await;
+    let authority = app.addr.to_string();
+    let body = json!({"id": "evt_cov", "type": "ping", "created": now_secs(), "data": {}}).to_string().into_bytes();
+    let digest = content_digest(&body);
+    let input_header = format!("sig1=(\"content-digest\");created={};keyid=\"payhook-test\"", now_secs());
+    let headers = [("content-type", "application/json"), ("content-digest", digest.as_str())];
+    let parts = RequestParts {
+        method: "POST",
+        scheme: "http",
+        authority: &authority,
+        path: "/webhooks/signed",
+        query: None,
+        headers: &headers,
+    };
+    let input = parse_signature_input(&input_header).unwrap().remove(0);
+    let base = signature_base(&input, &parts).unwrap();
+    // HMAC-SHA256 of the signature base under the source's key (SIGNED_SECRET's base64 decodes to this text).
+    let mac = Scheme::Hmac {
+        header: "x-mac".into(),
+        algorithm: HmacAlgorithm::Sha256,
+        encoding: Encoding::Base64,
+        prefix: None,
+    };
+    let mac = Verifier::new(mac, &[Secret::new("secret-key-of-the-provider-0123456789")], 300).unwrap();
+    let signature = mac.sign(base.as_bytes(), 0, "").remove(0).1;
+    let mut sent: Vec<(String, String)> = headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    sent.push(("signature-input".into(), input_header));
+    sent.push(("signature".into(), format!("sig1=:{signature}:")));
+    let lax = verifier("signed", crate::helpers::SIGNED_SECRET).with_required_components(["content-digest"]).unwrap();
+    assert!(lax.verify(&RequestParts { headers: &headers_of(&sent), ..parts }, &body, now_secs()).is_ok(), "valid");
+
+    let refused = app.post_raw("signed", &sent, body.clone()).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{}", refused.json);
+    assert_eq!(refused.json["error"], "insufficient_coverage", "{}", refused.json);
+    assert!(
+        refused.json["message"].as_str().is_some_and(|m| m.contains("@method @authority @path")),
+        "{}",
+        refused.json
+    );
+    assert!(app.event("signed", "evt_cov").await.is_none(), "nothing is stored");
+    let (_, metrics) = app.get_text("/metrics").await;
+    let line = r#"payhook_verification_failures_total{source="signed",reason="insufficient_coverage"} 1"#;
+    assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+
+    let parts = RequestParts { headers: &[("content-type", "application/json")], ..parts };
+    let mut signed = verifier("signed", crate::helpers::SIGNED_SECRET).sign_request(&parts, &body, now_secs(), None);
+    signed.push(("content-type".into(), "application/json".into()));
+    let accepted = app.post_raw("signed", &signed, body).await;
+    assert_eq!(
+        (accepted.status, accepted.json["status"].as_str()),
+        (StatusCode::OK, Some("ignored")),
+        "{}",
+        accepted.json
+    );
+}
+
+fn headers_of(owned: &[(String, String)]) -> Vec<(&str, &str)> {
+    owned.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}

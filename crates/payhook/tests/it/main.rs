@@ -7,4 +7,5 @@ mod crash;
 mod helpers;
 mod hostile;
 mod postgres;
+mod secrets;
 mod serve;
