@@ -2,6 +2,7 @@
 
 mod admin;
 mod dispatch;
+mod evidence;
 mod failpoints;
 mod faults;
 mod helpers;

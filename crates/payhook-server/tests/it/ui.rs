@@ -34,12 +34,12 @@ fn plain_client() -> reqwest::Client {
 type Form<'a> = Vec<(&'a str, &'a str)>;
 
 /// A logged-in session: its cookie (`name=value`) and its CSRF token.
-struct Login {
-    cookie: String,
-    csrf: String,
+pub(crate) struct Login {
+    pub(crate) cookie: String,
+    pub(crate) csrf: String,
 }
 
-async fn login(app: &TestApp) -> Login {
+pub(crate) async fn login(app: &TestApp) -> Login {
     let client = plain_client();
     let resp = client.post(app.url("/ui/login")).form(&[("token", API_TOKEN)]).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
