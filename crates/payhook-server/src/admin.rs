@@ -203,7 +203,9 @@ impl From<EventView> for EventDetail {
     fn from(v: EventView) -> Self {
         let (body, body_base64, body_encoding) = match String::from_utf8(v.raw_body) {
             Ok(text) => (Some(text), None, BodyEncoding::Utf8),
-            Err(e) => (None, Some(base64::engine::general_purpose::STANDARD.encode(e.as_bytes())), BodyEncoding::Base64),
+            Err(e) => {
+                (None, Some(base64::engine::general_purpose::STANDARD.encode(e.as_bytes())), BodyEncoding::Base64)
+            }
         };
         Self {
             source: v.source.as_str().to_owned(),

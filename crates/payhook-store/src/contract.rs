@@ -16,8 +16,8 @@
 
 use crate::{
     ALERT_KIND, Alert, AlertRouting, Claim, Claimed, Delivery, Dispatched, EventFilter, EventView, FORWARD_KIND,
-    NewOrder, OrderView, OutboxFilter, OutboxJob, OutboxView, Outcome, Parsed, Recorded, Registered, Replayed, Retried,
-    ReceivedHeaders, Routing, Stats, Store,
+    NewOrder, OrderView, OutboxFilter, OutboxJob, OutboxView, Outcome, Parsed, ReceivedHeaders, Recorded, Registered,
+    Replayed, Retried, Routing, Stats, Store,
 };
 use payhook_core::event::{Currency, EventId, Money, OrderAction, OrderId, SourceName};
 use payhook_core::format::Format;

@@ -178,16 +178,14 @@ mod tests {
     fn the_stored_form_is_an_object_of_arrays_and_reads_back_the_same() {
         let headers = sample();
         let json = headers.to_json();
-        assert_eq!(
-            json,
-            r#"{"stripe-signature":["t=1,v1=aa","t=1,v1=bb"],"content-type":["application/json"]}"#
-        );
+        assert_eq!(json, r#"{"stripe-signature":["t=1,v1=aa","t=1,v1=bb"],"content-type":["application/json"]}"#);
         assert_eq!(ReceivedHeaders::from_json(&json).unwrap(), headers);
     }
 
     #[test]
     fn an_older_row_of_strings_with_duplicate_keys_reads_as_lists_in_order() {
-        let old = r#"{"stripe-signature":"t=1,v1=aa","content-type":"application/json","stripe-signature":"t=1,v1=bb"}"#;
+        let old =
+            r#"{"stripe-signature":"t=1,v1=aa","content-type":"application/json","stripe-signature":"t=1,v1=bb"}"#;
         assert_eq!(ReceivedHeaders::from_json(old).unwrap(), sample());
         assert_eq!(ReceivedHeaders::from_json("{}").unwrap(), ReceivedHeaders::new());
     }

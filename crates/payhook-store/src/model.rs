@@ -1,8 +1,8 @@
 //! What crosses the storage boundary.
 
+pub use crate::headers::ReceivedHeaders;
 use payhook_core::event::{Effect, Event, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
-pub use crate::headers::ReceivedHeaders;
 use serde::Serialize;
 
 /// A delivery whose signature verified, ready to be recorded. Constructing one is the proof that verification

@@ -67,8 +67,7 @@ async fn a_delivery_is_shown_byte_for_byte_with_every_value_of_a_repeated_header
     let session = login(&app).await;
     let raw_page = page(&app, &session.cookie, "/ui/events/stripe/evt_odd").await;
     // The carriage return is shown as a byte; everything else exactly as sent.
-    let shown = maud_escaped(ODD_BODY)
-        .replace('\r', "<span class=\"byte\" title=\"a control character\">\\x0d</span>");
+    let shown = maud_escaped(ODD_BODY).replace('\r', "<span class=\"byte\" title=\"a control character\">\\x0d</span>");
     assert!(raw_page.contains(&format!("<pre id=\"raw-body\">{shown}</pre>")), "{raw_page}");
     assert!(raw_page.contains("&quot;note&quot;:&quot;first&quot;,&quot;note&quot;:&quot;second&quot;"), "{raw_page}");
     let at = |needle: &str| raw_page.find(needle).unwrap_or_else(|| panic!("{needle:?} not shown:\n{raw_page}"));
@@ -99,7 +98,10 @@ async fn markup_in_a_body_or_a_header_is_shown_as_text_and_never_runs() {
     let session = login(&app).await;
     for path in ["/ui/events/stripe/evt_xss", "/ui/events/stripe/evt_xss?view=pretty"] {
         let html = page(&app, &session.cookie, path).await;
-        assert!(!html.contains("<script") && !html.contains("<img"), "{path} carries markup from the delivery:\n{html}");
+        assert!(
+            !html.contains("<script") && !html.contains("<img"),
+            "{path} carries markup from the delivery:\n{html}"
+        );
         assert!(html.contains("&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;"), "{path}:\n{html}");
         assert!(html.contains("&lt;img src=x onerror=alert(2)&gt;"), "{path}:\n{html}");
     }
@@ -112,7 +114,10 @@ async fn a_body_that_is_not_utf8_is_returned_in_base64_and_shown_with_its_bytes_
     let id = post(&app, "payments", body, &[]).await;
 
     let d = app.api_get(&format!("/v1/events/payments/{id}")).await.json;
-    assert_eq!((&d["status"], &d["body"], &d["body_encoding"]), (&json!("dead_lettered"), &Value::Null, &json!("base64")));
+    assert_eq!(
+        (&d["status"], &d["body"], &d["body_encoding"]),
+        (&json!("dead_lettered"), &Value::Null, &json!("base64"))
+    );
     let decoded = base64::engine::general_purpose::STANDARD.decode(d["body_base64"].as_str().unwrap()).unwrap();
     assert_eq!(decoded, body);
 
@@ -171,7 +176,12 @@ async fn register_and_replay(app: &TestApp, event_id: &str) {
     assert_eq!(app.register_order(SHOPIFY_ORDER, 59_800, "usd").await.0, StatusCode::CREATED);
     let reply = app.api_post(&format!("/v1/events/shopify/{event_id}/replay"), String::new()).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
-    assert_eq!((&reply.json["status"], &reply.json["replayed_as"]), (&json!("processed"), &Value::Null), "{}", reply.json);
+    assert_eq!(
+        (&reply.json["status"], &reply.json["replayed_as"]),
+        (&json!("processed"), &Value::Null),
+        "{}",
+        reply.json
+    );
     let order = app.order(SHOPIFY_ORDER).await;
     assert_eq!(order["status"], "paid", "{order}");
     assert_eq!(app.receipts(SHOPIFY_ORDER).await, 1);
@@ -185,11 +195,8 @@ async fn a_shopify_dead_letter_replays_from_its_stored_headers_taking_the_first_
     .await;
     let event_id = "98880550-7158-44d4-b7cd-2c97c8a091b5";
     // The topic is sent twice; like the verifier, the format reads the first.
-    let extra = [
-        ("X-Shopify-Topic", "orders/paid"),
-        ("X-Shopify-Event-Id", event_id),
-        ("X-Shopify-Topic", "refunds/create"),
-    ];
+    let extra =
+        [("X-Shopify-Topic", "orders/paid"), ("X-Shopify-Event-Id", event_id), ("X-Shopify-Topic", "refunds/create")];
     assert_eq!(post(&app, "shopify", SHOPIFY_PAID.as_bytes(), &extra).await, event_id);
     app.running.worker.run_until_idle(now_ms() + 60_000).await.unwrap();
     let stored = app.event("shopify", event_id).await.unwrap();
