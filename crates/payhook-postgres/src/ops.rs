@@ -178,7 +178,7 @@ impl IngestCall {
             reason: None,
             received_at_ms: d.received_at_ms,
             verification: d.verification,
-            headers: d.headers_json,
+            headers: d.headers.to_json(),
             body: d.raw_body,
             change: None,
             billing: None,

@@ -9,7 +9,7 @@ use deadpool_postgres::{Object, Pool};
 use payhook_core::event::{Effect, EventId, OrderId, SourceName};
 use payhook_store::{
     AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, OrderView, OutboxFilter, OutboxView,
-    Outcome, Stats, StoreError,
+    Outcome, ReceivedHeaders, Stats, StoreError,
 };
 use std::time::Duration;
 use tokio_postgres::Row;
@@ -238,7 +238,7 @@ pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Res
         next_attempt_at_ms: get(&r, 6, "next attempt")?,
         received_at_ms: get(&r, 7, "received at")?,
         verification: get(&r, 8, "verification")?,
-        headers_json: get(&r, 9, "headers")?,
+        headers: ReceivedHeaders::from_json(get(&r, 9, "headers")?).map_err(|e| corrupt("stored headers", e))?,
         raw_body: get(&r, 10, "body")?,
         attempt_log,
         changes,

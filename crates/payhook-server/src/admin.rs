@@ -15,9 +15,10 @@ use base64::Engine;
 use payhook_core::event::{Effect, EventId, SourceName};
 use payhook_store::{
     AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, OutboxFilter, OutboxView, Outcome,
-    Parsed, Replayed, Stats, Store, StoreError,
+    Parsed, ReceivedHeaders, Replayed, Stats, Store, StoreError,
 };
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -122,18 +123,18 @@ pub struct EventPage {
     pub next_cursor: Option<i64>,
 }
 
-/// How an event's raw body is rendered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Which field carries an event's raw body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BodyEncoding {
-    /// The bytes are UTF-8 and `body` is them as text.
+    /// The bytes are UTF-8: `body` is them, exactly, as text.
     Utf8,
-    /// The bytes are not UTF-8 and `body` is them in standard base64.
+    /// The bytes are not UTF-8: `body_base64` is them in standard base64, and `body` is `null`.
     Base64,
 }
 
 /// Everything recorded about one event.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct EventDetail {
     /// Its source.
     pub source: String,
@@ -143,9 +144,11 @@ pub struct EventDetail {
     pub event_type: Option<String>,
     /// Its business key, when it parsed.
     pub business_key: Option<String>,
-    /// Its effect, when it parsed.
+    /// Its effect, when it parsed: what payhook made of the body, not the body.
+    #[schema(value_type = Option<Object>)]
     pub effect: Option<Effect>,
-    /// Current state.
+    /// Current state: `processed`, `duplicate`, `deferred`, `ignored` or `dead_lettered`.
+    #[schema(value_type = String)]
     pub status: Outcome,
     /// Why it is in that state.
     pub reason: Option<String>,
@@ -157,29 +160,53 @@ pub struct EventDetail {
     pub received_at_ms: i64,
     /// How it verified (scheme and secret).
     pub verification: String,
-    /// The stored headers, as a JSON object.
-    pub headers: serde_json::Value,
-    /// The raw body, as text or base64 (see `body_encoding`).
-    pub body: String,
-    /// How `body` is encoded.
+    /// The request's headers (credentials left out): lower-case name → every value received, in arrival order,
+    /// so a header sent twice has two. The signature was checked against the first. A value that was not UTF-8
+    /// has U+FFFD in place of each invalid sequence.
+    #[schema(value_type = HashMap<String, Vec<String>>)]
+    pub headers: ReceivedHeaders,
+    /// The body exactly as received, when it is UTF-8 (whitespace, key order and duplicate keys as sent); `null`
+    /// when it is not, and then `body_base64` carries it.
+    pub body: Option<String>,
+    /// The body in standard base64, when it is not UTF-8; `null` when `body` carries it.
+    pub body_base64: Option<String>,
+    /// Which of `body` and `body_base64` carries the body.
     pub body_encoding: BodyEncoding,
     /// Attempts that did not end the event, oldest first.
+    #[schema(value_type = Vec<Object>)]
     pub attempt_log: Vec<AttemptEntry>,
     /// The order changes it made.
+    #[schema(value_type = Vec<Object>)]
     pub changes: Vec<AuditEntry>,
     /// The subscription and entitlement changes it made.
+    #[schema(value_type = Vec<Object>)]
     pub billing_changes: Vec<BillingChange>,
     /// The outbox rows it caused.
+    #[schema(value_type = Vec<Object>)]
     pub outbox: Vec<OutboxView>,
+}
+
+impl EventDetail {
+    /// The raw body's bytes, whichever field carries them.
+    pub fn body_bytes(&self) -> Cow<'_, [u8]> {
+        match (&self.body, &self.body_base64) {
+            (Some(text), _) => Cow::Borrowed(text.as_bytes()),
+            // Encoded by `From<EventView>` just above, so it decodes.
+            (None, Some(encoded)) => {
+                Cow::Owned(base64::engine::general_purpose::STANDARD.decode(encoded).unwrap_or_default())
+            }
+            (None, None) => Cow::Borrowed(&[]),
+        }
+    }
 }
 
 impl From<EventView> for EventDetail {
     fn from(v: EventView) -> Self {
-        // Headers were stored as a JSON object; should a row hold anything else, show it as the text it is.
-        let headers = serde_json::from_str(&v.headers_json).unwrap_or(serde_json::Value::String(v.headers_json));
-        let (body, body_encoding) = match String::from_utf8(v.raw_body) {
-            Ok(text) => (text, BodyEncoding::Utf8),
-            Err(e) => (base64::engine::general_purpose::STANDARD.encode(e.as_bytes()), BodyEncoding::Base64),
+        let (body, body_base64, body_encoding) = match String::from_utf8(v.raw_body) {
+            Ok(text) => (Some(text), None, BodyEncoding::Utf8),
+            Err(e) => {
+                (None, Some(base64::engine::general_purpose::STANDARD.encode(e.as_bytes())), BodyEncoding::Base64)
+            }
         };
         Self {
             source: v.source.as_str().to_owned(),
@@ -193,8 +220,9 @@ impl From<EventView> for EventDetail {
             next_attempt_at_ms: v.next_attempt_at_ms,
             received_at_ms: v.received_at_ms,
             verification: v.verification,
-            headers,
+            headers: v.headers,
             body,
+            body_base64,
             body_encoding,
             attempt_log: v.attempt_log,
             changes: v.changes,
@@ -403,7 +431,7 @@ async fn replay_view<S: Store>(
         return Err(AdminError::NotDeadLetter { event: key, status: view.status });
     }
     let config = configured_source(settings, view.source.as_str())?;
-    let parsed = reparse(config, &view.event_id, &view.headers_json, &view.raw_body);
+    let parsed = reparse(config, &view.event_id, &view.headers, &view.raw_body);
     let replayed_as = Some(parsed.event_id()).filter(|id| **id != view.event_id).map(|id| id.as_str().to_owned());
     match store.replay(&view.source, &view.event_id, parsed, now_ms).await? {
         Replayed::Done(recorded) => Ok(ReplayReport {
@@ -421,14 +449,10 @@ async fn replay_view<S: Store>(
 
 /// What the current format makes of stored bytes; a body it still cannot read stays under its stored id.
 ///
-/// Formats that read headers (Shopify's topic) get the stored ones; of a batch (an Adyen notification), the event
-/// stored under this id is the one replayed.
-fn reparse(source: &SourceSettings, event_id: &EventId, headers_json: &str, raw: &[u8]) -> Parsed {
-    let headers: Vec<(String, String)> =
-        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(headers_json)
-            .map(|map| map.into_iter().filter_map(|(k, v)| Some((k, v.as_str()?.to_owned()))).collect())
-            .unwrap_or_default();
-    match source.format.parse_delivery(&headers, raw) {
+/// Formats that read headers (Shopify's topic) get the stored ones, the first value of a repeated header as on
+/// arrival; of a batch (an Adyen notification), the event stored under this id is the one replayed.
+fn reparse(source: &SourceSettings, event_id: &EventId, headers: &ReceivedHeaders, raw: &[u8]) -> Parsed {
+    match source.format.parse_delivery(headers, raw) {
         Ok(mut events) => {
             let index = events.iter().position(|e| e.event_id == *event_id).unwrap_or(0);
             Parsed::Event(events.swap_remove(index))

@@ -51,7 +51,9 @@ pub(crate) async fn list_events<S: Store>(
 
 #[utoipa::path(get, path = "/v1/events/{source}/{event_id}", tag = "admin", security(("bearer" = [])),
     params(("source" = String, Path, description = "Source name"), ("event_id" = String, Path, description = "Event id")),
-    responses((status = 200, description = "Envelope, headers, raw body, attempts, order and billing changes, and outbox rows"),
+    responses((status = 200, description = "Envelope, headers (every value of a repeated header, in arrival order), the \
+            body exactly as received (`body` when it is UTF-8, else `body_base64`), attempts, order and billing \
+            changes, and outbox rows", body = crate::admin::EventDetail),
         (status = 404, description = "No such event", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn show_event<S: Store>(

@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use payhook_core::event::EventId;
 use payhook_core::format::Format;
 use payhook_core::signature::Headers;
-use payhook_store::{Alert, Delivery, NonceClaim, NonceClaimed, Parsed, Store, StoreError};
+use payhook_store::{Alert, Delivery, NonceClaim, NonceClaimed, Parsed, ReceivedHeaders, Store, StoreError};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
@@ -165,7 +165,7 @@ async fn ingest<S: Store>(state: &AppState<S>, src: &SourceRuntime, request: Req
             reason: e.to_string(),
         }],
     };
-    let headers_json = headers_json(headers);
+    let received = received_headers(headers);
     let verification = format!("{} (secret #{})", src.settings.verifier.scheme().name(), verified.secret_index);
     let deliveries: Vec<Delivery> = parsed
         .into_iter()
@@ -174,7 +174,7 @@ async fn ingest<S: Store>(state: &AppState<S>, src: &SourceRuntime, request: Req
             received_at_ms,
             parsed,
             raw_body: body.to_vec(),
-            headers_json: headers_json.clone(),
+            headers: received.clone(),
             verification: verification.clone(),
         })
         .collect();
@@ -273,22 +273,18 @@ fn derived_event_id(delivery_id: Option<&str>, body: &[u8]) -> EventId {
     EventId::parse(format!("sha256:{digest}")).unwrap_or_else(|_| unreachable!("a hex digest is a valid id"))
 }
 
-/// The request headers as a JSON object, without credentials.
-fn headers_json(headers: &HeaderMap) -> String {
-    let mut out: Vec<u8> = Vec::with_capacity(512);
-    out.push(b'{');
-    for (name, value) in headers {
+/// The request headers, without credentials: every value of a repeated header, in the order it arrived (the
+/// verifier and the format read the first). A value that is not UTF-8 is kept with U+FFFD in place of each
+/// invalid sequence.
+fn received_headers(headers: &HeaderMap) -> ReceivedHeaders {
+    let mut received = ReceivedHeaders::new();
+    for name in headers.keys() {
         if UNSTORED_HEADERS.contains(&name.as_str()) {
             continue;
         }
-        if out.len() > 1 {
-            out.push(b',');
+        for value in headers.get_all(name) {
+            received.append(name.as_str(), String::from_utf8_lossy(value.as_bytes()));
         }
-        // Writing a string into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut out, name.as_str());
-        out.push(b':');
-        let _ = serde_json::to_writer(&mut out, &String::from_utf8_lossy(value.as_bytes()));
     }
-    out.push(b'}');
-    String::from_utf8(out).unwrap_or_default()
+    received
 }

@@ -29,7 +29,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
         crate::app::metrics_text,
         crate::app::openapi_json,
     ),
-    components(schemas(ErrorBody, WebhookAnswer, Readiness)),
+    components(schemas(ErrorBody, WebhookAnswer, Readiness, crate::admin::EventDetail, crate::admin::BodyEncoding)),
     modifiers(&BearerToken),
 )]
 pub(crate) struct ApiDoc;

@@ -164,7 +164,9 @@ impl Drop for SqliteStore {
 impl Store for SqliteStore {
     fn ingest(&self, delivery: Delivery) -> impl Future<Output = Result<Recorded, StoreError>> + Send {
         let ctx = Arc::clone(&self.ctx);
-        self.writer.submit(move |conn| ops::ingest(conn, &delivery, &ctx))
+        // Encoded here, on the caller's task: the writer thread is the one every delivery waits for.
+        let headers_json = delivery.headers.to_json();
+        self.writer.submit(move |conn| ops::ingest(conn, &delivery, &headers_json, &ctx))
     }
 
     fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send {

@@ -33,8 +33,9 @@ impl<T> SqlResult<T> for rusqlite::Result<T> {
     }
 }
 
-/// Records a verified delivery and applies its effect (see [`payhook_store::Store::ingest`]).
-pub(crate) fn ingest(conn: &Connection, d: &Delivery, ctx: &Ctx) -> Result<Recorded> {
+/// Records a verified delivery and applies its effect (see [`payhook_store::Store::ingest`]). `headers_json` is
+/// the delivery's headers in their stored form, encoded by the caller so that the writer thread does not.
+pub(crate) fn ingest(conn: &Connection, d: &Delivery, headers_json: &str, ctx: &Ctx) -> Result<Recorded> {
     let (event, initial, reason) = match &d.parsed {
         Parsed::Event(e) if e.effect == Effect::Ignored => (Some(e), Outcome::Ignored, None),
         Parsed::Event(e) => (Some(e), Outcome::Processed, None),
@@ -63,7 +64,7 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, ctx: &Ctx) -> Result<Recor
             reason,
             d.received_at_ms,
             d.verification,
-            d.headers_json,
+            headers_json,
             d.raw_body,
         ])
         .db()?;

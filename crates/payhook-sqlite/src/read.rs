@@ -6,7 +6,7 @@ use payhook_core::event::{Currency, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
 use payhook_store::{
     AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, OrderView, OutboxFilter, OutboxView,
-    Outcome, Stats, StoreError,
+    Outcome, ReceivedHeaders, Stats, StoreError,
 };
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 
@@ -269,7 +269,7 @@ fn event_in(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<
         next_attempt_at_ms: next,
         received_at_ms: received,
         verification,
-        headers_json: headers,
+        headers: ReceivedHeaders::from_json(&headers).map_err(|e| corrupt("stored headers", e))?,
         raw_body: body,
         attempt_log,
         changes,

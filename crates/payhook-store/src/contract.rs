@@ -16,8 +16,8 @@
 
 use crate::{
     ALERT_KIND, Alert, AlertRouting, Claim, Claimed, Delivery, Dispatched, EventFilter, EventView, FORWARD_KIND,
-    NewOrder, OrderView, OutboxFilter, OutboxJob, OutboxView, Outcome, Parsed, Recorded, Registered, Replayed, Retried,
-    Routing, Stats, Store,
+    NewOrder, OrderView, OutboxFilter, OutboxJob, OutboxView, Outcome, Parsed, ReceivedHeaders, Recorded, Registered,
+    Replayed, Retried, Routing, Stats, Store,
 };
 use payhook_core::event::{Currency, EventId, Money, OrderAction, OrderId, SourceName};
 use payhook_core::format::Format;
@@ -357,8 +357,13 @@ pub fn new_order(id: &str, amount_minor: i64, now_ms: i64) -> NewOrder {
     NewOrder { id: order_id(id), money: usd(amount_minor), now_ms }
 }
 
-/// The headers every contract delivery carries.
-pub const HEADERS_JSON: &str = r#"{"content-type":"application/json","x-signature":"t=1,v1=00"}"#;
+/// The headers every contract delivery carries: one of them sent twice, so that every backend is seen to keep
+/// both values, in order.
+pub fn headers() -> ReceivedHeaders {
+    [("content-type", "application/json"), ("x-signature", "t=1,v1=00"), ("x-signature", "t=1,v1=ff")]
+        .into_iter()
+        .collect()
+}
 
 /// The verification note every contract delivery carries.
 pub const VERIFICATION: &str = "hmac-sha256 (secret #0)";
@@ -371,7 +376,7 @@ pub fn generic_delivery(body: Vec<u8>, received_at_ms: i64) -> Delivery {
         received_at_ms,
         parsed: Parsed::Event(event),
         raw_body: body,
-        headers_json: HEADERS_JSON.to_owned(),
+        headers: headers(),
         verification: VERIFICATION.to_owned(),
     }
 }
@@ -439,7 +444,7 @@ pub fn unparseable(event_id: &str, body: &[u8], reason: &str, received_at_ms: i6
         received_at_ms,
         parsed: Parsed::Unparseable { event_id: self::event_id(event_id), reason: reason.to_owned() },
         raw_body: body.to_vec(),
-        headers_json: HEADERS_JSON.to_owned(),
+        headers: headers(),
         verification: VERIFICATION.to_owned(),
     }
 }
@@ -569,7 +574,7 @@ pub async fn a_delivery_seen_twice_is_recorded_once<S: Store>(store: S) {
     let first = pay("evt_1", "ord_1", 1999, T0 + 1);
     let mut again = first.clone();
     again.received_at_ms = T0 + 2;
-    again.headers_json = r#"{"retry":"1"}"#.to_owned();
+    again.headers = [("retry", "1")].into_iter().collect();
 
     assert_eq!(ingest(&store, first.clone()).await, processed());
     let second = ingest(&store, again).await;
@@ -604,7 +609,7 @@ pub async fn a_delivery_seen_twice_is_recorded_once<S: Store>(store: S) {
     assert_eq!((event.attempts, event.next_attempt_at_ms, event.received_at_ms), (1, None, T0 + 1));
     assert_eq!(event.event_type.as_deref(), Some("payment.succeeded"));
     assert_eq!(event.business_key, Some(business_key(&first)));
-    assert_eq!((event.headers_json.as_str(), event.verification.as_str()), (HEADERS_JSON, VERIFICATION));
+    assert_eq!((&event.headers, event.verification.as_str()), (&headers(), VERIFICATION));
     assert_eq!(event.raw_body, first.raw_body);
     let Parsed::Event(parsed) = &first.parsed else { unreachable!() };
     assert_eq!(event.effect.as_ref(), Some(&parsed.effect));
@@ -823,7 +828,7 @@ pub async fn an_unparseable_delivery_is_kept_byte_for_byte_as_a_dead_letter<S: S
     assert_eq!((event.status, event.reason.as_deref()), (Outcome::DeadLettered, Some(reason)));
     assert_eq!((event.event_type, event.business_key, event.effect), (None, None, None));
     assert_eq!((event.received_at_ms, event.next_attempt_at_ms), (T0, None));
-    assert_eq!((event.headers_json.as_str(), event.verification.as_str()), (HEADERS_JSON, VERIFICATION));
+    assert_eq!((&event.headers, event.verification.as_str()), (&headers(), VERIFICATION));
 
     assert_eq!(ingest(&store, delivery).await.outcome, Outcome::Duplicate);
     assert_eq!(Stats::count(&stats(&store).await.events, "dead_lettered"), 1);

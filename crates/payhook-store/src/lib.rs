@@ -5,6 +5,8 @@
 //! PostgreSQL later) owns its SQL, its migrations and its group commit; nothing above this crate speaks SQL.
 //!
 //! - [`model`]: what goes in and what comes out (`Delivery`, `Recorded`, `OrderView`, …).
+//! - `headers`: [`ReceivedHeaders`], a delivery's headers with every value of a repeated one, and their stored
+//!   JSON form (read in its older form too).
 //! - [`metrics`]: the writer's queue and batch sizes, read by the server's `/metrics` and `/readyz`.
 //! - [`StoreError`]: the one error type every backend maps its failures to.
 //! - [`checker`] (feature `contract`): payhook's promise checked on a final store, for every end-to-end test.
@@ -16,6 +18,7 @@ use std::future::Future;
 pub mod checker;
 #[cfg(feature = "contract")]
 pub mod contract;
+mod headers;
 pub mod metrics;
 pub mod model;
 

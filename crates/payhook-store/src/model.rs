@@ -1,5 +1,6 @@
 //! What crosses the storage boundary.
 
+pub use crate::headers::ReceivedHeaders;
 use payhook_core::event::{Effect, Event, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
 use serde::Serialize;
@@ -16,8 +17,8 @@ pub struct Delivery {
     pub parsed: Parsed,
     /// The exact bytes that were verified.
     pub raw_body: Vec<u8>,
-    /// The headers that matter (signature, ids, content type) as a JSON object.
-    pub headers_json: String,
+    /// The request's headers (credentials left out), every value of a repeated one in arrival order.
+    pub headers: ReceivedHeaders,
     /// How the delivery verified (scheme and which secret), for the audit trail.
     pub verification: String,
 }
@@ -212,8 +213,8 @@ pub struct EventView {
     pub received_at_ms: i64,
     /// How it verified.
     pub verification: String,
-    /// The headers that matter, as JSON.
-    pub headers_json: String,
+    /// The request's headers as stored, every value of a repeated one in arrival order.
+    pub headers: ReceivedHeaders,
     /// The exact bytes received.
     pub raw_body: Vec<u8>,
     /// Attempts that did not end the event (deferrals, dead letters, replays), oldest first.

@@ -458,17 +458,16 @@ fn print_detail(d: &admin::EventDetail) {
         ("verification", d.verification.clone()),
         ("business key", or_dash(d.business_key.as_deref())),
         ("effect", or_dash(d.effect.as_ref().and_then(|e| serde_json::to_string(e).ok()))),
-        ("headers", d.headers.to_string()),
+        ("headers", d.headers.to_json()),
     ];
     for (k, v) in fields {
         t.row(vec![k.to_owned(), v]);
     }
     print!("{}", t.render());
-    let encoding = match d.body_encoding {
-        admin::BodyEncoding::Utf8 => "utf-8",
-        admin::BodyEncoding::Base64 => "not utf-8, shown in base64",
-    };
-    println!("\nbody ({encoding}):\n{}", d.body);
+    match (&d.body, &d.body_base64) {
+        (Some(text), _) => println!("\nbody (utf-8, as received):\n{text}"),
+        (None, encoded) => println!("\nbody (not utf-8, shown in base64):\n{}", encoded.as_deref().unwrap_or("")),
+    }
     if !d.attempt_log.is_empty() {
         let mut t = Table::new(&["ATTEMPT", "AT (UTC)", "OUTCOME", "DETAIL"]).right(&["ATTEMPT"]);
         for a in &d.attempt_log {

@@ -1,9 +1,12 @@
 //! A database written by the previous schema version is upgraded in place: its outbox rows become the record of
-//! their effects (`unrouted`, no sink), and the store goes on with routing from there.
+//! their effects (`unrouted`, no sink), and the store goes on with routing from there. Rows written in an older
+//! form (headers as an object of strings) read as they are.
 
-use crate::{TempSchema, test_url};
+use crate::{TempSchema, TempStore, test_url};
 use payhook_postgres::PgStore;
-use payhook_store::contract::{T0, new_order, order_view, pay, processed, register_new, test_policy, test_routing};
+use payhook_store::contract::{
+    SOURCE, T0, event_view, new_order, order_view, pay, processed, register_new, test_policy, test_routing,
+};
 use payhook_store::{Stats, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,4 +55,32 @@ async fn a_version_1_schema_with_outbox_rows_is_upgraded_and_its_rows_become_unr
         "{s:?}"
     );
     store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_whose_headers_are_an_object_of_strings_reads_every_duplicate_key_as_a_value_in_order() {
+    let Some(url) = test_url() else { return };
+    let store = TempStore::open(&url, test_policy()).await;
+    // What payhook wrote before headers were lists: a repeated header as a duplicate key of one object.
+    let old = r#"{"x-signature":"t=1,v1=aa","content-type":"application/json","x-signature":"t=1,v1=bb"}"#;
+    store
+        .schema()
+        .side()
+        .await
+        .execute(
+            "INSERT INTO inbox (source, event_id, status, received_at, updated_at, verification, headers, body)
+             VALUES ($1, 'evt_old', 'ignored', 1, 1, 'hmac (secret #0)', $2, '\\x7b7d'::bytea)",
+            &[&SOURCE, &old],
+        )
+        .await
+        .expect("an old-format row");
+
+    let event = event_view(&store, "evt_old").await;
+    assert_eq!(event.headers.get_all("x-signature"), ["t=1,v1=aa", "t=1,v1=bb"]);
+    assert_eq!(event.headers.get_all("content-type"), ["application/json"]);
+    assert_eq!(
+        event.headers.to_json(),
+        r#"{"x-signature":["t=1,v1=aa","t=1,v1=bb"],"content-type":["application/json"]}"#
+    );
+    assert_eq!(event.raw_body, b"{}");
 }

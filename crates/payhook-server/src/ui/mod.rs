@@ -602,25 +602,36 @@ fn outbox_table(rows: &[OutboxView], csrf: &str) -> Markup {
     }
 }
 
+/// How the event page shows the body: as received (the default) or re-indented.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum BodyView {
+    #[default]
+    Raw,
+    Pretty,
+}
+
+/// The event page's query string.
+#[derive(Debug, Default, Deserialize)]
+struct EventPageQuery {
+    #[serde(default)]
+    view: BodyView,
+}
+
 async fn event<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     Extension(session): Extension<Session>,
     Path((source, event_id)): Path<(String, String)>,
+    q: Result<Query<EventPageQuery>, QueryRejection>,
 ) -> Result<Response, UiError> {
+    let view = q.map(|Query(q)| q.view).map_err(|e| UiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.body_text()))?;
     let d = admin::event_detail(&*state.store, &source, &event_id).await?;
-    let body = match d.body_encoding {
-        admin::BodyEncoding::Utf8 => serde_json::from_str::<serde_json::Value>(&d.body)
-            .ok()
-            .and_then(|v| serde_json::to_string_pretty(&v).ok())
-            .unwrap_or_else(|| d.body.clone()),
-        admin::BodyEncoding::Base64 => d.body.clone(),
+    let raw = d.body_bytes();
+    let pretty = match view {
+        BodyView::Pretty => d.body.as_deref().and_then(render::pretty_json),
+        BodyView::Raw => None,
     };
-    let headers: Vec<(String, String)> = match &d.headers {
-        serde_json::Value::Object(map) => {
-            map.iter().map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_owned))).collect()
-        }
-        other => vec![(String::new(), other.to_string())],
-    };
+    let here = event_href(&d.source, &d.event_id);
     let content = html! {
         h1 { "Event " span.mono { (d.event_id) } }
         @if d.status == Outcome::DeadLettered {
@@ -687,11 +698,37 @@ async fn event<S: Store>(
         h2 { "Outbox rows" }
         (outbox_table(&d.outbox, &session.csrf))
         h2 { "Headers" }
-        div.scroll { table {
-            tbody { @for (k, v) in &headers { tr { td.mono { (k) } td.mono.wrap { (v) } } } }
+        div.scroll { table id="headers" {
+            tbody {
+                @if d.headers.is_empty() { tr { td .muted { "No headers kept (pruned, or none were sent)." } } }
+                @for (name, values) in d.headers.iter() {
+                    @for (i, value) in values.iter().enumerate() {
+                        tr {
+                            td.mono { (name) @if values.len() > 1 { span.muted { " (" (i + 1) " of " (values.len()) ")" } } }
+                            td.mono.wrap { (value) }
+                        }
+                    }
+                }
+            }
         } }
-        h2 { "Body" @if d.body_encoding == admin::BodyEncoding::Base64 { " (not UTF-8; base64)" } }
-        pre id="raw-body" { (body) }
+        div.tabs {
+            h2 { "Body" }
+            span.muted { (raw.len()) " bytes" @if d.body.is_none() { ", not UTF-8" } }
+            @if view == BodyView::Raw {
+                strong { "as received" } a href={ (here) "?view=pretty" } id="body-pretty" { "pretty-printed" }
+            } @else {
+                a href=(here) id="body-raw" { "as received" } strong { "pretty-printed" }
+            }
+        }
+        @if let Some(pretty) = &pretty {
+            p.muted { "Re-indented: only the whitespace between tokens differs from what was received." }
+            pre id="pretty-body" { (pretty) }
+        } @else {
+            @if view == BodyView::Pretty {
+                p.muted { "Not JSON, so shown as received." }
+            }
+            pre id="raw-body" { (render::raw_bytes(&raw)) }
+        }
     };
     Ok(html_page(&state, &session, &format!("Event {}", d.event_id), Section::Events, content))
 }

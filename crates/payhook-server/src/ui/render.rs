@@ -28,6 +28,8 @@ th{font-size:.8rem;color:#5b6474;font-weight:600;white-space:nowrap}
 td.wrap{word-break:break-word;min-width:12rem}
 .mono,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.85rem}
 pre{background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:.75rem;overflow-x:auto;white-space:pre-wrap;word-break:break-word}
+pre .byte{background:#fde0e0;color:#a01b1b;border-radius:3px}
+.tabs{display:flex;gap:1rem;align-items:baseline;flex-wrap:wrap}
 .badge{display:inline-block;padding:.05rem .45rem;border-radius:999px;font-size:.78rem;font-weight:600;white-space:nowrap;background:#e6e8ec;color:#39414f}
 .s-processed,.s-delivered,.s-paid{background:#dcf5e3;color:#17692f}
 .s-deferred,.s-pending{background:#fff1cc;color:#7a5300}
@@ -217,6 +219,110 @@ pub(crate) fn throughput_chart(minutes: &[Minute]) -> Markup {
     }
 }
 
+/// Bytes as received, for a `<pre>`: UTF-8 text as it is (maud escapes `<`, `>`, `&` and quotes), and each byte
+/// that is not part of valid UTF-8, or is a control character other than tab and newline (a carriage return
+/// included, which HTML would otherwise fold into a newline), as a highlighted `\xNN`.
+pub(crate) fn raw_bytes(bytes: &[u8]) -> Markup {
+    html! {
+        @for chunk in bytes.utf8_chunks() {
+            @for piece in visible_pieces(chunk.valid()) {
+                @match piece {
+                    Piece::Text(text) => { (text) }
+                    Piece::Byte(b) => { span.byte title="a control character" { "\\x" (format!("{b:02x}")) } }
+                }
+            }
+            @for b in chunk.invalid() {
+                span.byte title="not UTF-8" { "\\x" (format!("{b:02x}")) }
+            }
+        }
+    }
+}
+
+/// A run of text shown as it is, or one byte shown as `\xNN`.
+enum Piece<'a> {
+    Text(&'a str),
+    Byte(u8),
+}
+
+/// Splits valid UTF-8 around the control characters that would not show in a `<pre>`.
+fn visible_pieces(text: &str) -> Vec<Piece<'_>> {
+    let hidden = |b: u8| (b < 0x20 && b != b'\t' && b != b'\n') || b == 0x7f;
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    // Control characters are single bytes in UTF-8 and never inside a longer sequence, so these are char
+    // boundaries.
+    for (i, b) in text.bytes().enumerate() {
+        if hidden(b) {
+            if start < i {
+                pieces.push(Piece::Text(&text[start..i]));
+            }
+            pieces.push(Piece::Byte(b));
+            start = i + 1;
+        }
+    }
+    if start < text.len() {
+        pieces.push(Piece::Text(&text[start..]));
+    }
+    pieces
+}
+
+/// A JSON document re-indented (two spaces a level) without being parsed into values: only whitespace between
+/// tokens changes, so keys keep their order, duplicate keys all stay, and numbers and strings are the bytes that
+/// were sent. `None` when `text` is not JSON.
+pub(crate) fn pretty_json(text: &str) -> Option<String> {
+    serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
+    let is_space = |c: char| matches!(c, ' ' | '\t' | '\n' | '\r');
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.extend(std::iter::repeat_n("  ", depth));
+    };
+    let mut out = String::with_capacity(text.len() * 2);
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                while chars.next_if(|c| is_space(*c)).is_some() {}
+                // An empty object or array stays on its line.
+                if let Some(close) = chars.next_if(|n| matches!(n, '}' | ']')) {
+                    out.push(close);
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if is_space(c) => {}
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +342,30 @@ mod tests {
         assert_eq!(svg.matches("<rect").count(), 30, "{svg}");
         assert!(svg.contains("<polyline"), "{svg}");
         assert!(svg.contains("90 deliveries in the last hour"), "{svg}");
+    }
+
+    #[test]
+    fn raw_bytes_escape_markup_and_show_invalid_bytes_and_control_characters_as_hex() {
+        let html = raw_bytes(b"{\"a\" :\t\"<script>&\"}\r\n\xff\x00\xc3\xa9").into_string();
+        assert_eq!(
+            html,
+            "{&quot;a&quot; :\t&quot;&lt;script&gt;&amp;&quot;}<span class=\"byte\" title=\"a control character\">\\x0d</span>\n\
+             <span class=\"byte\" title=\"not UTF-8\">\\xff</span>\
+             <span class=\"byte\" title=\"a control character\">\\x00</span>é"
+        );
+    }
+
+    #[test]
+    fn pretty_json_changes_only_whitespace_between_tokens() {
+        let sent = "{ \"b\":1,\"a\" : [ ],\"a\":{\"s\":\"x, {y}: \\\" z\"},\"n\":1.50e+2,\"e\":{}}";
+        let pretty = pretty_json(sent).unwrap();
+        assert_eq!(
+            pretty,
+            "{\n  \"b\": 1,\n  \"a\": [],\n  \"a\": {\n    \"s\": \"x, {y}: \\\" z\"\n  },\n  \"n\": 1.50e+2,\n  \"e\": {}\n}"
+        );
+        let squeeze = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+        assert_eq!(squeeze(&pretty), squeeze(sent));
+        assert_eq!(pretty_json("not json"), None);
+        assert_eq!(pretty_json("{\"a\":1"), None);
     }
 }

@@ -3,6 +3,7 @@
 mod admin;
 mod auth;
 mod dispatch;
+mod evidence;
 mod failpoints;
 mod faults;
 mod helpers;

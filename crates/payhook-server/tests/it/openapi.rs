@@ -48,3 +48,29 @@ async fn the_openapi_document_describes_every_route_with_its_method() {
         assert!(!body.contains("no such route"), "{method} {url} is not routed: {status} {body}");
     }
 }
+
+#[tokio::test]
+async fn the_event_detail_schema_names_every_field_the_api_answers_and_says_which_carries_the_body() {
+    let app = TestApp::spawn().await;
+    let (status, answer) = app.deliver_bytes("payments", b"not json".to_vec()).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let detail = app.api_get(&format!("/v1/events/payments/{}", answer["event_id"].as_str().unwrap())).await.json;
+    let doc = read_json(app.client.get(app.url("/openapi.json")).send().await.unwrap()).await.json;
+
+    let ok = &doc["paths"]["/v1/events/{source}/{event_id}"]["get"]["responses"]["200"];
+    assert_eq!(ok["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/EventDetail", "{ok}");
+    let schema = &doc["components"]["schemas"]["EventDetail"];
+    let properties = schema["properties"].as_object().expect("EventDetail properties");
+    for field in detail.as_object().unwrap().keys() {
+        assert!(properties.contains_key(field), "the answer's {field:?} is not in the schema: {schema}");
+    }
+    for field in properties.keys() {
+        assert!(detail.get(field).is_some(), "the schema's {field:?} is not in the answer: {detail}");
+    }
+    let headers = &properties["headers"];
+    assert_eq!(headers["additionalProperties"]["items"]["type"], "string", "{headers}");
+    for field in ["body", "body_base64"] {
+        let text = properties[field]["description"].as_str().unwrap_or_default();
+        assert!(text.contains("UTF-8"), "{field} does not say when it is set: {}", properties[field]);
+    }
+}

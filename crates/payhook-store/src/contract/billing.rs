@@ -24,7 +24,7 @@ pub fn event_delivery(id: &str, event_type: &str, occurred_at: i64, business_key
             effect,
         }),
         raw_body: format!("{{\"id\":\"{id}\"}}").into_bytes(),
-        headers_json: super::HEADERS_JSON.to_owned(),
+        headers: super::headers(),
         verification: super::VERIFICATION.to_owned(),
     }
 }
