@@ -55,7 +55,8 @@ async fn the_event_detail_schema_names_every_field_the_api_answers_and_says_whic
     let (status, answer) = app.deliver_bytes("payments", b"not json".to_vec()).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
     let detail = app.api_get(&format!("/v1/events/payments/{}", answer["event_id"].as_str().unwrap())).await.json;
-    let doc = read_json(app.client.get(app.url("/openapi.json")).send().await.unwrap()).await.json;
+    let doc =
+        read_json(app.client.get(app.url("/openapi.json")).bearer_auth(API_TOKEN).send().await.unwrap()).await.json;
 
     let ok = &doc["paths"]["/v1/events/{source}/{event_id}"]["get"]["responses"]["200"];
     assert_eq!(ok["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/EventDetail", "{ok}");

@@ -367,7 +367,7 @@ async fn an_http_message_signature_covering_only_the_body_is_refused_as_insuffic
         refused.json
     );
     assert!(app.event("signed", "evt_cov").await.is_none(), "nothing is stored");
-    let (_, metrics) = app.get_text("/metrics").await;
+    let (_, metrics) = app.get_text_authorized("/metrics").await;
     let line = r#"payhook_verification_failures_total{source="signed",reason="insufficient_coverage"} 1"#;
     assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
 
