@@ -39,7 +39,8 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
 
 #[utoipa::path(get, path = "/v1/events", tag = "admin", params(EventQuery), security(("bearer" = [])),
     responses((status = 200, description = "Recorded deliveries, newest first, with `next_cursor`"),
-        (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn list_events<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -54,7 +55,8 @@ pub(crate) async fn list_events<S: Store>(
     responses((status = 200, description = "Envelope, headers (every value of a repeated header, in arrival order), the \
             body exactly as received (`body` when it is UTF-8, else `body_base64`), attempts, order and billing \
             changes, and outbox rows", body = crate::admin::EventDetail),
-        (status = 404, description = "No such event", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 404, description = "No such event", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn show_event<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -69,7 +71,8 @@ pub(crate) async fn show_event<S: Store>(
     params(("source" = String, Path, description = "Source name"), ("event_id" = String, Path, description = "Event id")),
     responses((status = 200, description = "The replay's outcome"),
         (status = 404, description = "No such event", body = crate::openapi::ErrorBody),
-        (status = 409, description = "Not a dead letter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 409, description = "Not a dead letter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn replay_event<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -97,7 +100,8 @@ pub(crate) async fn replay_one<S: Store>(
 
 #[utoipa::path(get, path = "/v1/dead-letters", tag = "admin", params(EventQuery), security(("bearer" = [])),
     responses((status = 200, description = "Dead letters, newest first, with `next_cursor`"),
-        (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn list_dead_letters<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -110,7 +114,8 @@ pub(crate) async fn list_dead_letters<S: Store>(
 #[utoipa::path(post, path = "/v1/dead-letters/replay", tag = "admin", request_body = BulkReplayRequest,
     security(("bearer" = [])),
     responses((status = 200, description = "What a dry run found, or what was replayed (capped, paced)"),
-        (status = 422, description = "Invalid request", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 422, description = "Invalid request", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn bulk_replay<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -160,7 +165,8 @@ pub(crate) async fn replay_many<S: Store>(
 
 #[utoipa::path(get, path = "/v1/outbox", tag = "admin", params(OutboxQuery), security(("bearer" = [])),
     responses((status = 200, description = "Outbox rows, newest first, with `next_cursor`"),
-        (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn list_outbox<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -173,7 +179,8 @@ pub(crate) async fn list_outbox<S: Store>(
 #[utoipa::path(post, path = "/v1/outbox/{id}/retry", tag = "admin", security(("bearer" = [])),
     params(("id" = i64, Path, description = "Outbox row id")),
     responses((status = 200, description = "The row is pending again with a fresh budget"),
-        (status = 409, description = "The row is not dead", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 409, description = "The row is not dead", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn retry_outbox<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -192,7 +199,8 @@ pub(crate) async fn retry_one_outbox<S: Store>(state: &AppState<S>, id: i64) -> 
 }
 
 #[utoipa::path(get, path = "/v1/stats", tag = "admin", security(("bearer" = [])),
-    responses((status = 200, description = "Events, orders and outbox rows by status, oldest pending ages"), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+    responses((status = 200, description = "Events, orders and outbox rows by status, oldest pending ages"), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn stats<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, ApiError> {
     Ok(Json(admin::stats(&*state.store, now_ms()).await?).into_response())

@@ -73,7 +73,8 @@ pub fn parse_order(id: String, amount: i64, currency: &str, now_ms: i64) -> Resu
     responses((status = 201, description = "Registered"),
         (status = 200, description = "The identical order was already registered"),
         (status = 409, description = "Same id with another amount or currency", body = crate::openapi::ErrorBody),
-        (status = 422, description = "Invalid order", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 422, description = "Invalid order", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn register_order<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -104,7 +105,8 @@ pub(crate) async fn register_order<S: Store>(
 #[utoipa::path(get, path = "/v1/orders/{id}", tag = "orders", security(("bearer" = [])),
     params(("id" = String, Path, description = "Order id")),
     responses((status = 200, description = "Status, amount, currency, timestamps, audit history, outbox rows"),
-        (status = 404, description = "No such order", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 404, description = "No such order", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn get_order<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -140,7 +142,8 @@ fn order_json(v: &OrderView) -> serde_json::Value {
 #[utoipa::path(get, path = "/v1/subscriptions/{id}", tag = "billing", security(("bearer" = [])),
     params(("id" = String, Path, description = "The provider's subscription id")),
     responses((status = 200, description = "Provider status, period end, history, the entitlements of its invoices"),
-        (status = 404, description = "No such subscription", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+        (status = 404, description = "No such subscription", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn get_subscription<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -156,7 +159,8 @@ pub(crate) async fn get_subscription<S: Store>(
 /// A customer's entitlements; a customer payhook has never heard of simply has none.
 #[utoipa::path(get, path = "/v1/customers/{id}/entitlements", tag = "billing", security(("bearer" = [])),
     params(("id" = String, Path, description = "The provider's customer id")),
-    responses((status = 200, description = "The customer's entitlements with their history, and how many are granted"), (status = 401, description = "Missing or wrong bearer token", body = crate::openapi::ErrorBody),
+    responses((status = 200, description = "The customer's entitlements with their history, and how many are granted"), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn get_entitlements<S: Store>(
     State(state): State<Arc<AppState<S>>>,

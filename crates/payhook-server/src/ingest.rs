@@ -74,7 +74,7 @@ impl Headers for HttpHeaders<'_> {
     responses(
         (status = 200, description = "Recorded (after the commit): `processed`, `duplicate`, `deferred`, `ignored` or \
             `dead_lettered`; Adyen is answered `[accepted]`", body = crate::openapi::WebhookAnswer),
-        (status = 401, description = "Missing, malformed, wrong, stale or replayed signature; nothing stored", body = crate::openapi::ErrorBody),
+        (status = 401, description = "Missing, malformed, wrong, stale or replayed signature, or one that does not cover the required components; nothing stored", body = crate::openapi::ErrorBody),
         (status = 404, description = "No such source", body = crate::openapi::ErrorBody),
         (status = 408, description = "The body took too long", body = crate::openapi::ErrorBody),
         (status = 413, description = "The body is over the limit", body = crate::openapi::ErrorBody),
