@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Two builds of payhook against each other, in one run: same machine, same workload, interleaved.
+#
+#   scripts/bench-ab.sh BINARY_A BINARY_B [ORDERS] [CONCURRENCY] [SCENARIO]
+#
+# Each round starts each build as a server on a fresh SQLite file (default settings, one hmac source) and drives it
+# with the same `payhook bench … --verify` client (BINARY_B's), so only the server differs. Besides acked/s it reads
+# the server's own CPU time (user + system, from /proc/PID/stat) and reports it per delivery: the load generator
+# shares the cores, so acked/s alone mixes the client's cost into the server's. $PAYHOOK_BENCH_ROUNDS rounds
+# (default 3); the ratios are of the medians, B over A.
+set -euo pipefail
+a=$(realpath "$1") b=$(realpath "$2")
+orders=${3:-20000}
+concurrency=${4:-64}
+scenario=${5:-steady}
+rounds=${PAYHOOK_BENCH_ROUNDS:-3}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "PAYHOOK_BENCH_ROUNDS must be a whole number of at least 1" >&2; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/scripts/bench-lib.sh"
+mapfile -t bench_args < <(scenario_args "$scenario" "$orders" "$concurrency")
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+export PAYHOOK_API_TOKEN=bench-token-0123456789abcdef
+ticks=$(getconf CLK_TCK)
+
+run() { # label binary round port
+  local label=$1 bin=$2 round=$3 port=$4 file="$work/$1-$3"
+  cat > "$file.toml" <<TOML
+[server]
+listen = "127.0.0.1:$port"
+[storage]
+url = "sqlite://$file.db"
+[[sources]]
+name = "payments"
+scheme = "hmac"
+header = "X-Webhook-Signature"
+format = "generic"
+secrets = ["whsec_bench_secret"]
+TOML
+  "$bin" --config "$file.toml" serve 2>"$file.log" &
+  local pid=$!
+  pids+=("$pid")
+  local ready=
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && ready=1 && break; sleep 0.1; done
+  [[ -n $ready ]] || { echo "payhook ($label) on port $port did not become ready" >&2; cat "$file.log" >&2; exit 1; }
+  local before after
+  before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  "$b" --config "$file.toml" bench "${bench_args[@]}" --verify --json > "$file.json"
+  after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  echo "$(( (after - before) * 1000000 / ticks ))" > "$file.cpu_us"
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  unset 'pids[-1]'
+}
+
+port=18381
+for round in $(seq "$rounds"); do
+  for label in A B; do
+    if [[ $label == A ]]; then bin=$a; else bin=$b; fi
+    run "$label" "$bin" "$round" "$port"
+    port=$((port + 1))
+  done
+done
+
+python3 - "$work" "$rounds" "$a" "$b" <<'PY'
+import json, statistics, sys
+work, rounds, a, b = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+runs = {}
+for label in "AB":
+    runs[label] = []
+    for r in range(1, rounds + 1):
+        report = json.load(open(f"{work}/{label}-{r}.json"))
+        report["cpu_us"] = int(open(f"{work}/{label}-{r}.cpu_us").read())
+        runs[label].append(report)
+print(runs["A"][0]["command"].rsplit(" --seed ", 1)[0], f"  ({rounds} rounds, A and B interleaved)")
+print(f"A = {a}\nB = {b}")
+print("| build | round | deliveries | acked/s | server CPU µs/delivery | p99 ms | violations |")
+print("|---|---|---|---|---|---|---|")
+for label in "AB":
+    for i, r in enumerate(runs[label], 1):
+        per = r["cpu_us"] / r["deliveries"]
+        print(f"| {label} | {i} | {r['deliveries']} | {r['acked_per_s']:.0f} | {per:.1f} | {r['latency_ms']['p99']:.2f} | {r['verify']['violations']} |")
+acked = {l: statistics.median(r["acked_per_s"] for r in runs[l]) for l in "AB"}
+cpu = {l: statistics.median(r["cpu_us"] / r["deliveries"] for r in runs[l]) for l in "AB"}
+print(f"B / A: acked/s {acked['B'] / acked['A']:.3f}x, server CPU per delivery {cpu['B'] / cpu['A']:.3f}x (medians)")
+PY
