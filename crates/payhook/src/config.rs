@@ -163,6 +163,8 @@ struct RawStorage {
     batch_max: usize,
     queue_depth: usize,
     busy_timeout_ms: u64,
+    read_connections: usize,
+    read_timeout_ms: u64,
     fsync: String,
     pool_size: usize,
     writers: Option<usize>,
@@ -681,12 +683,17 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
         if path.is_empty() {
             bail!("storage.url: sqlite:// needs a path");
         }
+        if raw.read_connections == 0 || raw.read_timeout_ms == 0 {
+            bail!("storage.read_connections and storage.read_timeout_ms must be positive");
+        }
         return Ok(StorageConfig::Sqlite(SqliteOptions {
             sync,
             path: PathBuf::from(path),
             batch_max,
             queue_depth: raw.queue_depth,
             busy_timeout_ms: raw.busy_timeout_ms,
+            read_connections: raw.read_connections,
+            read_timeout_ms: raw.read_timeout_ms,
             retry,
             routing: Default::default(),
         }));
