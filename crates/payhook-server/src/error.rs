@@ -139,9 +139,9 @@ impl ApiError {
                 match e {
                     StoreError::Corrupt(_) => "internal error".to_owned(),
                     // Named after the setting, so that the caller (often the operator) knows which bound it hit.
-                    StoreError::ReadTimeout { timeout_ms } => format!(
-                        "the query took longer than storage.read_timeout_ms ({timeout_ms} ms) and was stopped"
-                    ),
+                    StoreError::ReadTimeout { timeout_ms } => {
+                        format!("the query took longer than storage.read_timeout_ms ({timeout_ms} ms) and was stopped")
+                    }
                     StoreError::ReadersBusy { timeout_ms } => format!(
                         "every read connection stayed busy for storage.read_timeout_ms ({timeout_ms} ms); retry later"
                     ),

@@ -14,7 +14,7 @@
 //! | `sqlite::fsync` | the syncer's `fdatasync` of the WAL | fails: 503 for every batch it covered |
 //! | `sqlite::answer_before_commit` | the control run: answers 2xx, then rolls the batch back | acknowledged deliveries are lost |
 //! | `sqlite::stats_stall` | the stats read, on its pooled connection | it holds the connection until the point is removed (at most [`STALL_LIMIT`]) |
-//! | `sqlite::stats_runaway` | the stats read, on its pooled connection | it runs a query that never ends by itself, until the read time limit stops it |
+//! | `sqlite::stats_runaway` | the stats read, on its pooled connection | it runs a query of many seconds, which the read time limit stops first |
 
 /// Whether failpoint `point` is set for the database at `scope` (its path).
 #[cfg(feature = "failpoints")]
@@ -55,14 +55,17 @@ pub(crate) fn stall_while(point: &str, conn: &rusqlite::Connection) {
     }
 }
 
-/// When `point` is set for the database `conn` reads, runs a query that counts for ever: only the read time limit
-/// stops it, and its error is what the read returns.
+/// When `point` is set for the database `conn` reads, runs a query that counts to 20 million (many seconds of
+/// work, and no IO): the read time limit stops it first, and its error is what the read returns. It is finite so
+/// that a build whose limit does not work fails its test instead of leaving a thread spinning for ever.
 pub(crate) fn runaway_on(point: &str, conn: &rusqlite::Connection) -> Result<(), payhook_store::StoreError> {
     if !fires_on(point, conn) {
         return Ok(());
     }
-    conn.query_row("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n", [], |_| {
-        Ok(())
-    })
+    conn.query_row(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000000) SELECT count(*) FROM n",
+        [],
+        |_| Ok(()),
+    )
     .map_err(crate::writer::unavailable)
 }

@@ -182,7 +182,10 @@ impl Checkout {
         match result {
             Err(_) if interrupted.load(Ordering::Relaxed) => {
                 self.inner.timed_out.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(timeout_ms = millis(self.inner.timeout), "a read ran past the read time limit and was stopped");
+                tracing::warn!(
+                    timeout_ms = millis(self.inner.timeout),
+                    "a read ran past the read time limit and was stopped"
+                );
                 Err(StoreError::ReadTimeout { timeout_ms: millis(self.inner.timeout) })
             }
             other => other,
@@ -211,5 +214,57 @@ impl Drop for Checkout {
         }
         self.inner.idle().push(conn);
         // The permit is released after this, when the field drops: whoever it wakes finds the connection idle.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(dir: &tempfile::TempDir, timeout: Duration) -> ReadPool {
+        let path = dir.path().join("pool.db");
+        // The file and its WAL mode are made by a read-write connection, as the writer makes them in production.
+        crate::connect(&path, 5_000).expect("create the database");
+        ReadPool::open(&path, 5_000, 1, timeout).expect("open the pool")
+    }
+
+    #[tokio::test]
+    async fn a_connection_goes_back_to_the_pool_outside_any_transaction() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pool = pool(&dir, Duration::from_secs(5));
+        let left_open = pool
+            .read(|conn| {
+                conn.execute_batch("BEGIN; SELECT count(*) FROM sqlite_master;").map_err(unavailable)?;
+                Err::<(), _>(StoreError::Corrupt("a read that fails inside its transaction".into()))
+            })
+            .await;
+        assert!(matches!(left_open, Err(StoreError::Corrupt(_))), "{left_open:?}");
+        let autocommit = pool.read(|conn| Ok(conn.is_autocommit())).await.expect("the next read");
+        assert!(autocommit, "the next read found the previous read's transaction (and snapshot) still open");
+    }
+
+    #[tokio::test]
+    async fn a_query_past_the_time_limit_is_interrupted_and_the_connection_serves_the_next_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pool = pool(&dir, Duration::from_millis(100));
+        let start = Instant::now();
+        let runaway = pool
+            .read(|conn| {
+                conn.query_row(
+                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000000) \
+                     SELECT count(*) FROM n",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map_err(unavailable)
+            })
+            .await;
+        assert!(matches!(runaway, Err(StoreError::ReadTimeout { timeout_ms: 100 })), "{runaway:?}");
+        assert!(start.elapsed() < Duration::from_secs(3), "stopped only after {:?}", start.elapsed());
+        let one: i64 =
+            pool.read(|conn| conn.query_row("SELECT 1", [], |r| r.get(0)).map_err(unavailable)).await.unwrap();
+        assert_eq!(one, 1);
+        let m = pool.metrics();
+        assert_eq!((m.connections, m.in_use, m.waiting, m.timed_out, m.busy), (1, 0, 0, 1, 0), "{m:?}");
     }
 }

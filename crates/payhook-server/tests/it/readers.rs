@@ -4,7 +4,7 @@
 //!
 //! Slow reads are made with two failpoints on the stats read (`GET /v1/stats`), scoped to each test's database:
 //! `sqlite::stats_stall` holds its pooled connection until the point is removed, `sqlite::stats_runaway` runs a
-//! query that never ends by itself. These tests take [`SERIAL`]: the failpoint registry is global to the process.
+//! query of many seconds. These tests take [`SERIAL`]: the failpoint registry is global to the process.
 
 use crate::helpers::{API_TOKEN, Reply, TestApp, read_json};
 use payhook_sqlite::SqliteStore;
