@@ -926,6 +926,18 @@ mod tests {
     }
 
     #[test]
+    fn sqlite_reads_get_four_connections_and_five_seconds_by_default_and_both_must_be_positive() {
+        let c = Config::from_toml("", "t", None).unwrap();
+        assert_eq!((sqlite(&c).read_connections, sqlite(&c).read_timeout_ms), (4, 5_000));
+        let c = Config::from_toml("[storage]\nread_connections = 8\nread_timeout_ms = 250\n", "t", None).unwrap();
+        assert_eq!((sqlite(&c).read_connections, sqlite(&c).read_timeout_ms), (8, 250));
+        for text in ["read_connections = 0", "read_timeout_ms = 0"] {
+            let err = format!("{:#}", Config::from_toml(&format!("[storage]\n{text}\n"), "t", None).unwrap_err());
+            assert!(err.contains("storage.read_connections and storage.read_timeout_ms"), "{text}: {err}");
+        }
+    }
+
+    #[test]
     fn a_postgres_url_selects_postgres_with_the_pool_keys() {
         let text = "[storage]\nurl = \"postgres://payhook:s3cret@db.internal:6543/hooks?options=-csearch_path%3Dph\"\n\
                     pool_size = 24\nstatement_timeout_ms = 750\nbatch_max = 100\n";
