@@ -83,7 +83,8 @@ pub struct PgOptions {
     /// How to use TLS: `sslmode` and `sslrootcert` of the same string (tokio-postgres's parser knows neither
     /// `verify-ca`, `verify-full` nor `sslrootcert`, so they are taken out before it parses the rest).
     pub tls: TlsOptions,
-    /// Connections in the pool, shared by the batch transactions, queries, the retry worker and `/readyz`.
+    /// Connections in the pool, shared by the batch transactions, queries and the retry worker. `/readyz`'s ping has
+    /// one more of its own.
     pub pool_size: usize,
     /// Batch transactions in flight at once (each holds one pooled connection); the rest of the pool serves
     /// queries and the worker.

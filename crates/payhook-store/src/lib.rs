@@ -155,7 +155,8 @@ pub trait Store: Send + Sync + 'static {
     /// than `keys_before_ms` is never removed.
     fn prune(&self, request: PruneRequest) -> impl Future<Output = Result<Pruned, StoreError>> + Send;
 
-    /// Checks that the database answers.
+    /// Checks that the database answers, on a connection of its own where the backend has one: a readiness probe
+    /// must not wait behind slow reads.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The writer's state: running, queue depth, committed batch sizes. Cheap (atomics), never waits.
