@@ -83,7 +83,8 @@ pub struct PgOptions {
     /// How to use TLS: `sslmode` and `sslrootcert` of the same string (tokio-postgres's parser knows neither
     /// `verify-ca`, `verify-full` nor `sslrootcert`, so they are taken out before it parses the rest).
     pub tls: TlsOptions,
-    /// Connections in the pool, shared by the batch transactions, queries, the retry worker and `/readyz`.
+    /// Connections in the pool, shared by the batch transactions, queries and the retry worker. `/readyz`'s ping has
+    /// one more of its own.
     pub pool_size: usize,
     /// Batch transactions in flight at once (each holds one pooled connection); the rest of the pool serves
     /// queries and the worker.
@@ -185,6 +186,9 @@ pub struct PgStore {
     /// `pool_size - writers`.
     others: Arc<Semaphore>,
     ctx: Arc<ops::Ctx>,
+    /// `ping`'s own pool of one connection, opened when first needed and re-created after a failure: a probe never
+    /// waits behind queries and batches for one of `pool`'s.
+    probe: Pool,
     ping_timeout: Duration,
 }
 
@@ -194,6 +198,7 @@ impl PgStore {
     pub async fn open(options: PgOptions) -> Result<Self, StoreError> {
         options.retry.validate().map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         let pool = pool::build(&options)?;
+        let probe = pool::build(&PgOptions { pool_size: 1, ..options.clone() })?;
         let pool_size = options.pool_size.max(1);
         let writers = options.writers.clamp(1, pool_size);
         let mut client = pool::get(&pool).await?;
@@ -215,6 +220,7 @@ impl PgStore {
             writer,
             others: Arc::new(Semaphore::new((pool_size - writers).max(1))),
             ctx,
+            probe,
             ping_timeout: Duration::from_millis(options.connect_timeout_ms.max(1)),
         })
     }
@@ -229,11 +235,12 @@ impl PgStore {
         self.writer.counters.snapshot()
     }
 
-    /// Stops accepting writes, commits and answers everything already queued, then closes the pool.
+    /// Stops accepting writes, commits and answers everything already queued, then closes the pools.
     pub async fn shutdown(&self) {
         self.writer.shutdown().await;
         self.others.close();
         self.pool.close();
+        self.probe.close();
     }
 
     /// A turn for an operation other than a batch (see `PgStore::others`).
@@ -348,9 +355,10 @@ impl Store for PgStore {
         retention::prune(&self.pool, &request).await
     }
 
-    /// Not behind the limit on non-batch connections: readiness must not look like an outage while queries wait.
+    /// On a connection of its own, outside the pool and its limits: readiness must not look like an outage while
+    /// queries and batches hold every pooled connection.
     async fn ping(&self) -> Result<(), StoreError> {
-        read::ping(&self.pool, self.ping_timeout).await
+        read::ping(&self.probe, self.ping_timeout).await
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {

@@ -215,6 +215,7 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
         sources: names.into_iter().map(|n| (n.as_str(), &state.sources[n].metrics)),
         dispatch: &state.dispatch_metrics,
         writer: state.store.writer_metrics(),
+        reads: state.store.read_metrics(),
         auth: state.auth.snapshot(),
         stats,
         now_ms: now_ms(),

@@ -78,7 +78,8 @@ pub enum ApiError {
     /// The event's source is no longer configured, so it cannot be re-parsed.
     #[error("{0}")]
     SourceNotConfigured(String),
-    /// The store failed; the caller may retry (503) unless the data is corrupt (500).
+    /// The store failed; the caller may retry (503) unless the data is corrupt (500). A read stopped at its time
+    /// limit is `read_timeout`; one that found every read connection busy for that long is `readers_busy`.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -121,6 +122,8 @@ impl ApiError {
             ApiError::Store(StoreError::ShuttingDown) => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Store(StoreError::Unavailable(_)) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             ApiError::Store(StoreError::Corrupt(_)) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ApiError::Store(StoreError::ReadTimeout { .. }) => (StatusCode::SERVICE_UNAVAILABLE, "read_timeout"),
+            ApiError::Store(StoreError::ReadersBusy { .. }) => (StatusCode::SERVICE_UNAVAILABLE, "readers_busy"),
         }
     }
 }
@@ -135,6 +138,13 @@ impl ApiError {
                 tracing::warn!(error = %e, cause = ?std::error::Error::source(e), "store error answered {status}");
                 match e {
                     StoreError::Corrupt(_) => "internal error".to_owned(),
+                    // Named after the setting, so that the caller (often the operator) knows which bound it hit.
+                    StoreError::ReadTimeout { timeout_ms } => {
+                        format!("the query took longer than storage.read_timeout_ms ({timeout_ms} ms) and was stopped")
+                    }
+                    StoreError::ReadersBusy { timeout_ms } => format!(
+                        "every read connection stayed busy for storage.read_timeout_ms ({timeout_ms} ms); retry later"
+                    ),
                     _ => format!("{e}; retry later"),
                 }
             }

@@ -6,7 +6,7 @@
 //! do not need a metrics library, and the names and labels stay in one file.
 
 use crate::auth::{SURFACES, Surface};
-use payhook_store::metrics::{Histogram, HistogramSnapshot, WriterMetrics};
+use payhook_store::metrics::{Histogram, HistogramSnapshot, ReadMetrics, WriterMetrics};
 use payhook_store::{Outcome, Stats};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -144,6 +144,8 @@ pub(crate) struct Scrape<'a, I> {
     pub(crate) sources: I,
     pub(crate) dispatch: &'a DispatchMetrics,
     pub(crate) writer: WriterMetrics,
+    /// The store's read connections; rendered only when it has some of its own (SQLite).
+    pub(crate) reads: ReadMetrics,
     pub(crate) auth: AuthSnapshot,
     /// `None` when the database could not be read: the in-memory families are rendered all the same.
     pub(crate) stats: Option<Stats>,
@@ -212,6 +214,7 @@ where
     sample(&mut out, "payhook_writer_queue_capacity", "", w.queue_capacity);
     family(&mut out, "payhook_writer_up", "gauge", "1 while the writer takes work.");
     sample(&mut out, "payhook_writer_up", "", u64::from(w.running));
+    render_reads(&mut out, &scrape.reads);
 
     family(
         &mut out,
@@ -276,6 +279,28 @@ where
     );
     let _ = writeln!(out, "payhook_oldest_pending_outbox_age_seconds {}", age(stats.oldest_pending_outbox_ms));
     out
+}
+
+/// The read connections' families (SQLite's reader pool), next to the writer's.
+fn render_reads(out: &mut String, r: &ReadMetrics) {
+    if r.connections == 0 {
+        return;
+    }
+    family(out, "payhook_read_connections", "gauge", "Read connections the store keeps (storage.read_connections).");
+    sample(out, "payhook_read_connections", "", r.connections);
+    family(out, "payhook_read_connections_in_use", "gauge", "Read connections running a read now.");
+    sample(out, "payhook_read_connections_in_use", "", r.in_use);
+    family(out, "payhook_reads_waiting", "gauge", "Reads waiting for a read connection to come free.");
+    sample(out, "payhook_reads_waiting", "", r.waiting);
+    family(
+        out,
+        "payhook_reads_cut_off_total",
+        "counter",
+        "Reads answered 503 at storage.read_timeout_ms, by reason: read_timeout (the query ran too long and was \
+         stopped), readers_busy (no read connection came free).",
+    );
+    sample(out, "payhook_reads_cut_off_total", "reason=\"read_timeout\"", r.timed_out);
+    sample(out, "payhook_reads_cut_off_total", "reason=\"readers_busy\"", r.busy);
 }
 
 /// Minutes the dashboard's chart covers.

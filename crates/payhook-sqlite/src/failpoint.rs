@@ -13,6 +13,8 @@
 //! | `sqlite::after_commit` | the batch committed (and synced), before the answers | 503 for a stored delivery: the retry is a duplicate |
 //! | `sqlite::fsync` | the syncer's `fdatasync` of the WAL | fails: 503 for every batch it covered |
 //! | `sqlite::answer_before_commit` | the control run: answers 2xx, then rolls the batch back | acknowledged deliveries are lost |
+//! | `sqlite::stats_stall` | the stats read, on its pooled connection | it holds the connection until the point is removed (at most [`STALL_LIMIT`]) |
+//! | `sqlite::stats_runaway` | the stats read, on its pooled connection | it runs a query of many seconds, which the read time limit stops first |
 
 /// Whether failpoint `point` is set for the database at `scope` (its path).
 #[cfg(feature = "failpoints")]
@@ -39,4 +41,31 @@ pub(crate) fn fires_on(point: &str, conn: &rusqlite::Connection) -> bool {
 /// The error an injected fault produces: what a failing database would report.
 pub(crate) fn injected(point: &str) -> payhook_store::StoreError {
     payhook_store::StoreError::Unavailable(Box::new(std::io::Error::other(format!("failpoint {point}"))))
+}
+
+/// The longest a stalled read holds its connection, so that a test that forgets to remove its point still ends.
+pub(crate) const STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// While `point` is set for the database `conn` reads, sleeps (holding `conn`, as a read blocked on a slow disk
+/// would), at most [`STALL_LIMIT`]. The read time limit cannot stop this: it only stops SQLite's own work.
+pub(crate) fn stall_while(point: &str, conn: &rusqlite::Connection) {
+    let start = std::time::Instant::now();
+    while fires_on(point, conn) && start.elapsed() < STALL_LIMIT {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// When `point` is set for the database `conn` reads, runs a query that counts to 20 million (many seconds of
+/// work, and no IO): the read time limit stops it first, and its error is what the read returns. It is finite so
+/// that a build whose limit does not work fails its test instead of leaving a thread spinning for ever.
+pub(crate) fn runaway_on(point: &str, conn: &rusqlite::Connection) -> Result<(), payhook_store::StoreError> {
+    if !fires_on(point, conn) {
+        return Ok(());
+    }
+    conn.query_row(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000000) SELECT count(*) FROM n",
+        [],
+        |_| Ok(()),
+    )
+    .map_err(crate::writer::unavailable)
 }

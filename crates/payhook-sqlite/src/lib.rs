@@ -3,7 +3,8 @@
 //! - [`SqliteStore`]: implements [`payhook_store::Store`].
 //! - `writer`: the single writer thread and its group commit.
 //! - `ops`: the write transactions (ingest, retry, claim, register).
-//! - `read`: queries on a separate read connection.
+//! - `pool`: the read connections (a small pool beside the writer) and the time limit on every read.
+//! - `read`: the read-only queries they run.
 //! - `migrate`: embedded migrations tracked by `PRAGMA user_version`.
 //!
 //! Durability: WAL with `synchronous = FULL`, so a commit (and therefore a 2xx) survives power loss. Several
@@ -15,6 +16,7 @@ mod checkpoint;
 mod failpoint;
 mod migrate;
 mod ops;
+mod pool;
 mod read;
 mod retention;
 mod writer;
@@ -45,6 +47,11 @@ pub struct SqliteOptions {
     pub queue_depth: usize,
     /// How long a writer waits for another process's lock before giving up (the request then gets a 503).
     pub busy_timeout_ms: u64,
+    /// Read-only connections that serve reads side by side (at least 1); `/readyz`'s ping has one more of its own.
+    pub read_connections: usize,
+    /// A read waits at most this long for a free read connection, and its query may then run at most this long
+    /// before it is stopped ([`StoreError::ReadersBusy`], [`StoreError::ReadTimeout`]).
+    pub read_timeout_ms: u64,
     /// Backoff for deferred events.
     pub retry: RetryPolicy,
     /// How commits are made durable before their requests are answered.
@@ -54,13 +61,16 @@ pub struct SqliteOptions {
 }
 
 impl SqliteOptions {
-    /// Defaults for `path`: group commit of up to 512 jobs, a queue of 4096, 5 s busy timeout.
+    /// Defaults for `path`: group commit of up to 512 jobs, a queue of 4096, 5 s busy timeout, 4 read connections
+    /// and a 5 s read time limit.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
             batch_max: 512,
             queue_depth: 4096,
             busy_timeout_ms: 5_000,
+            read_connections: 4,
+            read_timeout_ms: 5_000,
             retry: RetryPolicy::default(),
             sync: CommitSync::default(),
             routing: Routing::default(),
@@ -74,7 +84,9 @@ pub struct SqliteStore {
     writer: WriterHandle,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     checkpointer: Mutex<Option<checkpoint::Checkpointer>>,
-    reader: Arc<Mutex<Connection>>,
+    readers: pool::ReadPool,
+    /// `ping`'s own connection, outside the pool: a probe never waits behind reads.
+    probe: Arc<Mutex<Connection>>,
     ctx: Arc<ops::Ctx>,
     path: PathBuf,
 }
@@ -101,8 +113,13 @@ impl SqliteStore {
             checkpoint::INTERVAL,
         )
         .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
-        let reader = connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
-        reader.pragma_update(None, "query_only", true).map_err(unavailable)?;
+        let readers = pool::ReadPool::open(
+            &options.path,
+            options.busy_timeout_ms,
+            options.read_connections,
+            Duration::from_millis(options.read_timeout_ms.max(1)),
+        )?;
+        let probe = pool::open_reader(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
         let mut wal_path = options.path.clone().into_os_string();
         wal_path.push("-wal");
         let (writer, join) =
@@ -112,7 +129,8 @@ impl SqliteStore {
             writer,
             writer_thread: Mutex::new(Some(join)),
             checkpointer: Mutex::new(Some(checkpointer)),
-            reader: Arc::new(Mutex::new(reader)),
+            readers,
+            probe: Arc::new(Mutex::new(probe)),
             ctx: Arc::new(ops::Ctx { retry: options.retry, routing: options.routing }),
             path: options.path,
         })
@@ -145,13 +163,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
-        let reader = Arc::clone(&self.reader);
-        tokio::task::spawn_blocking(move || {
-            let conn = reader.lock().map_err(|_| StoreError::Corrupt("reader connection poisoned".into()))?;
-            query(&conn)
-        })
-        .await
-        .map_err(|e| StoreError::Unavailable(Box::new(e)))?
+        self.readers.read(query).await
     }
 }
 
@@ -193,7 +205,13 @@ impl Store for SqliteStore {
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
-        self.read(read::stats).await
+        self.read(|conn| {
+            // Test-only slow reads (see `failpoint`): compiled out of release builds.
+            failpoint::stall_while("sqlite::stats_stall", conn);
+            failpoint::runaway_on("sqlite::stats_runaway", conn)?;
+            read::stats(conn)
+        })
+        .await
     }
 
     async fn next_due_ms(&self) -> Result<Option<i64>, StoreError> {
@@ -270,11 +288,22 @@ impl Store for SqliteStore {
         self.writer.submit(move |conn| retention::prune(conn, &request))
     }
 
+    /// On its own connection, never one of the pool's: it answers while every read connection is busy.
     async fn ping(&self) -> Result<(), StoreError> {
-        self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(unavailable)).await
+        let probe = Arc::clone(&self.probe);
+        tokio::task::spawn_blocking(move || {
+            let conn = probe.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            conn.query_row("SELECT 1", [], |_| Ok(())).map_err(unavailable)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(Box::new(e)))?
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {
         self.writer.metrics()
+    }
+
+    fn read_metrics(&self) -> payhook_store::metrics::ReadMetrics {
+        self.readers.metrics()
     }
 }

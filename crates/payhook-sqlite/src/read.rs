@@ -1,5 +1,5 @@
-//! Read-only queries, served by a separate connection so they never wait for the writer (WAL lets readers and
-//! the writer proceed together).
+//! Read-only queries, served by the read connections (`pool`) so they never wait for the writer (WAL lets readers
+//! and the writer proceed together).
 
 use crate::writer::unavailable;
 use payhook_core::event::{Currency, EventId, Money, OrderId, SourceName};

@@ -261,6 +261,10 @@ macro_rules! delegate_store {
             fn writer_metrics(&self) -> $crate::metrics::WriterMetrics {
                 self.$field.writer_metrics()
             }
+
+            fn read_metrics(&self) -> $crate::metrics::ReadMetrics {
+                self.$field.read_metrics()
+            }
         }
     };
 }

@@ -7,7 +7,8 @@
 //! - [`model`]: what goes in and what comes out (`Delivery`, `Recorded`, `OrderView`, …).
 //! - `headers`: [`ReceivedHeaders`], a delivery's headers with every value of a repeated one, and their stored
 //!   JSON form (read in its older form too).
-//! - [`metrics`]: the writer's queue and batch sizes, read by the server's `/metrics` and `/readyz`.
+//! - [`metrics`]: the writer's queue and batch sizes, the read connections' use, read by the server's `/metrics`
+//!   and `/readyz`.
 //! - [`StoreError`]: the one error type every backend maps its failures to.
 //! - [`checker`] (feature `contract`): payhook's promise checked on a final store, for every end-to-end test.
 //! - [`contract`] (feature `contract`): the behaviour every backend must show, as a test suite they all run.
@@ -42,6 +43,19 @@ pub enum StoreError {
     /// A stored value could not be read back (corruption or a bug): never retried blindly.
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
+    /// A read ran longer than the store's read time limit and was stopped. Transient: the caller retries later,
+    /// or asks for less.
+    #[error("the read took longer than its limit of {timeout_ms} ms and was stopped")]
+    ReadTimeout {
+        /// The limit, in milliseconds.
+        timeout_ms: u64,
+    },
+    /// Every read connection stayed busy for the read time limit, so the read never started. Transient.
+    #[error("no read connection came free within {timeout_ms} ms")]
+    ReadersBusy {
+        /// How long the read waited, in milliseconds.
+        timeout_ms: u64,
+    },
 }
 
 /// Storage operations. Every method is atomic: it commits completely or not at all, and it returns only after
@@ -141,9 +155,16 @@ pub trait Store: Send + Sync + 'static {
     /// than `keys_before_ms` is never removed.
     fn prune(&self, request: PruneRequest) -> impl Future<Output = Result<Pruned, StoreError>> + Send;
 
-    /// Checks that the database answers.
+    /// Checks that the database answers, on a connection of its own where the backend has one: a readiness probe
+    /// must not wait behind slow reads.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The writer's state: running, queue depth, committed batch sizes. Cheap (atomics), never waits.
     fn writer_metrics(&self) -> metrics::WriterMetrics;
+
+    /// The read connections' state: in use, reads waiting for one, reads stopped by the time limit. Cheap
+    /// (atomics), never waits. A backend without a reader pool of its own reports [`metrics::ReadMetrics::default`].
+    fn read_metrics(&self) -> metrics::ReadMetrics {
+        metrics::ReadMetrics::default()
+    }
 }

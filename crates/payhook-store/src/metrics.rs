@@ -1,5 +1,6 @@
 //! Backend-neutral instruments a store exposes to the server's `/metrics`: a histogram of plain atomics, and the
-//! snapshot of a writer's state ([`WriterMetrics`]) that [`crate::Store::writer_metrics`] returns.
+//! snapshot of a writer's state ([`WriterMetrics`]) that [`crate::Store::writer_metrics`] returns, and of the read
+//! connections' ([`ReadMetrics`], from [`crate::Store::read_metrics`]).
 //!
 //! Recording costs two relaxed atomic increments; nothing is locked. Reading takes a snapshot bucket by bucket,
 //! which may be off by the observations made meanwhile, as any scrape is.
@@ -71,6 +72,22 @@ pub struct WriterMetrics {
     pub queue_capacity: u64,
     /// Jobs per committed batch (one transaction, one durable commit).
     pub batch_sizes: HistogramSnapshot,
+}
+
+/// The state of a store's own read connections (the SQLite reader pool), read at scrape time. All zero for a
+/// backend that has none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadMetrics {
+    /// Read connections the store keeps (`storage.read_connections`).
+    pub connections: u64,
+    /// Connections running a read now.
+    pub in_use: u64,
+    /// Reads waiting for a connection to come free.
+    pub waiting: u64,
+    /// Reads stopped because their query ran longer than the read time limit.
+    pub timed_out: u64,
+    /// Reads refused because no connection came free within the read time limit.
+    pub busy: u64,
 }
 
 #[cfg(test)]

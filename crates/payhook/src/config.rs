@@ -163,6 +163,8 @@ struct RawStorage {
     batch_max: usize,
     queue_depth: usize,
     busy_timeout_ms: u64,
+    read_connections: usize,
+    read_timeout_ms: u64,
     fsync: String,
     pool_size: usize,
     writers: Option<usize>,
@@ -681,12 +683,17 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
         if path.is_empty() {
             bail!("storage.url: sqlite:// needs a path");
         }
+        if raw.read_connections == 0 || raw.read_timeout_ms == 0 {
+            bail!("storage.read_connections and storage.read_timeout_ms must be positive");
+        }
         return Ok(StorageConfig::Sqlite(SqliteOptions {
             sync,
             path: PathBuf::from(path),
             batch_max,
             queue_depth: raw.queue_depth,
             busy_timeout_ms: raw.busy_timeout_ms,
+            read_connections: raw.read_connections,
+            read_timeout_ms: raw.read_timeout_ms,
             retry,
             routing: Default::default(),
         }));
@@ -916,6 +923,18 @@ mod tests {
         assert_eq!(sqlite(&c).sync, CommitSync::InCommit);
         let c = Config::from_toml("", "t", None).unwrap();
         assert_eq!(sqlite(&c).sync, CommitSync::Pipelined);
+    }
+
+    #[test]
+    fn sqlite_reads_get_four_connections_and_five_seconds_by_default_and_both_must_be_positive() {
+        let c = Config::from_toml("", "t", None).unwrap();
+        assert_eq!((sqlite(&c).read_connections, sqlite(&c).read_timeout_ms), (4, 5_000));
+        let c = Config::from_toml("[storage]\nread_connections = 8\nread_timeout_ms = 250\n", "t", None).unwrap();
+        assert_eq!((sqlite(&c).read_connections, sqlite(&c).read_timeout_ms), (8, 250));
+        for text in ["read_connections = 0", "read_timeout_ms = 0"] {
+            let err = format!("{:#}", Config::from_toml(&format!("[storage]\n{text}\n"), "t", None).unwrap_err());
+            assert!(err.contains("storage.read_connections and storage.read_timeout_ms"), "{text}: {err}");
+        }
     }
 
     #[test]

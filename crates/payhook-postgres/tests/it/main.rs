@@ -10,6 +10,7 @@
 //! * `instances`: several stores (instances) on one schema: migrations once, dedup across them, leases (deferred
 //!   events and outbox rows) split by `SKIP LOCKED`, one alert per window and one effect per replay across them,
 //!   no deadlock with dead letters and alerts in overlapping batches.
+//! * `probe`: the ping answers on a connection of its own while every pooled connection is held.
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
 //! * `tls`: each `sslmode` against a server of its own with `ssl = on` that rejects plaintext: `require` and
 //!   `prefer` connect, `verify-full` needs the right CA and host name, `verify-ca` only the CA, `disable` is refused.
@@ -20,6 +21,7 @@ mod billing;
 mod contract;
 mod faults;
 mod instances;
+mod probe;
 mod resilience;
 mod tls;
 mod upgrade;
