@@ -26,10 +26,16 @@ fn client_from(local: [u8; 4]) -> reqwest::Client {
 
 /// The log lines of `payhook_server::auth` (DEBUG and up) written on this thread while it lives, as JSON objects.
 /// A `#[tokio::test]` runs on one thread, the server's tasks included, so they are all here.
+///
+/// Captures are taken one at a time, and the callsites' interest is rebuilt once the subscriber is in place: a
+/// callsite whose interest another thread is computing at that moment could otherwise miss this subscriber.
 struct Logs {
     buf: Arc<Mutex<Vec<u8>>>,
     _guard: tracing::subscriber::DefaultGuard,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
+
+static CAPTURING: Mutex<()> = Mutex::new(());
 
 #[derive(Clone)]
 struct Sink(Arc<Mutex<Vec<u8>>>);
@@ -57,7 +63,10 @@ impl Logs {
             .with_span_list(false)
             .with_writer(move || sink.clone())
             .finish();
-        Self { buf, _guard: tracing::subscriber::set_default(subscriber) }
+        let one_at_a_time = CAPTURING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let guard = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        Self { buf, _guard: guard, _one_at_a_time: one_at_a_time }
     }
 
     fn text(&self) -> String {
