@@ -52,10 +52,12 @@ pub(crate) fn counts(rows: &[Row]) -> Result<Counts, StoreError> {
 
 /// Folds the deltas into the totals in one short transaction of its own.
 pub(crate) async fn fold(pool: &Pool) -> Result<(), StoreError> {
-    rerun_on_conflict(pool, "counter fold", || async |client: &Object| {
-        let stmt = client.prepare_cached(FOLD_SQL).await?;
-        client.query_one(&stmt, &[]).await?;
-        Ok::<_, Failure>(())
+    rerun_on_conflict(pool, "counter fold", || {
+        async |client: &Object| {
+            let stmt = client.prepare_cached(FOLD_SQL).await?;
+            client.query_one(&stmt, &[]).await?;
+            Ok::<_, Failure>(())
+        }
     })
     .await
 }
@@ -64,18 +66,20 @@ pub(crate) async fn fold(pool: &Pool) -> Result<(), StoreError> {
 pub(crate) async fn recount(pool: &Pool) -> Result<Recounted, StoreError> {
     let mut recounted = Recounted::default();
     for table in COUNTED_TABLES {
-        let (counted, drift) = rerun_on_conflict(pool, "recount", || async |client: &Object| {
-            client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").await?;
-            let counted = counts(&client.query(counted_sql(table), &[]).await?)?;
-            let kept = counts(&client.query(KEPT_OF_TABLE_SQL, &[&table]).await?)?;
-            let drift = Recounted::drift_between(&counted, &kept);
-            let add = client.prepare_cached("INSERT INTO counter_deltas VALUES ($1, $2, $3, $4, $5)").await?;
-            for d in &drift {
-                let k = &d.key;
-                client.execute(&add, &[&k.table, &k.group, &k.kind, &k.status, &(d.counted - d.kept)]).await?;
+        let (counted, drift) = rerun_on_conflict(pool, "recount", || {
+            async |client: &Object| {
+                client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").await?;
+                let counted = counts(&client.query(counted_sql(table), &[]).await?)?;
+                let kept = counts(&client.query(KEPT_OF_TABLE_SQL, &[&table]).await?)?;
+                let drift = Recounted::drift_between(&counted, &kept);
+                let add = client.prepare_cached("INSERT INTO counter_deltas VALUES ($1, $2, $3, $4, $5)").await?;
+                for d in &drift {
+                    let k = &d.key;
+                    client.execute(&add, &[&k.table, &k.group, &k.kind, &k.status, &(d.counted - d.kept)]).await?;
+                }
+                client.batch_execute("COMMIT").await?;
+                Ok::<_, Failure>((counted, drift))
             }
-            client.batch_execute("COMMIT").await?;
-            Ok::<_, Failure>((counted, drift))
         })
         .await?;
         recounted.counted.extend(counted);

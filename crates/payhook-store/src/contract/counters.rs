@@ -1,8 +1,8 @@
 //! The row counters behind [`Store::stats`]: after any mix of writes they equal a full count.
 
 use super::{
-    T0, claim, claim_due, claim_outbox, event_id, finish, ingest, new_order, pay, refund, register_new, retry,
-    source, stats, unparseable,
+    T0, claim, claim_due, claim_outbox, event_id, finish, ingest, new_order, pay, refund, register_new, retry, source,
+    stats, unparseable,
 };
 use crate::{Dispatched, Outcome, PruneRequest, Replayed, Stats, Store};
 
@@ -51,8 +51,13 @@ pub async fn stats_equal_a_full_count_after_a_mixed_workload<S: Store>(store: S)
 
     // Retention deletes some settled events and clears payloads.
     let now = T0 + 40 * DAY;
-    let request =
-        PruneRequest { keys_before_ms: now - 30 * DAY, payloads_from_ms: 0, payloads_before_ms: now, limit: 2, now_ms: now };
+    let request = PruneRequest {
+        keys_before_ms: now - 30 * DAY,
+        payloads_from_ms: 0,
+        payloads_before_ms: now,
+        limit: 2,
+        now_ms: now,
+    };
     let pruned = store.prune(request).await.expect("prune");
     assert_eq!(pruned.events_deleted, 2, "{pruned:?}");
 
