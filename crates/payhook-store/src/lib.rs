@@ -80,8 +80,8 @@ pub trait Store: Send + Sync + 'static {
     fn stats(&self) -> impl Future<Output = Result<Stats, StoreError>> + Send;
 
     /// Recomputes the row counters behind [`Store::stats`] from a full count and corrects those that drifted,
-    /// in short steps (each table, and each source of the inbox, read in a snapshot of its own) so that no step
-    /// holds the writer or a snapshot for long. Returns the full count and what was corrected.
+    /// in steps (each table, on SQLite each source of the inbox, read in a snapshot of its own; only the corrections
+    /// are written) so that no step holds the writer for long. Returns the full count and what was corrected.
     fn recount(&self) -> impl Future<Output = Result<Recounted, StoreError>> + Send;
 
     /// When the earliest deferred event can next be claimed (its `next_attempt_at`, or its lease's end when it is
