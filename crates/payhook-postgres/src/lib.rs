@@ -20,6 +20,8 @@
 //! - `outbox`: the dispatchers' claims (`FOR UPDATE SKIP LOCKED` under a lease), outcomes recorded by the lease
 //!   holder only, re-queueing dead rows, and alerts (`payhook_raise_alert`, race-free across instances).
 //! - `read`: queries and listings; an order and its history, an event and what it caused, come from one snapshot.
+//! - `counters`: the row counters behind `stats` (deltas appended by triggers, folded into totals) and their
+//!   recount.
 //! - `pipeline`: sending several statements before reading any answer, in a guaranteed order.
 //! - `pool`: deadpool-postgres, per-session settings, and discarding connections left in doubt.
 //! - `tls`: libpq's `sslmode` and `sslrootcert` ([`TlsOptions`]) with rustls, and failed handshakes explained
@@ -41,6 +43,7 @@
 //! payhook does not change that setting.
 
 mod billing;
+mod counters;
 mod error;
 mod migrate;
 mod ops;
@@ -53,6 +56,7 @@ mod tls;
 mod writer;
 
 pub use error::PgError;
+pub use read::STATS_STATEMENTS;
 pub use tls::{SslMode, TlsConfigError, TlsError, TlsOptions, TlsProblem};
 pub use writer::{BatchFailed, BatchStats};
 
@@ -62,7 +66,7 @@ use payhook_core::retry::RetryPolicy;
 use payhook_store::{
     Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, NewOrder,
     NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, PruneRequest, Pruned, Recorded,
-    Registered, Replayed, Retried, Stats, Store, StoreError, SubscriptionView,
+    Recounted, Registered, Replayed, Retried, Stats, Store, StoreError, SubscriptionView,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -282,6 +286,11 @@ impl Store for PgStore {
     async fn stats(&self) -> Result<Stats, StoreError> {
         let _turn = self.turn().await?;
         read::stats(&self.pool).await
+    }
+
+    async fn recount(&self) -> Result<Recounted, StoreError> {
+        let _turn = self.turn().await?;
+        counters::recount(&self.pool).await
     }
 
     async fn next_due_ms(&self) -> Result<Option<i64>, StoreError> {

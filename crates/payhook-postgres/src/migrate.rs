@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0003_billing.sql"),
     include_str!("../migrations/0004_retention.sql"),
     include_str!("../migrations/0005_billing_audit_by_event.sql"),
+    include_str!("../migrations/0006_counters.sql"),
 ];
 
 /// Brings the schema up to date. Returns the number of migrations applied.

@@ -665,6 +665,11 @@ pub async fn stats<S: Store>(store: &S, now_ms: i64) -> Result<StatsReport, Admi
     })
 }
 
+/// Recounts every row and corrects the counters the stats are read from; reports the drift it corrected.
+pub async fn recount<S: Store>(store: &S) -> Result<payhook_store::Recounted, AdminError> {
+    Ok(store.recount().await?)
+}
+
 /// Keeps the first `limit` rows and returns the cursor of the next page when the store had more.
 fn next_cursor<T>(rows: &mut Vec<T>, limit: usize, id: impl Fn(&T) -> i64) -> Option<i64> {
     if rows.len() > limit {

@@ -5,6 +5,7 @@
 //! - `ops`: the write transactions (ingest, retry, claim, register).
 //! - `pool`: the read connections (a small pool beside the writer) and the time limit on every read.
 //! - `read`: the read-only queries they run.
+//! - `counters`: the row counters behind `stats`, and their recount.
 //! - `migrate`: embedded migrations tracked by `PRAGMA user_version`.
 //!
 //! Durability: WAL with `synchronous = FULL`, so a commit (and therefore a 2xx) survives power loss. Several
@@ -13,6 +14,7 @@
 
 mod billing;
 mod checkpoint;
+mod counters;
 mod failpoint;
 mod migrate;
 mod ops;
@@ -26,9 +28,11 @@ use payhook_core::retry::RetryPolicy;
 use payhook_store::{
     Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, NewOrder,
     NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, PruneRequest, Pruned, Recorded,
-    Registered, Replayed, Retried, Routing, Stats, Store, StoreError, SubscriptionView,
+    Recounted, Registered, Replayed, Retried, Routing, Stats, Store, StoreError, SubscriptionView,
 };
 use rusqlite::Connection;
+
+pub use read::STATS_STATEMENTS;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -212,6 +216,25 @@ impl Store for SqliteStore {
             read::stats(conn)
         })
         .await
+    }
+
+    async fn recount(&self) -> Result<Recounted, StoreError> {
+        use counters::Step;
+        let mut steps = vec![Step::Orders, Step::Outbox];
+        steps.extend(self.read(counters::inbox_sources).await?.into_iter().map(Step::Inbox));
+        let mut recounted = Recounted::default();
+        for step in steps {
+            let (counted, kept) = self.read(move |conn| counters::read_step(conn, &step)).await?;
+            let drift = Recounted::drift_between(&counted, &kept);
+            if !drift.is_empty() {
+                let corrections = drift.clone();
+                self.writer.submit(move |conn| counters::correct(conn, &corrections)).await?;
+            }
+            recounted.counted.extend(counted);
+            recounted.drift.extend(drift);
+        }
+        recounted.drift.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(recounted)
     }
 
     async fn next_due_ms(&self) -> Result<Option<i64>, StoreError> {

@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0005_history_in_orders.sql"),
     include_str!("../migrations/0006_outbox_ids_in_orders.sql"),
     include_str!("../migrations/0007_billing_audit_by_event.sql"),
+    include_str!("../migrations/0008_counters.sql"),
 ];
 
 /// Brings the schema up to date. Returns the number of migrations applied.

@@ -27,7 +27,9 @@ use std::sync::Arc;
 pub use payhook_core::retry::RetryPolicy;
 
 mod billing;
+mod counters;
 pub use billing::*;
+pub use counters::*;
 
 /// What a contract case needs its fresh store to be configured with.
 #[derive(Debug, Clone)]
@@ -64,6 +66,7 @@ macro_rules! store_contract_tests {
                 a_dead_letter_is_replayed_once_its_order_exists_and_a_second_replay_changes_nothing,
                 an_unparseable_dead_letter_that_now_parses_is_recorded_under_its_own_id,
                 events_and_outbox_rows_are_listed_newest_first_with_filters_and_cursors,
+                stats_equal_a_full_count_after_a_mixed_workload,
             ],
             $crate::contract::setup($crate::contract::test_policy(), $crate::Routing::default()) => [
                 an_empty_store_answers_and_holds_nothing,
@@ -156,6 +159,12 @@ macro_rules! delegate_store {
 
             fn stats(&self) -> impl ::std::future::Future<Output = Result<$crate::Stats, $crate::StoreError>> + Send {
                 self.$field.stats()
+            }
+
+            fn recount(
+                &self,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Recounted, $crate::StoreError>> + Send {
+                self.$field.recount()
             }
 
             fn next_due_ms(&self) -> impl ::std::future::Future<Output = Result<Option<i64>, $crate::StoreError>> + Send {
@@ -1007,11 +1016,11 @@ pub async fn stats_count_events_orders_and_outbox_rows<S: Store>(store: S) {
 // Outbox dispatch, alerts, forwarding, replay and listings (run with [`test_routing`])
 // ---------------------------------------------------------------------------------------------------------------
 
-async fn claim_outbox<S: Store>(store: &S, sink: &str, owner: &str, now_ms: i64) -> Vec<OutboxJob> {
+pub(crate) async fn claim_outbox<S: Store>(store: &S, sink: &str, owner: &str, now_ms: i64) -> Vec<OutboxJob> {
     store.claim_outbox(sink, claim(owner, now_ms, 60_000)).await.expect("claim_outbox")
 }
 
-async fn finish<S: Store>(store: &S, job: &OutboxJob, outcome: Dispatched, now_ms: i64) -> bool {
+pub(crate) async fn finish<S: Store>(store: &S, job: &OutboxJob, outcome: Dispatched, now_ms: i64) -> bool {
     store.finish_outbox(job, outcome, now_ms).await.expect("finish_outbox")
 }
 

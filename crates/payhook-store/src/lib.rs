@@ -89,8 +89,14 @@ pub trait Store: Send + Sync + 'static {
     /// budget is spent. A lease that was lost meanwhile changes nothing.
     fn retry(&self, claimed: Claimed, now_ms: i64) -> impl Future<Output = Result<Retried, StoreError>> + Send;
 
-    /// Row counts by status, for stats and tests.
+    /// Row counts by status, read from counters kept in the transaction of every change (a few rows, whatever
+    /// the history), and the oldest waiting work, read through partial indexes.
     fn stats(&self) -> impl Future<Output = Result<Stats, StoreError>> + Send;
+
+    /// Recomputes the row counters behind [`Store::stats`] from a full count and corrects those that drifted,
+    /// in steps (each table, on SQLite each source of the inbox, read in a snapshot of its own; only the corrections
+    /// are written) so that no step holds the writer for long. Returns the full count and what was corrected.
+    fn recount(&self) -> impl Future<Output = Result<Recounted, StoreError>> + Send;
 
     /// When the earliest deferred event can next be claimed (its `next_attempt_at`, or its lease's end when it is
     /// leased), so the worker knows how long it may sleep.

@@ -316,6 +316,115 @@ impl Stats {
     }
 }
 
+/// What one kept row count counts: the rows of `table` (`inbox`, `orders` or `outbox`) with `status`, and for the
+/// inbox those of one `source`, for the outbox those of one `sink` and `kind` (the parts a table lacks are empty).
+///
+/// Backends keep one count per key, changed in the transaction of every insert, delete and status change, so that
+/// [`Stats`] read a few counters instead of every row.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct CounterKey {
+    /// `inbox`, `orders` or `outbox`.
+    pub table: String,
+    /// The inbox row's source or the outbox row's sink; empty for orders.
+    pub group: String,
+    /// The outbox row's kind; empty for the other tables.
+    pub kind: String,
+    /// The row's status.
+    pub status: String,
+}
+
+/// Row counts by key: what the counters hold, or what a full count found.
+pub type Counts = std::collections::BTreeMap<CounterKey, i64>;
+
+/// The tables whose rows are counted.
+pub const COUNTED_TABLES: [&str; 3] = ["inbox", "orders", "outbox"];
+
+impl Stats {
+    /// The stats of `counts` (zero counts left out, each list sorted by key) with the given "oldest" gauges.
+    /// A negative count, which only a counter out of step with its table can hold, is reported as corrupt.
+    pub fn from_counts(
+        counts: &Counts,
+        oldest_pending_outbox_ms: Option<i64>,
+        oldest_deferred_event_ms: Option<i64>,
+    ) -> Result<Stats, crate::StoreError> {
+        use std::collections::BTreeMap;
+        let (mut events, mut orders, mut outbox, mut by_status) =
+            (BTreeMap::new(), BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+        for (key, n) in counts {
+            let by_key = match key.table.as_str() {
+                "inbox" => &mut events,
+                "orders" => &mut orders,
+                "outbox" => {
+                    *outbox.entry(key.kind.clone()).or_insert(0) += n;
+                    &mut by_status
+                }
+                other => return Err(crate::StoreError::Corrupt(format!("a counter of an unknown table {other:?}"))),
+            };
+            *by_key.entry(key.status.clone()).or_insert(0) += n;
+        }
+        let list = |map: BTreeMap<String, i64>| -> Result<Vec<(String, u64)>, crate::StoreError> {
+            map.into_iter()
+                .filter(|(_, n)| *n != 0)
+                .map(|(k, n)| {
+                    let count = u64::try_from(n).map_err(|_| {
+                        crate::StoreError::Corrupt(format!(
+                            "the count of {k:?} is {n}: the counters are out of step, run `payhook stats --recount`"
+                        ))
+                    })?;
+                    Ok((k, count))
+                })
+                .collect()
+        };
+        Ok(Stats {
+            events: list(events)?,
+            orders: list(orders)?,
+            outbox: list(outbox)?,
+            outbox_by_status: list(by_status)?,
+            oldest_pending_outbox_ms,
+            oldest_deferred_event_ms,
+        })
+    }
+}
+
+/// A counter that did not equal the full count of its rows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Drift {
+    /// Which rows it counts.
+    pub key: CounterKey,
+    /// What the counter held.
+    pub kept: i64,
+    /// What the full count found, and what the counter holds now.
+    pub counted: i64,
+}
+
+/// What [`crate::Store::recount`] found: the full count, and the counters it corrected to match it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Recounted {
+    /// The full count, by key.
+    #[serde(skip)]
+    pub counted: Counts,
+    /// The counters that differed from it, before they were corrected. Empty when the counters were right.
+    pub drift: Vec<Drift>,
+}
+
+impl Recounted {
+    /// The counters of `kept` that differ from `counted` (a key missing from either counts as zero), in key order.
+    pub fn drift_between(counted: &Counts, kept: &Counts) -> Vec<Drift> {
+        let keys: std::collections::BTreeSet<&CounterKey> = counted.keys().chain(kept.keys()).collect();
+        keys.into_iter()
+            .filter_map(|key| {
+                let (kept, counted) = (kept.get(key).copied().unwrap_or(0), counted.get(key).copied().unwrap_or(0));
+                (kept != counted).then(|| Drift { key: key.clone(), kept, counted })
+            })
+            .collect()
+    }
+
+    /// The full count as [`Stats`], without the "oldest" gauges.
+    pub fn stats(&self) -> Result<Stats, crate::StoreError> {
+        Stats::from_counts(&self.counted, None, None)
+    }
+}
+
 /// Which sinks receive what. Part of the store's configuration, so that outbox rows are created per matching sink
 /// in the same transaction as the effect, on arrival and on replay alike.
 #[derive(Debug, Clone, Default)]

@@ -38,7 +38,7 @@ pub enum AdminCommand {
         command: OutboxCommand,
     },
     /// Events, orders and outbox rows by status, and the age of the oldest waiting work.
-    Stats(JsonFlag),
+    Stats(StatsArgs),
     /// Apply the retention policy now (what the server's pruning task does every `retention.interval_secs`):
     /// settled events lose their payloads after `retention.payloads_days` and their dedup keys after
     /// `retention.keys_days`. Dead letters and deferred events are never pruned.
@@ -75,6 +75,17 @@ pub struct JsonFlag {
     /// Print JSON, as the HTTP API answers, instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// `payhook stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// First recount every row and correct the counters the stats are read from, reporting any drift found.
+    /// Runs in short steps (a table, or one source's events, at a time), so it never holds the writer for long.
+    #[arg(long)]
+    recount: bool,
+    #[command(flatten)]
+    out: JsonFlag,
 }
 
 /// Filters shared by event listings and bulk replay.
@@ -273,9 +284,18 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
                 println!("outbox row {} ({}, to {sink}) re-queued: {}", row.id, row.kind, row.status);
             })
         }
-        AdminCommand::Stats(out) => {
+        AdminCommand::Stats(StatsArgs { recount: false, out }) => {
             let stats = admin::stats(store, now_ms()).await?;
             print_or(out.json, &stats, || print_stats(&stats))
+        }
+        AdminCommand::Stats(StatsArgs { recount: true, out }) => {
+            let recounted = admin::recount(store).await?;
+            let stats = admin::stats(store, now_ms()).await?;
+            let report = serde_json::json!({ "drift": recounted.drift, "stats": stats });
+            print_or(out.json, &report, || {
+                print_drift(&recounted);
+                print_stats(&stats);
+            })
         }
         AdminCommand::Prune(out) => {
             let pruned = payhook_server::retention::prune_all(store, &settings.retention, now_ms(), 0).await?;
@@ -490,6 +510,27 @@ fn print_detail(d: &admin::EventDetail) {
     if !d.outbox.is_empty() {
         print!("\noutbox:\n{}", outbox_table(&d.outbox).render());
     }
+}
+
+fn print_drift(r: &payhook_store::Recounted) {
+    if r.drift.is_empty() {
+        println!("recount: the counters of {} keys equal a full count; nothing corrected\n", r.counted.len());
+        return;
+    }
+    println!("recount: {} counters differed from a full count and were corrected:", r.drift.len());
+    let mut t = Table::new(&["TABLE", "GROUP", "KIND", "STATUS", "COUNTER", "COUNTED"]).right(&["COUNTER", "COUNTED"]);
+    for d in &r.drift {
+        let k = &d.key;
+        t.row(vec![
+            k.table.clone(),
+            k.group.clone(),
+            k.kind.clone(),
+            k.status.clone(),
+            d.kept.to_string(),
+            d.counted.to_string(),
+        ]);
+    }
+    println!("{}", t.render());
 }
 
 fn print_stats(s: &admin::StatsReport) {

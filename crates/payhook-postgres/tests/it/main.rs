@@ -5,6 +5,7 @@
 //! * `billing`: payments racing a subscription's end on several instances; a billing dead letter replayed.
 //! * `contract`: the store contract every backend must pass (`payhook_store::contract`), with group commit and
 //!   with one commit per event.
+//! * `counters`: the counters behind `stats` are kept whoever writes, read without a scan, corrected by a recount.
 //! * `faults`: a failing delivery rolls back only its own savepoint; a deadlocked batch is run again whole; a
 //!   statement timeout answers with an error and stores nothing.
 //! * `instances`: several stores (instances) on one schema: migrations once, dedup across them, leases (deferred
@@ -19,6 +20,7 @@
 mod billing;
 #[cfg(payhook_test_postgres)]
 mod contract;
+mod counters;
 mod faults;
 mod instances;
 mod probe;

@@ -54,6 +54,9 @@ async fn a_version_1_schema_with_outbox_rows_is_upgraded_and_its_rows_become_unr
         (1, 3),
         "{s:?}"
     );
+    // The counters stats read started from a full count of the version 1 rows.
+    assert_eq!(Stats::count(&s.orders, "paid"), 2, "{s:?}");
+    assert_eq!(store.recount().await.expect("recount").drift, [], "{s:?}");
     store.shutdown().await;
 }
 

@@ -1,11 +1,13 @@
 //! Integration tests of the SQLite backend, compiled as one binary so the crate is linked once.
 //!
 //! * `contract`: the store contract every backend must pass (`payhook_store::contract`).
+//! * `counters`: the counters behind `stats` are kept whoever writes, read without a scan, corrected by a recount.
 //! * `faults`: a failing write rolls back only its own event, in and out of a shared batch.
 //! * `restart`: everything survives a reopen; migrations run once.
 //! * `writer`: group commit under load, load shedding and shutdown.
 
 mod contract;
+mod counters;
 mod faults;
 mod restart;
 mod writer;

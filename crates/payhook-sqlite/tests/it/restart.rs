@@ -7,7 +7,7 @@ use payhook_store::contract::{
     BASE_MS, T0, claim, claim_due, event_view, ingest, new_order, order_view, pay, processed, register_new, retry,
     stats, test_policy, unparseable,
 };
-use payhook_store::{Outcome, Registered, Retried, Store};
+use payhook_store::{Outcome, Registered, Retried, Stats, Store};
 use std::path::Path;
 
 fn reopen(path: &Path) -> SqliteStore {
@@ -16,12 +16,14 @@ fn reopen(path: &Path) -> SqliteStore {
 
 /// A database file as an older build left it: the first `version` migrations applied, then `rows` inserted.
 fn file_at_schema(version: usize, rows: &str) -> (tempfile::TempDir, std::path::PathBuf) {
-    const OLD: [&str; 5] = [
+    const OLD: [&str; 7] = [
         include_str!("../../migrations/0001_init.sql"),
         include_str!("../../migrations/0002_outbox_dispatch.sql"),
         include_str!("../../migrations/0003_billing.sql"),
         include_str!("../../migrations/0004_retention.sql"),
         include_str!("../../migrations/0005_history_in_orders.sql"),
+        include_str!("../../migrations/0006_outbox_ids_in_orders.sql"),
+        include_str!("../../migrations/0007_billing_audit_by_event.sql"),
     ];
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("old.db");
@@ -163,5 +165,36 @@ async fn outbox_rows_stay_with_their_orders_after_the_index_is_dropped() {
         .expect("an older process's insert");
     let n = order_view(&store, "ord_n").await;
     assert_eq!(n.outbox.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>(), ["order.failed"]);
+    store.shutdown();
+}
+
+/// A file written before the row counters existed (schema 7) gets them from one full count in the migration: the
+/// stats equal its rows at once, a recount finds nothing to correct, and later writes keep them right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_start_from_a_full_count_of_an_older_file() {
+    let (_dir, path) = file_at_schema(
+        7,
+        "INSERT INTO inbox (source, event_id, status, received_at, updated_at, verification, headers, body)
+             VALUES ('shop', 'evt_a', 'processed', 1, 1, 'hmac', '{}', x''),
+                    ('shop', 'evt_b', 'dead_lettered', 2, 2, 'hmac', '{}', x''),
+                    ('bank', 'evt_c', 'processed', 3, 3, 'hmac', '{}', x''),
+                    ('bank', 'evt_d', 'deferred', 4, 4, 'hmac', '{}', x'');
+         INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
+             VALUES ('ord_m', 100, 'usd', 'paid', 1, 3), ('ord_n', 5, 'usd', 'pending', 1, 1);
+         INSERT INTO outbox (kind, sink, order_id, source, event_id, payload, status, created_at)
+             VALUES ('order.paid', 'crm', 'ord_m', 'shop', 'evt_a', '{}', 'delivered', 2),
+                    ('order.paid', 'mail', 'ord_m', 'shop', 'evt_a', '{}', 'pending', 2);",
+    );
+    let store = reopen(&path);
+    let s = stats(&store).await;
+    let owned = |pairs: &[(&str, u64)]| pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect::<Vec<_>>();
+    assert_eq!(s.events, owned(&[("dead_lettered", 1), ("deferred", 1), ("processed", 2)]));
+    assert_eq!(s.orders, owned(&[("paid", 1), ("pending", 1)]));
+    assert_eq!(s.outbox, owned(&[("order.paid", 2)]));
+    assert_eq!(s.outbox_by_status, owned(&[("delivered", 1), ("pending", 1)]));
+    assert_eq!((s.oldest_deferred_event_ms, s.oldest_pending_outbox_ms), (Some(4), Some(2)));
+    assert_eq!(store.recount().await.expect("recount").drift, []);
+    register_new(&store, new_order("ord_o", 100, T0)).await;
+    assert_eq!(Stats::count(&stats(&store).await.orders, "pending"), 2);
     store.shutdown();
 }

@@ -135,6 +135,13 @@ async fn events_list_show_dlq_list_and_stats_print_tables_and_json_without_a_ser
     let table = ok(&dir, config, &["stats"]);
     assert!(has_row(&table, &["events", "dead_lettered", "2"]), "{table}");
     assert!(has_row(&table, &["processed", "1"]), "{table}");
+
+    let recounted = json(&dir, config, &["stats", "--recount"]);
+    assert_eq!(recounted["drift"], Value::Array(vec![]), "{recounted}");
+    assert_eq!(recounted["stats"]["events"]["dead_lettered"], Value::from(2), "{recounted}");
+    let table = ok(&dir, config, &["stats", "--recount"]);
+    assert!(table.contains("nothing corrected"), "{table}");
+    assert!(has_row(&table, &["events", "dead_lettered", "2"]), "{table}");
 }
 
 #[tokio::test]
