@@ -72,6 +72,8 @@ struct RawRetention {
     keys_days: u32,
     interval_secs: u64,
     batch: u32,
+    pause_percent: u32,
+    cli_min_pause_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,6 +165,9 @@ struct RawStorage {
     batch_max: usize,
     queue_depth: usize,
     busy_timeout_ms: u64,
+    wal_limit_bytes: u64,
+    wal_checkpoint_wait_ms: u64,
+    vacuum_step_pages: u32,
     fsync: String,
     pool_size: usize,
     writers: Option<usize>,
@@ -681,6 +686,12 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
         if path.is_empty() {
             bail!("storage.url: sqlite:// needs a path");
         }
+        if raw.wal_limit_bytes < 1 << 20 {
+            bail!("storage.wal_limit_bytes: must be at least 1 MiB (1048576)");
+        }
+        if raw.wal_checkpoint_wait_ms == 0 || raw.wal_checkpoint_wait_ms >= raw.busy_timeout_ms {
+            bail!("storage.wal_checkpoint_wait_ms: must be positive and below storage.busy_timeout_ms");
+        }
         return Ok(StorageConfig::Sqlite(SqliteOptions {
             sync,
             path: PathBuf::from(path),
@@ -689,6 +700,9 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
             busy_timeout_ms: raw.busy_timeout_ms,
             retry,
             routing: Default::default(),
+            wal_limit_bytes: raw.wal_limit_bytes,
+            wal_checkpoint_wait_ms: raw.wal_checkpoint_wait_ms,
+            vacuum_step_pages: raw.vacuum_step_pages,
         }));
     }
     if !(raw.url.starts_with("postgres://") || raw.url.starts_with("postgresql://")) {
@@ -735,6 +749,8 @@ fn resolve_retention(r: &RawRetention) -> Result<RetentionSettings> {
         keys_ms: i64::from(r.keys_days) * DAY_MS,
         interval_ms: r.interval_secs.saturating_mul(1000),
         batch: r.batch,
+        pause_percent: r.pause_percent,
+        cli_min_pause_ms: r.cli_min_pause_ms,
     })
 }
 

@@ -15,6 +15,7 @@ mod metrics;
 mod openapi;
 mod orders;
 mod providers;
+mod retention;
 mod ui;
 mod verification;
 mod webdriver;
