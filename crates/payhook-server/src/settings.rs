@@ -130,7 +130,11 @@ pub struct RetentionSettings {
 impl Default for RetentionSettings {
     fn default() -> Self {
         const DAY_MS: i64 = 86_400_000;
-        Self { enabled: true, payloads_ms: 7 * DAY_MS, keys_ms: 30 * DAY_MS, interval_ms: 3_600_000,
+        Self {
+            enabled: true,
+            payloads_ms: 7 * DAY_MS,
+            keys_ms: 30 * DAY_MS,
+            interval_ms: 3_600_000,
             batch: 1_000,
             pause_percent: 100,
             cli_min_pause_ms: 150,
