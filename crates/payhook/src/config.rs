@@ -899,6 +899,24 @@ mod tests {
     }
 
     #[test]
+    fn the_wal_bound_and_pruning_pace_come_from_the_configuration() {
+        let c = Config::from_toml("", "f.toml", None).unwrap();
+        let o = sqlite(&c);
+        assert_eq!((o.wal_limit_bytes, o.wal_checkpoint_wait_ms, o.vacuum_step_pages), (64 << 20, 100, 1024));
+        assert_eq!((c.settings.retention.pause_percent, c.settings.retention.cli_min_pause_ms), (100, 150));
+        let text = "[storage]\nwal_limit_bytes = 2097152\nwal_checkpoint_wait_ms = 50\n";
+        assert_eq!(sqlite(&Config::from_toml(text, "f.toml", None).unwrap()).wal_limit_bytes, 2 << 20);
+        for (text, names) in [
+            ("[storage]\nwal_limit_bytes = 4096\n", "storage.wal_limit_bytes"),
+            ("[storage]\nwal_checkpoint_wait_ms = 5000\n", "storage.wal_checkpoint_wait_ms"),
+            ("[storage]\nwal_checkpoint_wait_ms = 0\n", "storage.wal_checkpoint_wait_ms"),
+        ] {
+            let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+            assert!(err.contains(names), "{text}: {err}");
+        }
+    }
+
+    #[test]
     fn an_unknown_key_is_named() {
         let err = format!("{:#}", Config::from_toml("[storage]\nurll = \"x\"\n", "f.toml", None).unwrap_err());
         assert!(err.contains("urll"), "{err}");
