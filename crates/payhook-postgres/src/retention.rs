@@ -53,5 +53,10 @@ pub(crate) async fn prune(pool: &Pool, r: &PruneRequest) -> Result<Pruned, Store
         }
     })
     .await?;
-    Ok(Pruned { events_deleted: events as u64, business_keys_deleted: keys as u64, payloads_cleared: cleared })
+    Ok(Pruned {
+        events_deleted: events as u64,
+        business_keys_deleted: keys as u64,
+        payloads_cleared: cleared,
+        ..Pruned::default()
+    })
 }

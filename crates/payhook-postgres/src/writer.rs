@@ -199,6 +199,7 @@ impl Writer {
             queued: (self.tx.max_capacity() - self.tx.capacity()) as u64,
             queue_capacity: self.tx.max_capacity() as u64,
             batch_sizes: self.counters.batch_sizes.snapshot(),
+            wal: None,
         }
     }
 

@@ -215,6 +215,9 @@ where
     family(&mut out, "payhook_writer_up", "gauge", "1 while the writer takes work.");
     sample(&mut out, "payhook_writer_up", "", u64::from(w.running));
     render_reads(&mut out, &scrape.reads);
+    if let Some(wal) = &w.wal {
+        render_wal(&mut out, wal);
+    }
 
     family(
         &mut out,
@@ -389,6 +392,25 @@ fn with_required(list: &[(String, u64)], required: &[&str]) -> Vec<(String, u64)
     }
     all.sort();
     all
+}
+
+/// The SQLite WAL: its size against its limit, and the checkpoints that keep it there.
+fn render_wal(out: &mut String, wal: &payhook_store::metrics::WalMetrics) {
+    family(out, "payhook_sqlite_wal_bytes", "gauge", "Size of the SQLite WAL file after the latest checkpoint.");
+    sample(out, "payhook_sqlite_wal_bytes", "", wal.wal_bytes);
+    family(out, "payhook_sqlite_wal_limit_bytes", "gauge", "WAL size above which the checkpointer resets it.");
+    sample(out, "payhook_sqlite_wal_limit_bytes", "", wal.limit_bytes);
+    family(out, "payhook_sqlite_checkpoints_total", "counter", "WAL checkpoints run, by mode.");
+    sample(out, "payhook_sqlite_checkpoints_total", "mode=\"passive\"", wal.passive);
+    sample(out, "payhook_sqlite_checkpoints_total", "mode=\"truncate\"", wal.truncate);
+    family(
+        out,
+        "payhook_sqlite_checkpoints_busy_total",
+        "counter",
+        "WAL checkpoints that could not finish (readers or a writer in the way; retried at the next tick), by mode.",
+    );
+    sample(out, "payhook_sqlite_checkpoints_busy_total", "mode=\"passive\"", wal.passive_busy);
+    sample(out, "payhook_sqlite_checkpoints_busy_total", "mode=\"truncate\"", wal.truncate_busy);
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

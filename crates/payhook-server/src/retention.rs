@@ -1,5 +1,9 @@
 //! Retention: settled events lose their payloads after `payloads_ms` and their dedup keys after `keys_ms`, in
 //! bounded steps, by a background task (and `payhook prune`). Dead letters and deferred events are never pruned.
+//!
+//! Steps share the writer with live deliveries (the server's own writer, or the file's lock when `payhook prune`
+//! runs as a second process), so after each step pruning pauses for `pause_percent` of the time the step took: at
+//! 100, pruning uses at most about half of the write capacity, however much there is to prune.
 
 use crate::app::now_ms;
 use crate::settings::RetentionSettings;
@@ -9,12 +13,15 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Prunes everything due at `now_ms`, step by step; `payloads_from_ms` is where the previous run's payload window
-/// ended (0 the first time). Returns the totals.
+/// ended (0 the first time). Between two steps it pauses for `pause_percent` of the step's time, and at least
+/// `min_pause` (which `payhook prune` sets, as it competes for the file's lock from another process). Returns the
+/// totals.
 pub async fn prune_all<S: Store>(
     store: &S,
     retention: &RetentionSettings,
     now_ms: i64,
     payloads_from_ms: i64,
+    min_pause: Duration,
 ) -> Result<Pruned, StoreError> {
     let request = PruneRequest {
         keys_before_ms: now_ms - retention.keys_ms,
@@ -25,15 +32,15 @@ pub async fn prune_all<S: Store>(
     };
     let mut total = Pruned::default();
     loop {
+        let started = std::time::Instant::now();
         let step = store.prune(request).await?;
-        total.events_deleted += step.events_deleted;
-        total.business_keys_deleted += step.business_keys_deleted;
-        total.payloads_cleared += step.payloads_cleared;
+        total.add(&step);
         if !step.more(request.limit) {
             return Ok(total);
         }
         // Live deliveries share the writer: let them in between steps.
-        tokio::task::yield_now().await;
+        let pause = started.elapsed().mul_f64(f64::from(retention.pause_percent) / 100.0).max(min_pause);
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -42,7 +49,7 @@ pub(crate) async fn run<S: Store>(store: Arc<S>, retention: RetentionSettings, c
     let mut payloads_from_ms = 0;
     loop {
         let now = now_ms();
-        match prune_all(&*store, &retention, now, payloads_from_ms).await {
+        match prune_all(&*store, &retention, now, payloads_from_ms, Duration::ZERO).await {
             Ok(total) => {
                 payloads_from_ms = now - retention.payloads_ms;
                 if total != Pruned::default() {
@@ -50,6 +57,7 @@ pub(crate) async fn run<S: Store>(store: Arc<S>, retention: RetentionSettings, c
                         events_deleted = total.events_deleted,
                         business_keys_deleted = total.business_keys_deleted,
                         payloads_cleared = total.payloads_cleared,
+                        pages_released = total.pages_released,
                         "pruned by the retention policy"
                     );
                 }

@@ -119,12 +119,26 @@ pub struct RetentionSettings {
     pub interval_ms: u64,
     /// Events per pruning step (one short transaction).
     pub batch: u32,
+    /// After each step, pruning pauses for this percentage of the step's duration (100: pruning takes at most
+    /// about half of the writer's time).
+    pub pause_percent: u32,
+    /// The least pause between steps of `payhook prune`, which runs as a second process on a shared SQLite file:
+    /// the server's writer polls for the lock (SQLite's busy handler sleeps up to 100 ms) and must find it free.
+    pub cli_min_pause_ms: u64,
 }
 
 impl Default for RetentionSettings {
     fn default() -> Self {
         const DAY_MS: i64 = 86_400_000;
-        Self { enabled: true, payloads_ms: 7 * DAY_MS, keys_ms: 30 * DAY_MS, interval_ms: 3_600_000, batch: 1_000 }
+        Self {
+            enabled: true,
+            payloads_ms: 7 * DAY_MS,
+            keys_ms: 30 * DAY_MS,
+            interval_ms: 3_600_000,
+            batch: 1_000,
+            pause_percent: 100,
+            cli_min_pause_ms: 150,
+        }
     }
 }
 

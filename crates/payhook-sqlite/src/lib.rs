@@ -7,6 +7,9 @@
 //! - `read`: the read-only queries they run.
 //! - `counters`: the row counters behind `stats`, and their recount.
 //! - `migrate`: embedded migrations tracked by `PRAGMA user_version`.
+//! - `checkpoint`: the checkpointer thread, which keeps the WAL under `wal_limit_bytes`.
+//! - `retention`: pruning steps that resume from a persisted cursor and give free pages back.
+//! - [`compact`]: the offline conversion of an older file to `auto_vacuum = INCREMENTAL`.
 //!
 //! Durability: WAL with `synchronous = FULL`, so a commit (and therefore a 2xx) survives power loss. Several
 //! processes may share one file: each has its own writer, and `BEGIN IMMEDIATE` with `busy_timeout` serializes
@@ -62,11 +65,19 @@ pub struct SqliteOptions {
     pub sync: CommitSync,
     /// Which sinks receive which outbox kinds, forwards and alerts.
     pub routing: Routing,
+    /// Above this many bytes of WAL the checkpointer resets the log (a `TRUNCATE` checkpoint), and a reset log is
+    /// truncated to it (`journal_size_limit`).
+    pub wal_limit_bytes: u64,
+    /// How long that checkpoint may wait for readers and the writer, in milliseconds; new writes wait meanwhile.
+    pub wal_checkpoint_wait_ms: u64,
+    /// Free pages a pruning step returns to the file system at most (files in `auto_vacuum = INCREMENTAL` mode).
+    pub vacuum_step_pages: u32,
 }
 
 impl SqliteOptions {
     /// Defaults for `path`: group commit of up to 512 jobs, a queue of 4096, 5 s busy timeout, 4 read connections
-    /// and a 5 s read time limit.
+    /// and a 5 s read time limit, a WAL bounded at 64 MiB with checkpoints waiting at most 100 ms, 1024 pages
+    /// released per pruning step.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
@@ -78,8 +89,46 @@ impl SqliteOptions {
             retry: RetryPolicy::default(),
             sync: CommitSync::default(),
             routing: Routing::default(),
+            wal_limit_bytes: 64 << 20,
+            wal_checkpoint_wait_ms: 100,
+            vacuum_step_pages: 1024,
         }
     }
+}
+
+/// What [`compact`] did to a database file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    /// Size of the file before, in bytes (its WAL checkpointed first).
+    pub bytes_before: u64,
+    /// Size of the file after.
+    pub bytes_after: u64,
+    /// The `auto_vacuum` mode it had before (0 none, 1 full, 2 incremental); it has 2 now.
+    pub auto_vacuum_before: u8,
+}
+
+/// Rewrites the database file at `path` with `VACUUM` in `auto_vacuum = INCREMENTAL` mode, so that pruning gives
+/// pages back to the file system from now on. Files created by this version are in that mode already; older ones
+/// are converted here. An offline step: it rewrites the whole file (it needs about the file's size of free disk)
+/// and holds the write lock throughout, so stop every process using the file first.
+pub fn compact(path: &Path, busy_timeout_ms: u64) -> Result<Compacted, StoreError> {
+    if !path.exists() {
+        return Err(StoreError::Unavailable(Box::new(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{} does not exist", path.display()),
+        ))));
+    }
+    let conn = connect(path, busy_timeout_ms).map_err(unavailable)?;
+    let size = |conn: &Connection| -> Result<u64, StoreError> {
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).map_err(unavailable)?;
+        std::fs::metadata(path).map(|m| m.len()).map_err(|e| StoreError::Unavailable(Box::new(e)))
+    };
+    let bytes_before = size(&conn)?;
+    let auto_vacuum_before: u8 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0)).map_err(unavailable)?;
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL").map_err(unavailable)?;
+    conn.execute_batch("VACUUM").map_err(unavailable)?;
+    let bytes_after = size(&conn)?;
+    Ok(Compacted { bytes_before, bytes_after, auto_vacuum_before })
 }
 
 /// The SQLite store. Cheap to share behind an `Arc`.
@@ -91,6 +140,8 @@ pub struct SqliteStore {
     readers: pool::ReadPool,
     /// `ping`'s own connection, outside the pool: a probe never waits behind reads.
     probe: Arc<Mutex<Connection>>,
+    wal: Arc<checkpoint::WalCounters>,
+    vacuum_step_pages: u32,
     ctx: Arc<ops::Ctx>,
     path: PathBuf,
 }
@@ -98,6 +149,10 @@ pub struct SqliteStore {
 fn connect(path: &Path, busy_timeout_ms: u64) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_millis(busy_timeout_ms))?;
+    // Takes effect only on a new file, and only before `journal_mode = WAL` writes its first page: pages freed by
+    // pruning then go back to the file system in bounded steps (see `retention`). A file with tables keeps its
+    // mode (SQLite ignores the pragma) until `compact` converts it.
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -112,9 +167,20 @@ impl SqliteStore {
         let mut conn = connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
         migrate::run(&mut conn).map_err(unavailable)?;
         conn.pragma_update(None, "wal_autocheckpoint", checkpoint::WRITER_VALVE_PAGES).map_err(unavailable)?;
+        let journal_limit = i64::try_from(options.wal_limit_bytes).unwrap_or(i64::MAX);
+        conn.pragma_update(None, "journal_size_limit", journal_limit).map_err(unavailable)?;
+        let mut wal_path = options.path.clone().into_os_string();
+        wal_path.push("-wal");
+        let wal = Arc::new(checkpoint::WalCounters::default());
         let checkpointer = checkpoint::Checkpointer::spawn(
             connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?,
             checkpoint::INTERVAL,
+            checkpoint::WalBound {
+                wal_path: PathBuf::from(&wal_path),
+                limit_bytes: options.wal_limit_bytes,
+                wait_ms: options.wal_checkpoint_wait_ms,
+            },
+            Arc::clone(&wal),
         )
         .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         let readers = pool::ReadPool::open(
@@ -124,8 +190,6 @@ impl SqliteStore {
             Duration::from_millis(options.read_timeout_ms.max(1)),
         )?;
         let probe = pool::open_reader(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
-        let mut wal_path = options.path.clone().into_os_string();
-        wal_path.push("-wal");
         let (writer, join) =
             writer::spawn(conn, options.sync, Path::new(&wal_path), options.queue_depth, options.batch_max)
                 .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
@@ -135,6 +199,8 @@ impl SqliteStore {
             checkpointer: Mutex::new(Some(checkpointer)),
             readers,
             probe: Arc::new(Mutex::new(probe)),
+            wal,
+            vacuum_step_pages: options.vacuum_step_pages,
             ctx: Arc::new(ops::Ctx { retry: options.retry, routing: options.routing }),
             path: options.path,
         })
@@ -308,7 +374,8 @@ impl Store for SqliteStore {
     }
 
     fn prune(&self, request: PruneRequest) -> impl Future<Output = Result<Pruned, StoreError>> + Send {
-        self.writer.submit(move |conn| retention::prune(conn, &request))
+        let vacuum_pages = self.vacuum_step_pages;
+        self.writer.submit(move |conn| retention::prune(conn, &request, vacuum_pages))
     }
 
     /// On its own connection, never one of the pool's: it answers while every read connection is busy.
@@ -323,7 +390,7 @@ impl Store for SqliteStore {
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {
-        self.writer.metrics()
+        payhook_store::metrics::WriterMetrics { wal: Some(self.wal.snapshot()), ..self.writer.metrics() }
     }
 
     fn read_metrics(&self) -> payhook_store::metrics::ReadMetrics {

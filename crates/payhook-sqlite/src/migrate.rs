@@ -2,6 +2,9 @@
 //!
 //! Each migration runs in a `BEGIN IMMEDIATE` transaction together with the version bump, so several processes
 //! opening the same file at once apply each migration exactly once.
+//!
+//! A new file's `auto_vacuum` mode is chosen before any of this, when its first connection is opened (`connect`):
+//! it cannot change once a table exists.
 
 use rusqlite::{Connection, TransactionBehavior};
 
@@ -15,6 +18,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0006_outbox_ids_in_orders.sql"),
     include_str!("../migrations/0007_billing_audit_by_event.sql"),
     include_str!("../migrations/0008_counters.sql"),
+    include_str!("../migrations/0009_retention_cursor.sql"),
 ];
 
 /// Brings the schema up to date. Returns the number of migrations applied.

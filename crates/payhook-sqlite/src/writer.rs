@@ -106,6 +106,7 @@ impl WriterHandle {
             queued: (self.tx.max_capacity() - self.tx.capacity()) as u64,
             queue_capacity: self.tx.max_capacity() as u64,
             batch_sizes: self.batch_sizes.snapshot(),
+            wal: None,
         }
     }
 

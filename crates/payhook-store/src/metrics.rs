@@ -72,6 +72,26 @@ pub struct WriterMetrics {
     pub queue_capacity: u64,
     /// Jobs per committed batch (one transaction, one durable commit).
     pub batch_sizes: HistogramSnapshot,
+    /// The SQLite write-ahead log and its checkpoints; `None` for a store without one.
+    pub wal: Option<WalMetrics>,
+}
+
+/// The SQLite write-ahead log as the checkpointer last measured it, and its checkpoints so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WalMetrics {
+    /// Size of the WAL file in bytes after the latest checkpoint.
+    pub wal_bytes: u64,
+    /// Above this size the checkpointer resets the WAL (`storage.wal_limit_bytes`).
+    pub limit_bytes: u64,
+    /// `PASSIVE` checkpoints run (one per tick).
+    pub passive: u64,
+    /// `TRUNCATE` checkpoints run (the WAL was over its limit).
+    pub truncate: u64,
+    /// `PASSIVE` checkpoints that could not copy every frame (another checkpoint held the lock).
+    pub passive_busy: u64,
+    /// `TRUNCATE` checkpoints that gave up waiting for readers or the writer within their bound, to be tried again at
+    /// the next tick.
+    pub truncate_busy: u64,
 }
 
 /// The state of a store's own read connections (the SQLite reader pool), read at scrape time. All zero for a

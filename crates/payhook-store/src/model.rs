@@ -721,11 +721,31 @@ pub struct Pruned {
     pub business_keys_deleted: u64,
     /// Events whose raw body and headers were cleared.
     pub payloads_cleared: u64,
+    /// Inbox rows the step examined, pruned or passed over (dead letters); 0 from a backend that does not count
+    /// them. A step resuming where the previous one stopped visits about as many rows as it prunes.
+    pub rows_visited: u64,
+    /// Free pages the step returned to the file system (SQLite with `auto_vacuum = INCREMENTAL`).
+    pub pages_released: u64,
+    /// Free pages still in the file after the step, which later steps release.
+    pub pages_free: u64,
 }
 
 impl Pruned {
-    /// True when the step hit its limit somewhere: there may be more to prune.
+    /// True when the step hit its limit somewhere, or released pages and left some: there may be more to do.
     pub fn more(&self, limit: u32) -> bool {
-        self.events_deleted >= u64::from(limit) || self.payloads_cleared >= u64::from(limit)
+        self.events_deleted >= u64::from(limit)
+            || self.payloads_cleared >= u64::from(limit)
+            || self.rows_visited >= u64::from(limit)
+            || (self.pages_released > 0 && self.pages_free > 0)
+    }
+
+    /// Adds `step` to these totals (`pages_free` is a level, not a count: the latest step's is kept).
+    pub fn add(&mut self, step: &Pruned) {
+        self.events_deleted += step.events_deleted;
+        self.business_keys_deleted += step.business_keys_deleted;
+        self.payloads_cleared += step.payloads_cleared;
+        self.rows_visited += step.rows_visited;
+        self.pages_released += step.pages_released;
+        self.pages_free = step.pages_free;
     }
 }

@@ -298,11 +298,13 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
             })
         }
         AdminCommand::Prune(out) => {
-            let pruned = payhook_server::retention::prune_all(store, &settings.retention, now_ms(), 0).await?;
+            let min_pause = std::time::Duration::from_millis(settings.retention.cli_min_pause_ms);
+            let pruned =
+                payhook_server::retention::prune_all(store, &settings.retention, now_ms(), 0, min_pause).await?;
             print_or(out.json, &pruned, || {
                 println!(
-                    "pruned: {} events deleted with {} business keys; {} payloads cleared",
-                    pruned.events_deleted, pruned.business_keys_deleted, pruned.payloads_cleared
+                    "pruned: {} events deleted with {} business keys; {} payloads cleared; {} free pages released",
+                    pruned.events_deleted, pruned.business_keys_deleted, pruned.payloads_cleared, pruned.pages_released
                 );
             })
         }

@@ -72,6 +72,8 @@ struct RawRetention {
     keys_days: u32,
     interval_secs: u64,
     batch: u32,
+    pause_percent: u32,
+    cli_min_pause_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -165,6 +167,9 @@ struct RawStorage {
     busy_timeout_ms: u64,
     read_connections: usize,
     read_timeout_ms: u64,
+    wal_limit_bytes: u64,
+    wal_checkpoint_wait_ms: u64,
+    vacuum_step_pages: u32,
     fsync: String,
     pool_size: usize,
     writers: Option<usize>,
@@ -686,6 +691,12 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
         if raw.read_connections == 0 || raw.read_timeout_ms == 0 {
             bail!("storage.read_connections and storage.read_timeout_ms must be positive");
         }
+        if raw.wal_limit_bytes < 1 << 20 {
+            bail!("storage.wal_limit_bytes: must be at least 1 MiB (1048576)");
+        }
+        if raw.wal_checkpoint_wait_ms == 0 || raw.wal_checkpoint_wait_ms >= raw.busy_timeout_ms {
+            bail!("storage.wal_checkpoint_wait_ms: must be positive and below storage.busy_timeout_ms");
+        }
         return Ok(StorageConfig::Sqlite(SqliteOptions {
             sync,
             path: PathBuf::from(path),
@@ -696,6 +707,9 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
             read_timeout_ms: raw.read_timeout_ms,
             retry,
             routing: Default::default(),
+            wal_limit_bytes: raw.wal_limit_bytes,
+            wal_checkpoint_wait_ms: raw.wal_checkpoint_wait_ms,
+            vacuum_step_pages: raw.vacuum_step_pages,
         }));
     }
     if !(raw.url.starts_with("postgres://") || raw.url.starts_with("postgresql://")) {
@@ -742,6 +756,8 @@ fn resolve_retention(r: &RawRetention) -> Result<RetentionSettings> {
         keys_ms: i64::from(r.keys_days) * DAY_MS,
         interval_ms: r.interval_secs.saturating_mul(1000),
         batch: r.batch,
+        pause_percent: r.pause_percent,
+        cli_min_pause_ms: r.cli_min_pause_ms,
     })
 }
 
@@ -887,6 +903,24 @@ mod tests {
         assert!(err.contains("f.toml:2: retention.keys_days"), "{err}");
         let c = Config::from_toml("", "f.toml", None).unwrap();
         assert_eq!((c.settings.retention.payloads_ms, c.settings.retention.keys_ms), (7 * 86_400_000, 30 * 86_400_000));
+    }
+
+    #[test]
+    fn the_wal_bound_and_pruning_pace_come_from_the_configuration() {
+        let c = Config::from_toml("", "f.toml", None).unwrap();
+        let o = sqlite(&c);
+        assert_eq!((o.wal_limit_bytes, o.wal_checkpoint_wait_ms, o.vacuum_step_pages), (64 << 20, 100, 1024));
+        assert_eq!((c.settings.retention.pause_percent, c.settings.retention.cli_min_pause_ms), (100, 150));
+        let text = "[storage]\nwal_limit_bytes = 2097152\nwal_checkpoint_wait_ms = 50\n";
+        assert_eq!(sqlite(&Config::from_toml(text, "f.toml", None).unwrap()).wal_limit_bytes, 2 << 20);
+        for (text, names) in [
+            ("[storage]\nwal_limit_bytes = 4096\n", "storage.wal_limit_bytes"),
+            ("[storage]\nwal_checkpoint_wait_ms = 5000\n", "storage.wal_checkpoint_wait_ms"),
+            ("[storage]\nwal_checkpoint_wait_ms = 0\n", "storage.wal_checkpoint_wait_ms"),
+        ] {
+            let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+            assert!(err.contains(names), "{text}: {err}");
+        }
     }
 
     #[test]

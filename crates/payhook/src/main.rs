@@ -1,5 +1,5 @@
 //! The `payhook` binary: `serve`, `demo`, `send`, `bench`, `orders import`, `config check|print-default`, and the admin
-//! commands `events`, `dlq`, `replay`, `outbox`, `stats`.
+//! commands `events`, `dlq`, `replay`, `outbox`, `stats`, `prune`, and `compact`.
 //!
 //! Boundary: the only crate that knows clap, TOML and anyhow; it resolves configuration and hands typed settings
 //! to the server and the store.
@@ -53,6 +53,9 @@ enum Command {
     },
     #[command(flatten)]
     Admin(admin_cli::AdminCommand),
+    /// SQLite only, offline (stop every payhook using the file first): rewrite the database file so that pruning
+    /// gives its free pages back to the file system. Needs about the file's size of free disk.
+    Compact,
     /// Check or print the configuration.
     Config {
         #[command(subcommand)]
@@ -145,7 +148,25 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => bench::run(Config::load(cli.config.as_deref())?, args).await,
         Command::Orders { command } => orders::run(Config::load(cli.config.as_deref())?, command).await,
         Command::Admin(command) => admin_cli::run(Config::load(cli.config.as_deref())?, command).await,
+        Command::Compact => compact(&Config::load(cli.config.as_deref())?),
     }
+}
+
+/// `compact`: converts the SQLite file to `auto_vacuum = INCREMENTAL` with one `VACUUM`.
+fn compact(cfg: &Config) -> Result<()> {
+    let StorageConfig::Sqlite(options) = &cfg.storage else {
+        anyhow::bail!("compact is for SQLite files; PostgreSQL gives space back with its own VACUUM");
+    };
+    let path = options.path.display().to_string();
+    let done = payhook_sqlite::compact(&options.path, options.busy_timeout_ms)
+        .with_context(|| format!("cannot compact {path}"))?;
+    println!(
+        "{path}: {} bytes before, {} after; auto_vacuum was {}, is now incremental",
+        done.bytes_before,
+        done.bytes_after,
+        ["none", "full", "incremental"].get(usize::from(done.auto_vacuum_before)).unwrap_or(&"unknown")
+    );
+    Ok(())
 }
 
 /// Where the API token comes from and how long it is, never the token: `config check`'s `api` line.

@@ -16,6 +16,7 @@ mod openapi;
 mod orders;
 mod providers;
 mod readers;
+mod retention;
 mod ui;
 mod verification;
 mod webdriver;

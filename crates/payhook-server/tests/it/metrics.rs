@@ -168,6 +168,13 @@ async fn metrics_count_a_known_workload_exactly() {
     assert_eq!(m("payhook_writer_queue_depth"), 0.0);
     assert_eq!(m("payhook_writer_queue_capacity"), 4096.0);
     assert_eq!(m("payhook_writer_up"), 1.0);
+    // The SQLite WAL against its default limit, with the checkpoints by mode.
+    assert_eq!(m("payhook_sqlite_wal_limit_bytes"), f64::from(64u32 << 20));
+    assert!(m("payhook_sqlite_wal_bytes") >= 0.0);
+    for mode in ["passive", "truncate"] {
+        assert!(m(&format!(r#"payhook_sqlite_checkpoints_total{{mode="{mode}"}}"#)) >= 0.0);
+        assert!(m(&format!(r#"payhook_sqlite_checkpoints_busy_total{{mode="{mode}"}}"#)) >= 0.0);
+    }
 
     // Rows by status, as the database counts them.
     assert_eq!(m("payhook_stats_up"), 1.0);

@@ -5,11 +5,15 @@
 //! * `faults`: a failing write rolls back only its own event, in and out of a shared batch.
 //! * `restart`: everything survives a reopen; migrations run once.
 //! * `writer`: group commit under load, load shedding and shutdown.
+//! * `wal`: the WAL stays under its limit, and bounding it never stalls the writer for long.
+//! * `space`: pruning gives pages back to the file system; `compact` converts an older file.
 
 mod contract;
 mod counters;
 mod faults;
 mod restart;
+mod space;
+mod wal;
 mod writer;
 
 use payhook_core::retry::RetryPolicy;
