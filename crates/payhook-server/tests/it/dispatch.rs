@@ -107,6 +107,17 @@ async fn record(
     response
 }
 
+/// Alerts to `url`: one per key in a 5-minute window, sent at once, 2 s timeout.
+fn alerts_at(url: &str) -> AlertSettings {
+    AlertSettings {
+        url: SecretUrl::parse(url).unwrap(),
+        window_ms: 300_000,
+        gather_ms: 0,
+        verification_failures: 100,
+        timeout_ms: 2_000,
+    }
+}
+
 fn sink(name: &str, url: String, kinds: &[&str]) -> SinkSettings {
     SinkSettings {
         name: name.to_owned(),
@@ -209,13 +220,7 @@ async fn a_400_is_permanent_and_a_spent_budget_is_dead_with_the_last_error_and_a
         s.sinks.push(sink("shop", shop, &["order.paid"]));
         s.sinks.push(sink("crm", crm, &["*"]));
         s.dispatcher.retry = exact_policy(2);
-        s.alerts = Some(AlertSettings {
-            url: SecretUrl::parse(&alerts).unwrap(),
-            window_ms: 300_000,
-            gather_ms: 0,
-            verification_failures: 100,
-            timeout_ms: 2_000,
-        });
+        s.alerts = Some(alerts_at(&alerts));
     })
     .await;
     paid_order(&app, "ord_x").await;
@@ -299,13 +304,7 @@ async fn a_hundred_dead_letters_in_a_minute_send_one_alert_with_the_count() {
     let sink_server = Sink::start().await;
     let url = sink_server.url("/alerts");
     let app = TestApp::spawn_with(|s, _| {
-        s.alerts = Some(AlertSettings {
-            url: SecretUrl::parse(&url).unwrap(),
-            window_ms: 300_000,
-            gather_ms: 30_000,
-            verification_failures: 1_000,
-            timeout_ms: 2_000,
-        })
+        s.alerts = Some(AlertSettings { gather_ms: 30_000, verification_failures: 1_000, ..alerts_at(&url) })
     })
     .await;
     for i in 0..100 {
@@ -326,16 +325,9 @@ async fn a_hundred_dead_letters_in_a_minute_send_one_alert_with_the_count() {
 async fn a_source_that_keeps_failing_verification_raises_one_alert() {
     let sink_server = Sink::start().await;
     let url = sink_server.url("/alerts");
-    let app = TestApp::spawn_with(|s, _| {
-        s.alerts = Some(AlertSettings {
-            url: SecretUrl::parse(&url).unwrap(),
-            window_ms: 300_000,
-            gather_ms: 0,
-            verification_failures: 5,
-            timeout_ms: 2_000,
-        })
-    })
-    .await;
+    let app =
+        TestApp::spawn_with(|s, _| s.alerts = Some(AlertSettings { verification_failures: 5, ..alerts_at(&url) }))
+            .await;
     for _ in 0..12 {
         let reply = app.post_raw("payments", &[("x-webhook-signature".into(), "00".repeat(32))], "{}").await;
         assert_eq!(reply.status.as_u16(), 401);
@@ -419,13 +411,7 @@ async fn secrets_in_sink_and_alert_urls_reach_no_stored_error_answer_page_or_ale
         s.sinks.push(sink("refused", refused, &["order.paid"]));
         s.sinks.push(sink("unresolvable", unresolvable, &["order.paid"]));
         s.dispatcher.retry = exact_policy(1);
-        s.alerts = Some(AlertSettings {
-            url: SecretUrl::parse(&alerts).unwrap(),
-            window_ms: 300_000,
-            gather_ms: 0,
-            verification_failures: 100,
-            timeout_ms: 2_000,
-        });
+        s.alerts = Some(alerts_at(&alerts));
         settings_debug = format!("{s:?}");
     })
     .await;
@@ -472,13 +458,7 @@ async fn an_alert_endpoint_that_fails_keeps_its_secret_out_of_its_own_error() {
     let alerts = format!("http://alerter:{PLANTED}@127.0.0.1:{port}/services/T0/B0/{PLANTED}?token={PLANTED}");
     let app = TestApp::spawn_with(|s, _| {
         s.sinks.push(sink("shop", sink_server.url("/shop"), &["order.paid"]));
-        s.alerts = Some(AlertSettings {
-            url: SecretUrl::parse(&alerts).unwrap(),
-            window_ms: 300_000,
-            gather_ms: 0,
-            verification_failures: 100,
-            timeout_ms: 2_000,
-        });
+        s.alerts = Some(alerts_at(&alerts));
     })
     .await;
     paid_order(&app, "ord_a").await;
@@ -499,13 +479,7 @@ async fn an_error_stored_with_a_full_url_is_shown_redacted_everywhere() {
     let sink_server = Sink::start().await;
     let app = TestApp::spawn_with(|s, _| {
         s.sinks.push(sink("shop", sink_server.url("/shop"), &["order.paid"]));
-        s.alerts = Some(AlertSettings {
-            url: SecretUrl::parse(&sink_server.url("/alerts")).unwrap(),
-            window_ms: 300_000,
-            gather_ms: 3_600_000,
-            verification_failures: 100,
-            timeout_ms: 2_000,
-        });
+        s.alerts = Some(AlertSettings { gather_ms: 3_600_000, ..alerts_at(&sink_server.url("/alerts")) });
     })
     .await;
     paid_order(&app, "ord_old").await;
