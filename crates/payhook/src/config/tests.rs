@@ -1,0 +1,350 @@
+//! Unit tests of the configuration: defaults, overrides, every refusal naming its key.
+
+use super::server::DEFAULT_TOKEN_ENV;
+use super::*;
+
+#[test]
+fn the_defaults_alone_resolve() {
+    let c = Config::from_toml("", "t", None).unwrap();
+    assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+    let StorageConfig::Sqlite(o) = &c.storage else { panic!("sqlite by default: {:?}", c.storage) };
+    assert_eq!(o.path, PathBuf::from("payhook.db"));
+    assert!(c.settings.sources.is_empty());
+}
+
+#[test]
+fn the_example_file_resolves() {
+    let text = include_str!("../../../../examples/payhook.toml");
+    let c = Config::from_toml(text, "example", None).unwrap();
+    assert_eq!(c.settings.sources.len(), 3);
+}
+
+#[test]
+fn a_syntax_error_names_its_line() {
+    let err = Config::from_toml("[server]\nlisten = \n", "f.toml", None).unwrap_err().to_string();
+    assert!(err.contains("f.toml") && err.contains("line 2"), "{err}");
+}
+
+#[test]
+fn problems_name_the_file_line_and_key() {
+    let text = "[server]\nlisten = \"127.0.0.1:8080\"\n\n[storage]\nurll = \"x\"\n";
+    let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+    assert!(err.starts_with("f.toml:5: ") && err.contains("urll"), "{err}");
+
+    let text = "[server]\nbody_limit_bytes = 10\nlisten = \"nowhere\"\n";
+    let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+    assert!(err.starts_with("f.toml:3: server.listen"), "{err}");
+
+    let text = "[[sources]]\nname = \"a\"\nscheme = \"stripe\"\nformat = \"stripe\"\nsecrets = [\"s\"]\n\n\
+                [[sources]]\nname = \"b\"\nscheme = \"nope\"\nformat = \"stripe\"\nsecrets = [\"s\"]\n";
+    let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+    assert!(err.starts_with("f.toml:9: sources[1] (b): scheme"), "{err}");
+}
+
+#[test]
+fn environment_overrides_apply_over_the_file_and_are_blamed_by_name() {
+    let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    };
+    let text = "[server]\nlisten = \"127.0.0.1:8080\"\n";
+    let c = Config::from_toml_and_env(
+        text,
+        "f.toml",
+        None,
+        env(&[
+            ("PAYHOOK_SERVER__LISTEN", "0.0.0.0:9090"),
+            ("PAYHOOK_WORKER__CLAIM_BATCH", "7"),
+            ("PAYHOOK_RETENTION__ENABLED", "false"),
+            ("PAYHOOK_API_TOKEN", "not-an-override-but-the-token"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.settings.api_token.as_ref().map(Secret::expose), Some("not-an-override-but-the-token"));
+    assert_eq!(c.listen.to_string(), "0.0.0.0:9090");
+    assert_eq!(c.settings.worker.claim_batch, 7);
+    assert!(!c.settings.retention.enabled);
+
+    let err = format!(
+        "{:#}",
+        Config::from_toml_and_env(text, "f.toml", None, env(&[("PAYHOOK_SERVER__LISTEN", "nowhere")])).unwrap_err()
+    );
+    assert!(err.starts_with("environment variable PAYHOOK_SERVER__LISTEN: server.listen"), "{err}");
+    let err = format!(
+        "{:#}",
+        Config::from_toml_and_env(text, "f.toml", None, env(&[("PAYHOOK_SOURCES__NAME", "x")])).unwrap_err()
+    );
+    assert!(err.contains("PAYHOOK_SOURCES__NAME"), "{err}");
+}
+
+#[test]
+fn retention_must_outlast_provider_redeliveries() {
+    let err = format!("{:#}", Config::from_toml("[retention]\nkeys_days = 1\n", "f.toml", None).unwrap_err());
+    assert!(err.contains("f.toml:2: retention.keys_days"), "{err}");
+    let c = Config::from_toml("", "f.toml", None).unwrap();
+    assert_eq!((c.settings.retention.payloads_ms, c.settings.retention.keys_ms), (7 * 86_400_000, 30 * 86_400_000));
+}
+
+#[test]
+fn the_wal_bound_and_pruning_pace_come_from_the_configuration() {
+    let c = Config::from_toml("", "f.toml", None).unwrap();
+    let o = sqlite(&c);
+    assert_eq!((o.wal_limit_bytes, o.wal_checkpoint_wait_ms, o.vacuum_step_pages), (64 << 20, 100, 1024));
+    assert_eq!((c.settings.retention.pause_percent, c.settings.retention.cli_min_pause_ms), (100, 150));
+    let text = "[storage]\nwal_limit_bytes = 2097152\nwal_checkpoint_wait_ms = 50\n";
+    assert_eq!(sqlite(&Config::from_toml(text, "f.toml", None).unwrap()).wal_limit_bytes, 2 << 20);
+    for (text, names) in [
+        ("[storage]\nwal_limit_bytes = 4096\n", "storage.wal_limit_bytes"),
+        ("[storage]\nwal_checkpoint_wait_ms = 5000\n", "storage.wal_checkpoint_wait_ms"),
+        ("[storage]\nwal_checkpoint_wait_ms = 0\n", "storage.wal_checkpoint_wait_ms"),
+    ] {
+        let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+        assert!(err.contains(names), "{text}: {err}");
+    }
+}
+
+#[test]
+fn an_unknown_key_is_named() {
+    let err = format!("{:#}", Config::from_toml("[storage]\nurll = \"x\"\n", "f.toml", None).unwrap_err());
+    assert!(err.contains("urll"), "{err}");
+}
+
+#[test]
+fn a_source_without_secrets_is_refused_with_its_index() {
+    let text = "[[sources]]\nname = \"p\"\nscheme = \"stripe\"\nformat = \"stripe\"\n";
+    let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+    assert!(err.contains("sources[0] (p)") && err.contains("secret"), "{err}");
+}
+
+fn sqlite(c: &Config) -> &SqliteOptions {
+    match &c.storage {
+        StorageConfig::Sqlite(o) => o,
+        other => panic!("expected sqlite: {other:?}"),
+    }
+}
+
+fn postgres(c: &Config) -> &PgOptions {
+    match &c.storage {
+        StorageConfig::Postgres(o) => o,
+        other => panic!("expected postgres: {other:?}"),
+    }
+}
+
+#[test]
+fn group_commit_off_means_batches_of_one_each_with_its_own_fsync() {
+    let c = Config::from_toml("[storage]\ngroup_commit = false\n", "t", None).unwrap();
+    assert_eq!(sqlite(&c).batch_max, 1);
+    assert_eq!(sqlite(&c).sync, CommitSync::InCommit);
+    let c = Config::from_toml("", "t", None).unwrap();
+    assert_eq!(sqlite(&c).sync, CommitSync::Pipelined);
+}
+
+#[test]
+fn sqlite_reads_get_four_connections_and_five_seconds_by_default_and_both_must_be_positive() {
+    let c = Config::from_toml("", "t", None).unwrap();
+    assert_eq!((sqlite(&c).read_connections, sqlite(&c).read_timeout_ms), (4, 5_000));
+    let c = Config::from_toml("[storage]\nread_connections = 8\nread_timeout_ms = 250\n", "t", None).unwrap();
+    assert_eq!((sqlite(&c).read_connections, sqlite(&c).read_timeout_ms), (8, 250));
+    for text in ["read_connections = 0", "read_timeout_ms = 0"] {
+        let err = format!("{:#}", Config::from_toml(&format!("[storage]\n{text}\n"), "t", None).unwrap_err());
+        assert!(err.contains("storage.read_connections and storage.read_timeout_ms"), "{text}: {err}");
+    }
+}
+
+#[test]
+fn a_postgres_url_selects_postgres_with_the_pool_keys() {
+    let text = "[storage]\nurl = \"postgres://payhook:s3cret@db.internal:6543/hooks?options=-csearch_path%3Dph\"\n\
+                pool_size = 24\nstatement_timeout_ms = 750\nbatch_max = 100\n";
+    let c = Config::from_toml(text, "t", None).unwrap();
+    let o = postgres(&c);
+    assert_eq!((o.pool_size, o.writers, o.statement_timeout_ms, o.batch_max), (24, 4, 750, 100));
+    assert_eq!(o.config.get_dbname(), Some("hooks"));
+    assert_eq!(o.config.get_options(), Some("-csearch_path=ph"));
+    let shown = format!("{} {c:?}", c.storage.describe());
+    assert!(shown.contains("db.internal:6543/hooks (tls: prefer, ") && !shown.contains("s3cret"), "{shown}");
+
+    let c = Config::from_toml("[storage]\nurl = \"postgresql://u@h/d\"\ngroup_commit = false\n", "t", None).unwrap();
+    assert_eq!((postgres(&c).batch_max, postgres(&c).pool_size), (1, 16), "the defaults file's pool_size");
+}
+
+#[test]
+fn the_postgres_tls_mode_comes_from_the_url_and_is_shown_with_the_storage() {
+    let text = "[storage]\nurl = \"postgres://payhook:s3cret@db.example/payhook?sslmode=verify-full\"\n";
+    let c = Config::from_toml(text, "t", None).unwrap();
+    assert_eq!(postgres(&c).tls.mode(), payhook_postgres::SslMode::VerifyFull);
+    let shown = c.storage.describe();
+    assert!(shown.starts_with("postgres://payhook@db.example:5432/payhook (tls: verify-full, "), "{shown}");
+}
+
+#[test]
+fn bad_postgres_settings_are_named_without_echoing_the_url() {
+    for (text, key) in [
+        ("url = \"mysql://u:pw@h/d\"", "storage.url"),
+        ("url = \"postgres://u:pw@h:notaport/d\"", "storage.url"),
+        ("url = \"postgres://u:pw@h/d?sslmode=verfy-full\"", "storage.url: sslmode \"verfy-full\" is not one of"),
+        ("url = \"postgres://u:pw@h/d?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem\"", "/nonexistent/ca.pem"),
+        ("url = \"postgres://u:pw@h/d\"\npool_size = 0", "storage.pool_size"),
+        ("url = \"postgres://u:pw@h/d\"\npool_size = 4\nwriters = 5", "storage.writers"),
+    ] {
+        let err = format!("{:#}", Config::from_toml(&format!("[storage]\n{text}\n"), "t", None).unwrap_err());
+        assert!(err.contains(key) && !err.contains("pw"), "{text}: {err}");
+    }
+}
+
+#[test]
+fn the_log_format_is_text_by_default_and_may_be_json() {
+    assert_eq!(Config::from_toml("", "t", None).unwrap().log_format, LogFormat::Text);
+    let c = Config::from_toml("[log]\nformat = \"json\"\n", "t", None).unwrap();
+    assert_eq!(c.log_format, LogFormat::Json);
+    let err = format!("{:#}", Config::from_toml("[log]\nformat = \"xml\"\n", "t", None).unwrap_err());
+    assert!(err.contains("log.format"), "{err}");
+}
+
+#[test]
+fn sink_and_alert_urls_are_only_ever_shown_redacted() {
+    let text = "[alerts]\nurl = \"https://hooks.slack.com/services/T0/B0/s3cr3t-PLANTED\"\n\n[[sinks]]\n\
+                name = \"shop\"\nurl = \"https://u:s3cr3t-PLANTED@shop.example:8443/hooks/in?token=s3cr3t-PLANTED\"\n\
+                kinds = [\"*\"]\n";
+    let c = Config::from_toml(text, "t", None).unwrap();
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("s3cr3t-PLANTED"), "{shown}");
+    assert!(shown.contains("https://shop.example:8443/hooks/…"), "{shown}");
+    assert!(shown.contains("https://hooks.slack.com/services/…"), "{shown}");
+    for (text, key) in [
+        (
+            "[[sinks]]\nname = \"shop\"\nurl = \"ftp://s3cr3t-PLANTED@host/x\"\nkinds = [\"*\"]\n",
+            "sinks[0] (shop): url",
+        ),
+        (
+            "[[sinks]]\nname = \"shop\"\nurl = \"https://host:99999/s3cr3t-PLANTED\"\nkinds = [\"*\"]\n",
+            "sinks[0] (shop): url",
+        ),
+        ("[alerts]\nurl = \"hooks.slack.com/services/s3cr3t-PLANTED\"\n", "alerts.url"),
+    ] {
+        let err = format!("{:#}", Config::from_toml(text, "t", None).unwrap_err());
+        assert!(err.contains(key) && !err.contains("s3cr3t-PLANTED"), "{text}: {err}");
+    }
+}
+
+#[test]
+fn rfc_9421_sources_require_the_default_components_unless_they_list_others_with_the_body() {
+    let source = |extra: &str| {
+        format!(
+            "[[sources]]\nname = \"acq\"\nscheme = \"http-message-signatures\"\nformat = \"generic\"\n\
+             secrets = [\"hmac-sha256:k1:c2VjcmV0\"]\n{extra}"
+        )
+    };
+    let c = Config::from_toml(&source(""), "t", None).unwrap();
+    assert_eq!(c.settings.sources[0].verifier.required_components(), DEFAULT_REQUIRED_COMPONENTS);
+    let c = Config::from_toml(
+        &source("required_components = [\"@method\", \"@path\", \"@query\", \"content-digest\", \"x-shop\"]\n"),
+        "t",
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        c.settings.sources[0].verifier.required_components(),
+        ["@method", "@path", "@query", "content-digest", "x-shop"]
+    );
+    for (extra, says) in [
+        ("required_components = [\"@method\", \"@authority\", \"@path\"]\n", "content-digest"),
+        ("required_components = [\"@Method\", \"content-digest\"]\n", "@Method"),
+        ("required_components = [\"@status\", \"content-digest\"]\n", "@status"),
+        ("required_components = [\"content-digest\", \"content-digest\"]\n", "twice"),
+    ] {
+        let err = format!("{:#}", Config::from_toml(&source(extra), "f.toml", None).unwrap_err());
+        assert!(err.starts_with("f.toml:6: sources[0] (acq): required_components") && err.contains(says), "{err}");
+    }
+    let text = "[[sources]]\nname = \"p\"\nscheme = \"stripe\"\nformat = \"stripe\"\nsecrets = [\"s\"]\n\
+                required_components = [\"content-digest\"]\n";
+    let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+    assert!(err.contains("required_components") && err.contains("http-message-signatures"), "{err}");
+}
+
+#[test]
+fn an_unknown_fsync_mode_is_named() {
+    let err = format!("{:#}", Config::from_toml("[storage]\nfsync = \"never\"\n", "t", None).unwrap_err());
+    assert!(err.contains("storage.fsync"), "{err}");
+}
+
+const TOKEN_40: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn with_env(text: &str, env: &[(&str, &str)]) -> Result<Config> {
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    Config::from_toml_and_env(text, "f.toml", None, env)
+}
+
+fn token(c: &Config) -> Option<&str> {
+    c.settings.api_token.as_ref().map(Secret::expose)
+}
+
+#[test]
+fn an_api_token_shorter_than_24_characters_is_refused_naming_the_setting() {
+    let err = format!("{:#}", with_env("", &[("PAYHOOK_API_TOKEN", "0123456789")]).unwrap_err());
+    assert!(
+        err.contains("server.api_token_env (PAYHOOK_API_TOKEN): the API token must be at least 24 characters"),
+        "{err}"
+    );
+    assert!(!err.contains("0123456789"), "the token is echoed: {err}");
+    // Whitespace does not count: 23 characters and a newline are still too short.
+    let err = format!("{:#}", with_env("", &[("PAYHOOK_API_TOKEN", &format!("{}\n", &TOKEN_40[..23]))]).unwrap_err());
+    assert!(err.contains("at least 24 characters"), "{err}");
+    let text = "[server]\nlisten = \"127.0.0.1:8080\"\napi_token = \"x\"\n";
+    let err = format!("{:#}", with_env(text, &[]).unwrap_err());
+    assert!(err.starts_with("f.toml:3: server.api_token: the API token must be at least 24"), "{err}");
+    // Exactly 24 is enough.
+    let c = with_env("", &[("PAYHOOK_API_TOKEN", &TOKEN_40[..24])]).unwrap();
+    assert_eq!(token(&c), Some(&TOKEN_40[..24]));
+}
+
+#[test]
+fn the_api_token_is_trimmed_of_surrounding_whitespace() {
+    let c = with_env("", &[("PAYHOOK_API_TOKEN", &format!("{TOKEN_40}\n"))]).unwrap();
+    assert_eq!(token(&c), Some(TOKEN_40));
+    assert_eq!(c.api_token_origin, TokenOrigin::Env("PAYHOOK_API_TOKEN".into()));
+    let c = with_env(&format!("[server]\napi_token = \"  {TOKEN_40} \"\n"), &[]).unwrap();
+    assert_eq!((token(&c), &c.api_token_origin), (Some(TOKEN_40), &TokenOrigin::Inline));
+}
+
+#[test]
+fn an_api_token_env_naming_an_unset_variable_is_an_error_unless_it_is_the_default() {
+    let text = "[server]\napi_token_env = \"SOME_UNSET_VAR\"\n";
+    let err = format!("{:#}", with_env(text, &[]).unwrap_err());
+    assert!(
+        err.starts_with("f.toml:2: server.api_token_env (SOME_UNSET_VAR): the environment variable SOME_UNSET_VAR"),
+        "{err}"
+    );
+    let c = with_env(text, &[("SOME_UNSET_VAR", TOKEN_40)]).unwrap();
+    assert_eq!((token(&c), &c.api_token_origin), (Some(TOKEN_40), &TokenOrigin::Env("SOME_UNSET_VAR".into())));
+    // An inline token wins, and then the variable is not needed.
+    let inline = format!("{text}api_token = \"{TOKEN_40}\"\n");
+    assert_eq!(with_env(&inline, &[]).unwrap().api_token_origin, TokenOrigin::Inline);
+    // The default variable unset: no token, the API closed.
+    let c = with_env("", &[]).unwrap();
+    assert_eq!((token(&c), &c.api_token_origin), (None, &TokenOrigin::Unset(Some(DEFAULT_TOKEN_ENV.into()))));
+    let c = with_env("[server]\napi_token_env = \"\"\n", &[]).unwrap();
+    assert_eq!((token(&c), &c.api_token_origin), (None, &TokenOrigin::Unset(None)));
+}
+
+#[test]
+fn trusted_proxies_and_the_throttle_are_resolved_and_checked() {
+    let c = with_env("", &[]).unwrap();
+    let auth = &c.settings.auth;
+    assert!(auth.trusted_proxies.is_empty());
+    assert_eq!((auth.failures_per_minute, auth.failure_burst, auth.max_addresses), (10, 10, 10_000));
+
+    let text = "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"127.0.0.1\", \"fd00::/8\"]\n\
+                auth_failures_per_minute = 5\nauth_failure_burst = 20\nauth_throttle_max_addresses = 100\n";
+    let auth = with_env(text, &[]).unwrap().settings.auth;
+    let proxies: Vec<String> = auth.trusted_proxies.iter().map(ToString::to_string).collect();
+    assert_eq!(proxies, ["10.0.0.0/8", "127.0.0.1/32", "fd00::/8"]);
+    assert_eq!((auth.failures_per_minute, auth.failure_burst, auth.max_addresses), (5, 20, 100));
+
+    let err = format!("{:#}", with_env("[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"proxy\"]\n", &[]).unwrap_err());
+    assert!(err.starts_with("f.toml:2: server.trusted_proxies[1]: \"proxy\" is not an IP address"), "{err}");
+    let err = format!("{:#}", with_env("[server]\ntrusted_proxies = [\"10.1.0.0/8\"]\n", &[]).unwrap_err());
+    assert!(err.contains("server.trusted_proxies[0]") && err.contains("10.0.0.0/8"), "{err}");
+    for key in ["auth_failures_per_minute", "auth_failure_burst", "auth_throttle_max_addresses"] {
+        let err = format!("{:#}", with_env(&format!("[server]\n{key} = 0\n"), &[]).unwrap_err());
+        assert!(err.contains(&format!("server.{key}: must be positive")), "{err}");
+    }
+}
