@@ -9,7 +9,7 @@
 //! dedup and ledger path as a new delivery, which is what makes replaying twice, or replaying an event whose effect
 //! was applied meanwhile, change nothing.
 
-use crate::secret_url::redact_urls;
+pub use crate::secret_url::redact_outbox_row;
 use crate::settings::{Settings, SourceSettings};
 use base64::Engine;
 use payhook_core::event::{Effect, EventId, SourceName};
@@ -617,27 +617,6 @@ async fn outbox_row<S: Store>(store: &S, id: i64) -> Result<Option<OutboxView>, 
     let mut row = store.list_outbox(filter).await?.into_iter().next().filter(|row| row.id == id);
     row.iter_mut().for_each(redact_outbox_row);
     Ok(row)
-}
-
-/// Redacts every URL in what an outbox row shows of its failures: its last error and, for an alert, its text.
-///
-/// The dispatcher never writes a URL's secret parts into these, but a row recorded by an older version may hold
-/// the HTTP client's message with the sink's full URL in it; every listing (API, dashboard, CLI) goes through here.
-pub fn redact_outbox_row(row: &mut OutboxView) {
-    if let Some(error) = &mut row.last_error
-        && let std::borrow::Cow::Owned(redacted) = redact_urls(error)
-    {
-        *error = redacted;
-    }
-    if row.kind == payhook_store::ALERT_KIND {
-        for field in ["text", "last_text"] {
-            if let Some(serde_json::Value::String(text)) = row.payload.get_mut(field)
-                && let std::borrow::Cow::Owned(redacted) = redact_urls(text)
-            {
-                *text = redacted;
-            }
-        }
-    }
 }
 
 /// Counts by status and the ages of the oldest waiting work, at `now_ms`.

@@ -169,6 +169,27 @@ fn url_end(text: &str, start: usize) -> usize {
     }
 }
 
+/// Redacts every URL in what an outbox row shows of its failures: its last error and, for an alert, its text.
+///
+/// The dispatcher never writes a URL's secret parts into these, but a row recorded by an older version may hold
+/// the HTTP client's message with the sink's full URL in it; every listing (API, dashboard, CLI) goes through here.
+pub fn redact_outbox_row(row: &mut payhook_store::OutboxView) {
+    if let Some(error) = &mut row.last_error
+        && let std::borrow::Cow::Owned(redacted) = redact_urls(error)
+    {
+        *error = redacted;
+    }
+    if row.kind == payhook_store::ALERT_KIND {
+        for field in ["text", "last_text"] {
+            if let Some(serde_json::Value::String(text)) = row.payload.get_mut(field)
+                && let std::borrow::Cow::Owned(redacted) = redact_urls(text)
+            {
+                *text = redacted;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
