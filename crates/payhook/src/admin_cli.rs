@@ -43,6 +43,9 @@ pub enum AdminCommand {
     /// settled events lose their payloads after `retention.payloads_days` and their dedup keys after
     /// `retention.keys_days`. Dead letters and deferred events are never pruned.
     Prune(JsonFlag),
+    /// Grow the database by N stored deliveries (paid orders) through the store's own operations, for scale
+    /// benchmarks. Stop every server on the database first.
+    Prefill(crate::prefill::PrefillArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -297,6 +300,7 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
                 print_stats(&stats);
             })
         }
+        AdminCommand::Prefill(args) => crate::prefill::run(store, cfg, args).await,
         AdminCommand::Prune(out) => {
             let min_pause = std::time::Duration::from_millis(settings.retention.cli_min_pause_ms);
             let pruned =

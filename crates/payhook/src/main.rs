@@ -12,6 +12,7 @@ mod bench;
 mod config;
 mod demo;
 mod orders;
+mod prefill;
 mod send;
 mod table;
 

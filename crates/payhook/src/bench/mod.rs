@@ -8,6 +8,7 @@
 //! deliveries use by default (`--client lean`), so that the load generator leaves the machine's CPU to payhook.
 
 mod http;
+mod probes;
 
 use crate::config::Config;
 use crate::send::{base_url, source};
@@ -69,6 +70,13 @@ pub struct BenchArgs {
     /// Seed for the workload (default: random; printed so a run can be repeated).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// While delivering, scrape `/metrics` every this many milliseconds, as Prometheus would (0: no scraper).
+    #[arg(long, default_value_t = 0)]
+    pub scrape_ms: u64,
+    /// While delivering, read `/v1/stats`, pages of `/v1/events` and `/v1/outbox`, and `/readyz` every this many
+    /// milliseconds, as a dashboard and an orchestrator would (0: no readers).
+    #[arg(long, default_value_t = 0)]
+    pub read_ms: u64,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -141,6 +149,8 @@ struct Params {
     timeout_ms: u64,
     verify: bool,
     seed: u64,
+    scrape_ms: u64,
+    read_ms: u64,
 }
 
 impl Params {
@@ -187,6 +197,8 @@ impl Params {
             timeout_ms: args.timeout_ms,
             verify: args.verify,
             seed: args.seed.unwrap_or_else(|| fastrand::u64(..)),
+            scrape_ms: args.scrape_ms,
+            read_ms: args.read_ms,
         })
     }
 
@@ -210,6 +222,12 @@ impl Params {
         if self.verify {
             c += " --verify";
         }
+        if self.scrape_ms > 0 {
+            c += &format!(" --scrape-ms {}", self.scrape_ms);
+        }
+        if self.read_ms > 0 {
+            c += &format!(" --read-ms {}", self.read_ms);
+        }
         c + &format!(" --seed {}", self.seed)
     }
 
@@ -226,6 +244,8 @@ impl Params {
             "timeout_ms": self.timeout_ms,
             "verify": self.verify,
             "seed": self.seed,
+            "scrape_ms": self.scrape_ms,
+            "read_ms": self.read_ms,
         })
     }
 }
@@ -476,6 +496,7 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
         finished: std::sync::OnceLock::new(),
     });
     let progress = (!args.json).then(|| progress(Arc::clone(&run)));
+    let probes = probes::Probes::start(&client, &base, &token, p.scrape_ms, p.read_ms);
     let (deliveries, expect, registered) = match p.scenario {
         Scenario::Sustained => sustained(&p, &run, &connector, &registrar).await?,
         _ => {
@@ -490,6 +511,7 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     if let Some(task) = progress {
         task.abort();
     }
+    let probes = probes.finish();
 
     // 3. Report.
     let samples = run.samples.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default();
@@ -525,6 +547,9 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     });
     if let Some(secs) = p.duration_secs {
         result["per_second"] = per_second(&samples, secs);
+    }
+    if probes.as_object().is_some_and(|o| !o.is_empty()) {
+        result["probes"] = probes;
     }
 
     // 4. Verify.
@@ -592,6 +617,19 @@ fn print_text(r: &Value) {
         "retries: {} after 5xx, {} after IO errors; {} rejected with 4xx; {} gave up",
         r["retried_5xx"], r["retried_io"], r["rejected_4xx"], r["gave_up"]
     );
+    if let Some(probes) = r["probes"].as_object() {
+        println!("probe            count  failures  p50 ms  p99 ms  max ms");
+        for (name, row) in probes {
+            println!(
+                "{name:<15}  {:>5}  {:>8}  {:>6.2}  {:>6.2}  {:>6.2}",
+                row["count"].as_u64().unwrap_or(0),
+                row["failures"].as_u64().unwrap_or(0),
+                f(&row["p50"]),
+                f(&row["p99"]),
+                f(&row["max"])
+            );
+        }
+    }
     if let Some(v) = r.get("verify") {
         println!("verify: {v}");
     }
