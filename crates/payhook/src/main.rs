@@ -9,7 +9,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod admin_cli;
 mod bench;
-mod config;
+use payhook::config;
 mod demo;
 mod orders;
 mod prefill;
