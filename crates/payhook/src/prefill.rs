@@ -24,9 +24,12 @@ pub struct PrefillArgs {
     /// How many deliveries to add: one registered order and one payment event for it each.
     #[arg(long)]
     deliveries: u64,
-    /// Received times are spread evenly over this many days before now, as a long-running installation's are.
+    /// Received times are spread evenly over this many days, as a long-running installation's are…
     #[arg(long, default_value_t = 1.0)]
     days: f64,
+    /// …ending this many days before now (old enough for retention to prune, when above its settings).
+    #[arg(long, default_value_t = 0.0)]
+    days_ago: f64,
     /// Orders and deliveries in flight at once. The writer commits them in batches and each waits for its batch's
     /// fsync, so the rate grows with this; a full queue is waited out, not an error.
     #[arg(long, default_value_t = 4000)]
@@ -42,10 +45,10 @@ pub async fn run<S: Store>(store: &S, cfg: &Config, args: PrefillArgs) -> Result
     if args.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
-    if !(args.days.is_finite() && args.days >= 0.0) {
-        bail!("--days must be a number of days, 0 or more");
+    if !(args.days.is_finite() && args.days >= 0.0 && args.days_ago.is_finite() && args.days_ago >= 0.0) {
+        bail!("--days and --days-ago must be numbers of days, 0 or more");
     }
-    let now_ms = payhook_server::now_ms();
+    let end_ms = payhook_server::now_ms() - (args.days_ago * 86_400_000.0) as i64;
     let span_ms = (args.days * 86_400_000.0) as i64;
     let run_id = format!("{:08x}", fastrand::u32(..));
     let n = args.deliveries;
@@ -58,7 +61,7 @@ pub async fn run<S: Store>(store: &S, cfg: &Config, args: PrefillArgs) -> Result
         .map(|i| {
             // Oldest first, so received times grow with row ids (give or take the in-flight window) as in a live
             // installation.
-            let at_ms = now_ms - span_ms + span_ms.saturating_mul(i as i64) / (n.max(1) as i64);
+            let at_ms = end_ms - span_ms + span_ms.saturating_mul(i as i64) / (n.max(1) as i64);
             one(store, src, &run_id, i, at_ms)
         })
         .buffer_unordered(args.concurrency);
