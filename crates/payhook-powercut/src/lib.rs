@@ -42,6 +42,8 @@ pub struct Cut {
     pub files_restored: usize,
     /// Pages whose unsynced contents were replaced by their synced ones.
     pub pages_restored: usize,
+    /// Bytes past files' synced lengths, cut off.
+    pub bytes_cut_off: u64,
     /// Files created and never synced, removed.
     pub files_removed: usize,
 }
@@ -95,7 +97,9 @@ impl Mount {
                     cut.files_removed += 1;
                 } else if let Some(unsynced) = state.files.get_mut(&ino) {
                     let file = std::fs::OpenOptions::new().read(true).write(true).open(&real)?;
-                    cut.pages_restored += unsynced.restore(&file)?;
+                    let (pages, cut_off) = unsynced.restore(&file)?;
+                    cut.pages_restored += pages;
+                    cut.bytes_cut_off += cut_off;
                     cut.files_restored += 1;
                 }
                 touched.push(ino);
@@ -149,4 +153,14 @@ pub fn mount_for_test(backing: &Path, path: &Path) -> Option<Mount> {
         "SKIPPED: {why} (the power-cut tests need /dev/fuse and root; PAYHOOK_TEST_POWERCUT=1 makes this a failure)"
     );
     None
+}
+
+impl Cut {
+    /// Adds up the drops of several cuts.
+    pub fn add(&mut self, other: Cut) {
+        self.files_restored += other.files_restored;
+        self.pages_restored += other.pages_restored;
+        self.bytes_cut_off += other.bytes_cut_off;
+        self.files_removed += other.files_removed;
+    }
 }

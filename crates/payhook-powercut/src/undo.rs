@@ -96,8 +96,10 @@ impl Unsynced {
         self.created = false;
     }
 
-    /// Puts the synced state back into `file`: its length, then every saved page. Returns the pages restored.
-    pub fn restore(&mut self, file: &File) -> io::Result<usize> {
+    /// Puts the synced state back into `file`: its length, then every saved page. Returns the pages restored and
+    /// the bytes past the synced length that were cut off.
+    pub fn restore(&mut self, file: &File) -> io::Result<(usize, u64)> {
+        let cut_off = file.metadata()?.len().saturating_sub(self.synced_len);
         file.set_len(self.synced_len)?;
         let pages = self.saved.len();
         for (page, bytes) in &self.saved {
@@ -105,7 +107,7 @@ impl Unsynced {
         }
         let len = self.synced_len;
         self.mark_synced(len);
-        Ok(pages)
+        Ok((pages, cut_off))
     }
 }
 
@@ -155,7 +157,7 @@ mod tests {
         write(&mut u, &f, 4000, &[0xAA; 300]); // straddles pages 0 and 1
         write(&mut u, &f, 9990, &[0xBB; 5000]); // overwrites the tail and extends
         assert_eq!(u.saved.len(), 3);
-        assert_eq!(u.restore(&f).expect("restore"), 3);
+        assert_eq!(u.restore(&f).expect("restore"), (3, 4990));
         assert_eq!(contents(&f), synced);
     }
 
