@@ -125,13 +125,16 @@ fn a_reader_open_across_the_cut_sees_the_synced_contents_not_cached_pages() {
     f.write_all(&[0u8; 8192]).expect("write");
     f.sync_data().expect("fdatasync");
     drop(f);
-    let reader = File::open(&path).expect("a reader open across the cut");
-    let f = open_rw(&path);
     use std::os::unix::fs::FileExt;
-    f.write_all_at(&[9u8; 100], 4096).expect("write");
-    drop(f);
-    fx.mount.power_cut().expect("cut");
+    let reader = File::open(&path).expect("a reader open across the cut");
     let mut buf = vec![1u8; 8192];
+    reader.read_exact_at(&mut buf, 0).expect("read before the write: the kernel caches the pages");
+    let f = open_rw(&path);
+    f.write_all_at(&[9u8; 4096], 4096).expect("write a whole page, which the kernel's cache takes as it is");
+    drop(f);
+    reader.read_exact_at(&mut buf, 0).expect("read before the cut");
+    assert_eq!(buf[4096..], [9u8; 4096], "before the cut the write is visible");
+    fx.mount.power_cut().expect("cut");
     reader.read_exact_at(&mut buf, 0).expect("read after the cut");
     assert_eq!(buf, vec![0u8; 8192], "no page cached before the cut is served after it");
 }
