@@ -17,6 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// `O_EXCL` on Linux (the only system this mounts on).
+const O_EXCL: i32 = 0o200;
+
 /// Entries and attributes are never cached by the kernel: after a cut, sizes and entries must be asked again.
 const TTL: Duration = Duration::ZERO;
 
@@ -313,8 +316,7 @@ impl Filesystem for PowerCutFs {
             let existed = real.exists();
             let mut options = open_options(flags);
             options.create(true).mode(mode & !umask & 0o7777);
-            if flags & 0o200 != 0 {
-                // O_EXCL
+            if flags & O_EXCL != 0 {
                 options.create_new(true);
             }
             let file = options.open(&real)?;
