@@ -17,6 +17,7 @@ use crate::helpers::{AMOUNT, DB_FILE, Server, TestDir, check_db};
 use crate::provider::{Load, Workload, answer_violations, database_violations, env_u64};
 use payhook_powercut::{Cut, Mount, mount_for_test};
 use reqwest::StatusCode;
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,6 +48,8 @@ struct Found {
     cycles: usize,
     /// Unsynced pages restored, bytes cut off and files removed, over all cuts.
     dropped: Cut,
+    /// Per cut, the deliveries acknowledged since the previous cut and then lost.
+    lost_per_cycle: Vec<usize>,
 }
 
 /// The standard test configuration with the database on the mount and `mode`'s storage settings.
@@ -95,9 +98,12 @@ async fn run(name: &str, mode: Mode) -> Option<Found> {
     let load = Load::start(&workload, server.webhook_url(), clients, pace, deadline);
 
     let mut found = Found::default();
+    // The events acknowledged before each cut, to tell in which cycle a lost delivery had been acknowledged.
+    let mut acked_before_cut: Vec<HashSet<String>> = Vec::new();
     for (window, recovery_cut) in windows.iter().zip(&recovery_cuts) {
         tokio::time::sleep(Duration::from_millis(*window)).await;
         drop(server); // SIGKILL, and wait for the process to be gone: nothing of it writes after the cut.
+        acked_before_cut.push(load.acked_ids());
         found.dropped.add(mount.power_cut().expect("power cut"));
         if let Some(after_ms) = recovery_cut {
             let recovering = Server::launch(&dir, &edit, &[]);
@@ -115,20 +121,37 @@ async fn run(name: &str, mode: Mode) -> Option<Found> {
     }
     let acked = load.finish().await;
     drop(server);
+    acked_before_cut.push(acked.keys().cloned().collect());
     found.dropped.add(mount.power_cut().expect("last power cut"));
 
     found.violations.extend(answer_violations(&workload, &acked));
     let conn = rusqlite::Connection::open(&db).expect("open the database on the mount");
     found.violations.extend(database_violations(&conn, &workload, &acked));
     drop(conn);
+    // Lost: missing from the database, or answered processed twice (lost, then applied again when repeated).
+    let mut lost: HashSet<String> = acked
+        .iter()
+        .filter(|(_, outcomes)| outcomes.iter().filter(|o| *o == "processed").count() > 1)
+        .map(|(id, _)| id.clone())
+        .collect();
     if let Err(v) = check_db(&db, acked.keys()).await {
+        lost.extend(v.lost().into_iter().map(|a| a.event_id.clone()));
         found.violations.push(v.to_string());
     }
+    found.lost_per_cycle = acked_before_cut
+        .iter()
+        .enumerate()
+        .map(|(k, ids)| {
+            let earlier = k.checked_sub(1).map(|j| &acked_before_cut[j]);
+            ids.iter().filter(|id| lost.contains(*id) && !earlier.is_some_and(|e| e.contains(*id))).count()
+        })
+        .collect();
     eprintln!(
-        "power-cut test {name}: {} cycles, dropped {:?}, {} violations (seed {seed})",
+        "power-cut test {name}: {} cycles, dropped {:?}, {} violations, lost per cycle {:?} (seed {seed})",
         found.cycles,
         found.dropped,
-        found.violations.len()
+        found.violations.len(),
+        found.lost_per_cycle
     );
     Some(found)
 }

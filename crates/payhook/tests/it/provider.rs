@@ -149,6 +149,11 @@ impl Load {
         *self.url.write().expect("url lock") = url;
     }
 
+    /// The events acknowledged so far.
+    pub fn acked_ids(&self) -> std::collections::HashSet<String> {
+        self.acked.lock().expect("acked lock").keys().cloned().collect()
+    }
+
     /// Whether every delivery of the plan has been taken by a client.
     pub fn all_taken(&self) -> bool {
         self.next.load(Ordering::Relaxed) >= self.total
