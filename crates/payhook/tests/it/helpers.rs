@@ -9,7 +9,7 @@ use payhook_core::event::OrderAction;
 use payhook_core::format::{Format, Outgoing};
 use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
 use payhook_sqlite::{SqliteOptions, SqliteStore};
-use payhook_store::checker::{self, Acked, Checked, Evidence};
+use payhook_store::checker::{self, Acked, Checked, Evidence, Violations};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -135,32 +135,38 @@ impl Server {
     pub async fn start_edited_with_env(dir: &TestDir, edit: impl Fn(String) -> String, env: &[(&str, &str)]) -> Self {
         // Another process may grab the port between our probe and the server's bind: try a few ports.
         for _ in 0..3 {
-            let port = free_port();
-            let config = dir.write(&format!("payhook-{port}.toml"), &edit(config_toml(port)));
-            let log = dir.path().join(format!("serve-{port}.log"));
-            let log_file = std::fs::File::create(&log).expect("create log");
-            let child = dir
-                .payhook()
-                .arg("--config")
-                .arg(&config)
-                .arg("serve")
-                // Every delivery's own line too (debug), so tests can read what was recorded.
-                .env("PAYHOOK_LOG", "info,payhook_server::ingest=debug")
-                .envs(env.iter().copied())
-                .stdin(Stdio::null())
-                .stdout(log_file.try_clone().expect("clone log handle"))
-                .stderr(log_file)
-                .spawn()
-                .expect("spawn payhook serve");
-            let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
-            let mut server = Server { child: Some(child), port, config, log, client };
+            let mut server = Self::launch(dir, &edit, env);
             match server.wait_healthy(Duration::from_secs(10)).await {
                 Ok(()) => return server,
                 Err(log) if log.contains("cannot listen") => continue,
-                Err(log) => panic!("payhook serve on port {port} did not become healthy:\n{log}"),
+                Err(log) => panic!("payhook serve on port {} did not become healthy:\n{log}", server.port),
             }
         }
         panic!("payhook serve could not find a free port in 3 attempts");
+    }
+
+    /// Spawns `payhook serve` on a free port and returns at once, without waiting for it to be ready (a test that
+    /// kills a server while it starts up).
+    pub fn launch(dir: &TestDir, edit: impl Fn(String) -> String, env: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let config = dir.write(&format!("payhook-{port}.toml"), &edit(config_toml(port)));
+        let log = dir.path().join(format!("serve-{port}.log"));
+        let log_file = std::fs::File::create(&log).expect("create log");
+        let child = dir
+            .payhook()
+            .arg("--config")
+            .arg(&config)
+            .arg("serve")
+            // Every delivery's own line too (debug), so tests can read what was recorded.
+            .env("PAYHOOK_LOG", "info,payhook_server::ingest=debug")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("clone log handle"))
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn payhook serve");
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+        Server { child: Some(child), port, config, log, client }
     }
 
     /// Waits until the child says it listens and `/healthz` answers. Its own log line matters: whoever took the
@@ -353,7 +359,12 @@ pub fn count(db: &rusqlite::Connection, sql: &str) -> i64 {
 /// Runs the invariant checker (`payhook_store::checker`) on the database the stopped servers left, with the event
 /// ids of every delivery answered 2xx on the payments source; fails the test with every violation found.
 pub async fn check_store(dir: &TestDir, acked: impl IntoIterator<Item = impl AsRef<str>>) -> Checked {
-    let store = SqliteStore::open(SqliteOptions::new(dir.db_path())).expect("open the database as a store");
+    check_db(&dir.db_path(), acked).await.unwrap_or_else(|v| panic!("{v}"))
+}
+
+/// The invariant checker on the database file at `path`, returning the violations it finds.
+pub async fn check_db(path: &Path, acked: impl IntoIterator<Item = impl AsRef<str>>) -> Result<Checked, Violations> {
+    let store = SqliteStore::open(SqliteOptions::new(path)).expect("open the database as a store");
     let acked = acked.into_iter().map(|id| Acked::new(SOURCE, id.as_ref())).collect();
-    checker::check(&store, &Evidence { acked, sink: None }).await.unwrap_or_else(|v| panic!("{v}"))
+    checker::check(&store, &Evidence { acked, sink: None }).await
 }

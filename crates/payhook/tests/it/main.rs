@@ -7,5 +7,7 @@ mod crash;
 mod helpers;
 mod hostile;
 mod postgres;
+mod powercut;
+mod provider;
 mod secrets;
 mod serve;
