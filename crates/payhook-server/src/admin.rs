@@ -14,8 +14,8 @@ use crate::settings::{Settings, SourceSettings};
 use base64::Engine;
 use payhook_core::event::{Effect, EventId, SourceName};
 use payhook_store::{
-    AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, OutboxFilter, OutboxView, Outcome,
-    Parsed, ReceivedHeaders, Replayed, Stats, Store, StoreError,
+    AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, Listing, OutboxFilter, OutboxView,
+    Outcome, Parsed, ReceivedHeaders, Replayed, Stats, Store, StoreError,
 };
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -115,12 +115,17 @@ impl EventQuery {
 }
 
 /// One page of events, newest first.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct EventPage {
-    /// The events.
+    /// The events: `row_id`, `source`, `event_id`, `event_type`, `status`, `reason`, `attempts`,
+    /// `next_attempt_at_ms`, `received_at_ms`.
+    #[schema(value_type = Vec<Object>)]
     pub events: Vec<EventSummary>,
     /// Pass as `before` to get the next page; `null` on the last page.
     pub next_cursor: Option<i64>,
+    /// `true` when the page stopped at `storage.list_scan_rows` examined rows before it found `limit` events (a
+    /// filter no index serves whole): it may hold fewer rows, even none, and `next_cursor` continues the listing.
+    pub partial: bool,
 }
 
 /// Which field carries an event's raw body.
@@ -330,12 +335,16 @@ pub struct OutboxQuery {
 }
 
 /// One page of outbox rows, newest first.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct OutboxPage {
-    /// The rows.
+    /// The rows (sink URLs redacted).
+    #[schema(value_type = Vec<Object>)]
     pub outbox: Vec<OutboxView>,
     /// Pass as `before` to get the next page; `null` on the last page.
     pub next_cursor: Option<i64>,
+    /// `true` when the page stopped at `storage.list_scan_rows` examined rows before it found `limit` rows (a
+    /// filter no index serves whole): it may hold fewer rows, even none, and `next_cursor` continues the listing.
+    pub partial: bool,
 }
 
 /// Counts and ages for an operator's dashboard.
@@ -386,9 +395,8 @@ async fn page_of_events<S: Store>(store: &S, mut filter: EventFilter) -> Result<
     let limit = filter.limit as usize;
     // One row more than asked says whether another page exists, so the last page carries no cursor.
     filter.limit += 1;
-    let mut events = store.list_events(filter).await?;
-    let next_cursor = next_cursor(&mut events, limit, |e| e.row_id);
-    Ok(EventPage { events, next_cursor })
+    let (events, next_cursor, partial) = page_of(store.list_events(filter).await?, limit, |e| e.row_id);
+    Ok(EventPage { events, next_cursor, partial })
 }
 
 /// Everything recorded about one event.
@@ -568,13 +576,14 @@ async fn select_dead_letters<S: Store>(
 ) -> Result<(Vec<EventSummary>, bool), AdminError> {
     let wanted = max as usize + 1;
     let mut selected: Vec<EventSummary> = Vec::new();
+    // Page by page, each examining at most the store's scan bound: a page stopped by the bound continues below
+    // the rows it examined, so a sparse match costs more pages, never one unbounded read.
     while selected.len() < wanted {
         filter.limit = u32::try_from(wanted - selected.len()).unwrap_or(MAX_LIMIT).min(MAX_LIMIT);
         let page = store.list_events(filter.clone()).await?;
-        let short = page.len() < filter.limit as usize;
-        filter.before = page.last().map(|e| e.row_id);
-        selected.extend(page);
-        if short || filter.before.is_none() {
+        filter.before = page.next_before(filter.limit, |e| e.row_id);
+        selected.extend(page.rows);
+        if filter.before.is_none() {
             break;
         }
     }
@@ -597,10 +606,9 @@ pub async fn list_outbox<S: Store>(store: &S, query: &OutboxQuery) -> Result<Out
         before: query.before,
         limit: limit + 1,
     };
-    let mut outbox = store.list_outbox(filter).await?;
+    let (mut outbox, next_cursor, partial) = page_of(store.list_outbox(filter).await?, limit as usize, |r| r.id);
     outbox.iter_mut().for_each(redact_outbox_row);
-    let next_cursor = next_cursor(&mut outbox, limit as usize, |r| r.id);
-    Ok(OutboxPage { outbox, next_cursor })
+    Ok(OutboxPage { outbox, next_cursor, partial })
 }
 
 /// Re-queues a dead outbox row with a fresh budget and returns it as it is now.
@@ -614,7 +622,7 @@ pub async fn retry_outbox<S: Store>(store: &S, id: i64, now_ms: i64) -> Result<O
 async fn outbox_row<S: Store>(store: &S, id: i64) -> Result<Option<OutboxView>, AdminError> {
     let Some(before) = id.checked_add(1) else { return Ok(None) };
     let filter = OutboxFilter { before: Some(before), limit: 1, ..OutboxFilter::default() };
-    let mut row = store.list_outbox(filter).await?.into_iter().next().filter(|row| row.id == id);
+    let mut row = store.list_outbox(filter).await?.rows.into_iter().next().filter(|row| row.id == id);
     row.iter_mut().for_each(redact_outbox_row);
     Ok(row)
 }
@@ -650,12 +658,17 @@ pub async fn recount<S: Store>(store: &S) -> Result<payhook_store::Recounted, Ad
 }
 
 /// Keeps the first `limit` rows and returns the cursor of the next page when the store had more.
-fn next_cursor<T>(rows: &mut Vec<T>, limit: usize, id: impl Fn(&T) -> i64) -> Option<i64> {
+/// A page of at most `limit` rows from a listing asked for `limit + 1` (one row more says whether another page
+/// exists), the cursor of the next page, and whether the scan bound cut the page short.
+fn page_of<T>(listing: Listing<T>, limit: usize, id: impl Fn(&T) -> i64) -> (Vec<T>, Option<i64>, bool) {
+    let mut rows = listing.rows;
     if rows.len() > limit {
         rows.truncate(limit);
-        rows.last().map(id)
+        let cursor = rows.last().map(id);
+        (rows, cursor, false)
     } else {
-        None
+        let stopped = listing.scan_stopped_before;
+        (rows, stopped, stopped.is_some())
     }
 }
 

@@ -147,6 +147,7 @@ struct RawStorage {
     wal_limit_bytes: u64,
     wal_checkpoint_wait_ms: u64,
     vacuum_step_pages: u32,
+    list_scan_rows: u32,
     fsync: String,
     pool_size: usize,
     writers: Option<usize>,
@@ -541,6 +542,10 @@ fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
     })
 }
 
+/// The smallest scan bound: a listing page of the most rows (`MAX_LIMIT`, plus the one that says whether more
+/// exist) must be possible to fill in one call.
+const MIN_LIST_SCAN_ROWS: u32 = payhook_server::admin::MAX_LIMIT + 1;
+
 fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig> {
     if raw.batch_max == 0 || raw.queue_depth == 0 {
         bail!("storage.batch_max and storage.queue_depth must be positive");
@@ -553,6 +558,9 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
         other => bail!("storage.fsync: {other:?} is not one of \"pipelined\", \"in-commit\""),
     };
     let batch_max = if raw.group_commit { raw.batch_max } else { 1 };
+    if raw.list_scan_rows < MIN_LIST_SCAN_ROWS {
+        bail!("storage.list_scan_rows: must be at least {MIN_LIST_SCAN_ROWS}, the largest page a listing returns");
+    }
     if let Some(path) = raw.url.strip_prefix("sqlite://") {
         if path.is_empty() {
             bail!("storage.url: sqlite:// needs a path");
@@ -579,6 +587,7 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
             wal_limit_bytes: raw.wal_limit_bytes,
             wal_checkpoint_wait_ms: raw.wal_checkpoint_wait_ms,
             vacuum_step_pages: raw.vacuum_step_pages,
+            list_scan_rows: raw.list_scan_rows,
         }));
     }
     if !(raw.url.starts_with("postgres://") || raw.url.starts_with("postgresql://")) {
@@ -605,6 +614,7 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
     options.batch_max = batch_max;
     options.queue_depth = raw.queue_depth;
     options.retry = retry;
+    options.list_scan_rows = raw.list_scan_rows;
     Ok(StorageConfig::Postgres(options))
 }
 
