@@ -241,8 +241,9 @@ fn listing<T>(rows: Vec<T>, limit: u32, r: &Range) -> Listing<T> {
 }
 
 /// Events, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the whole
-/// filter. Reads in one snapshot.
-pub(crate) fn list_events(conn: &Connection, f: &EventFilter, scan_rows: u32) -> Result<Listing<EventSummary>> {
+/// filter. Reads in one snapshot. Public (with [`list_outbox`]) so that tests count the work a listing does on a
+/// connection of their own; the store runs it on its read connections.
+pub fn list_events(conn: &Connection, f: &EventFilter, scan_rows: u32) -> Result<Listing<EventSummary>> {
     let tx = conn.unchecked_transaction().map_err(unavailable)?;
     let p = event_plan(f);
     let Some(r) = range(&tx, &p, f.before, [f.since_ms, f.until_ms], scan_rows)? else {
@@ -287,7 +288,7 @@ pub(crate) fn list_events(conn: &Connection, f: &EventFilter, scan_rows: u32) ->
 
 /// Outbox rows, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the
 /// whole filter. Reads in one snapshot.
-pub(crate) fn list_outbox(conn: &Connection, f: &OutboxFilter, scan_rows: u32) -> Result<Listing<OutboxView>> {
+pub fn list_outbox(conn: &Connection, f: &OutboxFilter, scan_rows: u32) -> Result<Listing<OutboxView>> {
     let tx = conn.unchecked_transaction().map_err(unavailable)?;
     let p = outbox_plan(f);
     let Some(r) = range(&tx, &p, f.before, [None, None], scan_rows)? else {
