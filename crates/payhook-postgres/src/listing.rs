@@ -83,12 +83,30 @@ fn plan(
     let boundary = (!residual.is_empty() && !by_order)
         .then(|| format!("SELECT id FROM {table} WHERE {path_where} ORDER BY id DESC LIMIT 1 OFFSET ${}", n + 1));
     let residual_sql: Vec<&str> = residual.iter().map(|(sql, _)| *sql).collect();
-    let mut page_where = path_where;
-    if !residual_sql.is_empty() {
-        page_where = format!("{page_where} AND {}", numbered(&residual_sql, n + 1));
-    }
     let limit = n + residual_sql.len() + 1;
-    let page = format!("SELECT {columns} FROM {table} WHERE {page_where} ORDER BY id DESC LIMIT ${limit}");
+    let page = if by_order {
+        // The order's rows first (a handful, down its index), then the range and the checks, sorted.
+        let order: Vec<&str> = path.iter().map(|(sql, _)| *sql).collect();
+        let mut checks = vec!["id < $", "id >= $"];
+        checks.extend(&residual_sql);
+        format!(
+            "SELECT {columns} FROM (SELECT {columns} FROM {table} WHERE {} OFFSET 0) path
+             WHERE {} ORDER BY id DESC LIMIT ${limit}",
+            numbered(&order, 1),
+            numbered(&checks, order.len() + 1)
+        )
+    } else if residual_sql.is_empty() {
+        format!("SELECT {columns} FROM {table} WHERE {path_where} ORDER BY id DESC LIMIT ${limit}")
+    } else {
+        // The per-row conditions stay outside the path's subquery (`OFFSET 0` keeps the planner from pushing them
+        // in), so that the planner walks the path's index, which the bound counts, and not another filter's index
+        // over the same id range, which could hold any number of rows.
+        let checks = numbered(&residual_sql, n + 1);
+        format!(
+            "SELECT {columns} FROM (SELECT {columns} FROM {table} WHERE {path_where} ORDER BY id DESC OFFSET 0) path
+             WHERE {checks} ORDER BY id DESC LIMIT ${limit}"
+        )
+    };
     Plan {
         sql: ListingSql { time_bounds: Vec::new(), boundary, page, index, by_order },
         path_values: path.into_iter().map(|(_, v)| v).collect(),
