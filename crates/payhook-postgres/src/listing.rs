@@ -223,10 +223,10 @@ async fn read_page(
             None => empty = true,
         }
     }
-    if let Some(until) = until {
-        if let Some(id) = first_received(until).await? {
-            below = below.min(id);
-        }
+    if let Some(until) = until
+        && let Some(id) = first_received(until).await?
+    {
+        below = below.min(id);
     }
     let mut stopped_at = None;
     let mut rows = Vec::new();

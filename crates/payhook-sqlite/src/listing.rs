@@ -199,10 +199,10 @@ fn range(
         }
     }
     let mut below = before.unwrap_or(i64::MAX);
-    if let Some(until) = until {
-        if let Some(id) = first_received(until)? {
-            below = below.min(id);
-        }
+    if let Some(until) = until
+        && let Some(id) = first_received(until)?
+    {
+        below = below.min(id);
     }
     if from >= below {
         return Ok(None);
