@@ -57,7 +57,7 @@ mod tls;
 mod writer;
 
 pub use error::PgError;
-pub use listing::{ListingSql, RECEIVED_SQL, event_listing_sql, outbox_listing_sql};
+pub use listing::{ListingSql, RECEIVED_SQL, Walk, event_listing_sql, outbox_listing_sql};
 pub use read::STATS_STATEMENTS;
 pub use tls::{SslMode, TlsConfigError, TlsError, TlsOptions, TlsProblem};
 pub use writer::{BatchFailed, BatchStats};

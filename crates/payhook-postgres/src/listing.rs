@@ -31,6 +31,25 @@ pub const RECEIVED_SQL: &str = "SELECT min(id) FROM inbox
 const EVENT_COLUMNS: &str = "id, source, event_id, event_type, status, reason, attempts, next_attempt_at, received_at";
 const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
+/// The ordered path a listing walks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// An index `(value, id)` of one of its filters, or the id index: in row id order within each value.
+    Index(&'static str),
+    /// An order's outbox rows, down `UNIQUE (order_id, kind, sink)`: a handful, whatever the history, sorted.
+    OrderRows,
+}
+
+impl Walk {
+    /// The index it walks.
+    pub fn index(self) -> &'static str {
+        match self {
+            Walk::Index(name) => name,
+            Walk::OrderRows => "outbox_order_id_kind_sink_key",
+        }
+    }
+}
+
 /// The statements one listing runs, in their order, for tests to check their plans.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListingSql {
@@ -40,10 +59,8 @@ pub struct ListingSql {
     pub boundary: Option<String>,
     /// The page itself.
     pub page: String,
-    /// The index the boundary and the page walk.
-    pub index: &'static str,
-    /// The page reads an order's rows (a handful) rather than a path in id order.
-    pub by_order: bool,
+    /// The path the boundary and the page walk.
+    pub walk: Walk,
 }
 
 /// How one listing reads, with the values of its conditions.
@@ -65,16 +82,10 @@ fn numbered(conditions: &[&str], first: usize) -> String {
         .join(" AND ")
 }
 
-/// Builds the statements of a listing of `table` walking `index`, with `path` conditions (served by the index) and
-/// `residual` ones (checked on each row).
-fn plan(
-    table: &str,
-    columns: &str,
-    index: &'static str,
-    path: Vec<(&str, Value)>,
-    residual: Vec<(&str, Value)>,
-    by_order: bool,
-) -> Plan {
+/// Builds the statements of a listing of `table` that walks `walk` with `path` conditions (served by its index)
+/// and checks `residual` ones on each row.
+fn plan(table: &str, columns: &str, walk: Walk, path: Vec<(&str, Value)>, residual: Vec<(&str, Value)>) -> Plan {
+    let by_order = walk == Walk::OrderRows;
     let mut path_sql: Vec<&str> = path.iter().map(|(sql, _)| *sql).collect();
     path_sql.extend(["id < $", "id >= $"]);
     let n = path_sql.len();
@@ -108,7 +119,7 @@ fn plan(
         )
     };
     Plan {
-        sql: ListingSql { time_bounds: Vec::new(), boundary, page, index, by_order },
+        sql: ListingSql { time_bounds: Vec::new(), boundary, page, walk },
         path_values: path.into_iter().map(|(_, v)| v).collect(),
         residual_values: residual.into_iter().map(|(_, v)| v).collect(),
     }
@@ -124,16 +135,16 @@ fn event_plan(f: &EventFilter) -> Plan {
     let status = f.status.map(Outcome::as_str);
     let source = f.source.as_ref().map(|s| s.as_str());
     let rare_status = status.filter(|s| *s != Outcome::Processed.as_str());
-    let (index, path) = if let Some(s) = rare_status {
-        ("inbox_by_status", Some(("status = $", s)))
+    let (walk, path) = if let Some(s) = rare_status {
+        (Walk::Index("inbox_by_status"), Some(("status = $", s)))
     } else if let Some(t) = &f.event_type {
-        ("inbox_by_type", Some(("event_type = $", t.as_str())))
+        (Walk::Index("inbox_by_type"), Some(("event_type = $", t.as_str())))
     } else if let Some(s) = source {
-        ("inbox_by_source", Some(("source = $", s)))
+        (Walk::Index("inbox_by_source"), Some(("source = $", s)))
     } else if let Some(s) = status {
-        ("inbox_by_status", Some(("status = $", s)))
+        (Walk::Index("inbox_by_status"), Some(("status = $", s)))
     } else {
-        ("inbox_newest", None)
+        (Walk::Index("inbox_newest"), None)
     };
     let served = path.map(|(sql, _)| sql);
     let mut residual: Vec<(&str, Value)> = Vec::new();
@@ -152,7 +163,7 @@ fn event_plan(f: &EventFilter) -> Plan {
         residual.push(("received_at < $", Box::new(until)));
     }
     let path = path.map(|(sql, v)| (sql, text(v))).into_iter().collect();
-    let mut plan = plan("inbox", EVENT_COLUMNS, index, path, residual, false);
+    let mut plan = plan("inbox", EVENT_COLUMNS, walk, path, residual);
     plan.sql.time_bounds = [f.since_ms, f.until_ms].iter().flatten().map(|_| RECEIVED_SQL).collect();
     plan
 }
@@ -162,16 +173,16 @@ fn event_plan(f: &EventFilter) -> Plan {
 fn outbox_plan(f: &OutboxFilter) -> Plan {
     let status = f.status.as_deref();
     let rare_status = status.filter(|s| *s != "delivered");
-    let (index, path, by_order) = if let Some(order) = &f.order_id {
-        ("outbox_order_id_kind_sink_key", Some(("order_id = $", order.as_str())), true)
+    let (walk, path) = if let Some(order) = &f.order_id {
+        (Walk::OrderRows, Some(("order_id = $", order.as_str())))
     } else if let Some(s) = rare_status {
-        ("outbox_by_status", Some(("status = $", s)), false)
+        (Walk::Index("outbox_by_status"), Some(("status = $", s)))
     } else if let Some(s) = &f.sink {
-        ("outbox_by_sink", Some(("sink = $", s.as_str())), false)
+        (Walk::Index("outbox_by_sink"), Some(("sink = $", s.as_str())))
     } else if let Some(s) = status {
-        ("outbox_by_status", Some(("status = $", s)), false)
+        (Walk::Index("outbox_by_status"), Some(("status = $", s)))
     } else {
-        ("outbox_pkey", None, false)
+        (Walk::Index("outbox_pkey"), None)
     };
     let served = path.map(|(sql, _)| sql);
     let mut residual: Vec<(&str, Value)> = Vec::new();
@@ -181,7 +192,7 @@ fn outbox_plan(f: &OutboxFilter) -> Plan {
         }
     }
     let path = path.map(|(sql, v)| (sql, text(v))).into_iter().collect();
-    plan("outbox", crate::read::OUTBOX_COLUMNS, index, path, residual, by_order)
+    plan("outbox", crate::read::OUTBOX_COLUMNS, walk, path, residual)
 }
 
 /// The statements [`list_events`] runs for `f`.

@@ -36,7 +36,7 @@ use payhook_store::{
 };
 use rusqlite::Connection;
 
-pub use listing::{ListingSql, RECEIVED_SQL, event_listing_sql, list_events, list_outbox, outbox_listing_sql};
+pub use listing::{ListingSql, RECEIVED_SQL, Walk, event_listing_sql, list_events, list_outbox, outbox_listing_sql};
 pub use read::STATS_STATEMENTS;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -27,6 +27,17 @@ pub const RECEIVED_SQL: &str =
 
 const EVENT_COLUMNS: &str = "id, source, event_id, event_type, status, reason, attempts, next_attempt_at, received_at";
 
+/// The ordered path a listing walks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// The index of one of its filters, whose entries are in row id order within each value.
+    Index(&'static str),
+    /// The table itself, in row id order.
+    RowId,
+    /// The rows an order lists (`orders.outbox_ids`): a handful, whatever the history.
+    OrderList,
+}
+
 /// The statements one listing runs, in their order, for tests to check their plans.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListingSql {
@@ -36,10 +47,8 @@ pub struct ListingSql {
     pub boundary: Option<String>,
     /// The page itself.
     pub page: String,
-    /// The index the boundary and the page walk; `None` for the table's row id order (or an order's list).
-    pub index: Option<&'static str>,
-    /// The page reads the ids an order lists (a handful) rather than a path in id order.
-    pub by_order: bool,
+    /// The path the boundary and the page walk.
+    pub walk: Walk,
 }
 
 /// How one listing reads, with the values of its conditions.
@@ -51,25 +60,18 @@ struct Plan {
     residual_values: Vec<Value>,
 }
 
-/// Builds the statements of a listing of `table`, walking `index` (or the row id order) with `path` conditions
-/// and checking `residual` ones on each row.
-fn plan(
-    table: &str,
-    columns: &str,
-    index: Option<&'static str>,
-    path: Vec<(&str, Value)>,
-    residual: Vec<(&str, Value)>,
-    by_order: bool,
-) -> Plan {
-    let access = match index {
-        Some(name) => format!("INDEXED BY {name}"),
-        None => "NOT INDEXED".to_owned(),
+/// Builds the statements of a listing of `table` that walks `walk` with `path` conditions (served by the walk) and
+/// checks `residual` ones on each row.
+fn plan(table: &str, columns: &str, walk: Walk, path: Vec<(&str, Value)>, residual: Vec<(&str, Value)>) -> Plan {
+    let access = match walk {
+        Walk::Index(name) => format!("INDEXED BY {name}"),
+        Walk::RowId | Walk::OrderList => "NOT INDEXED".to_owned(),
     };
     let mut path_sql: Vec<&str> = path.iter().map(|(sql, _)| *sql).collect();
     path_sql.extend(["id < ?", "id >= ?"]);
     let path_where = path_sql.join(" AND ");
     // An order's rows are few whatever the history: they need no scan bound.
-    let boundary = (!residual.is_empty() && !by_order)
+    let boundary = (!residual.is_empty() && walk != Walk::OrderList)
         .then(|| format!("SELECT id FROM {table} {access} WHERE {path_where} ORDER BY id DESC LIMIT 1 OFFSET ?"));
     let mut page_where = path_where;
     for (sql, _) in &residual {
@@ -78,7 +80,7 @@ fn plan(
     }
     let page = format!("SELECT {columns} FROM {table} {access} WHERE {page_where} ORDER BY id DESC LIMIT ?");
     Plan {
-        sql: ListingSql { time_bounds: Vec::new(), boundary, page, index, by_order },
+        sql: ListingSql { time_bounds: Vec::new(), boundary, page, walk },
         path_values: path.into_iter().map(|(_, v)| v).collect(),
         residual_values: residual.into_iter().map(|(_, v)| v).collect(),
     }
@@ -94,16 +96,16 @@ fn event_plan(f: &EventFilter) -> Plan {
     let status = f.status.map(Outcome::as_str);
     let source = f.source.as_ref().map(|s| s.as_str());
     let rare_status = status.filter(|s| *s != Outcome::Processed.as_str());
-    let (index, path) = if let Some(s) = rare_status {
-        (Some("inbox_by_status"), Some(("status = ?", s)))
+    let (walk, path) = if let Some(s) = rare_status {
+        (Walk::Index("inbox_by_status"), Some(("status = ?", s)))
     } else if let Some(t) = &f.event_type {
-        (Some("inbox_by_type"), Some(("event_type = ?", t.as_str())))
+        (Walk::Index("inbox_by_type"), Some(("event_type = ?", t.as_str())))
     } else if let Some(s) = source {
-        (Some("inbox_by_source"), Some(("source = ?", s)))
+        (Walk::Index("inbox_by_source"), Some(("source = ?", s)))
     } else if let Some(s) = status {
-        (Some("inbox_by_status"), Some(("status = ?", s)))
+        (Walk::Index("inbox_by_status"), Some(("status = ?", s)))
     } else {
-        (None, None)
+        (Walk::RowId, None)
     };
     let served = path.map(|(sql, _)| sql);
     let mut residual: Vec<(&str, Value)> = Vec::new();
@@ -122,7 +124,7 @@ fn event_plan(f: &EventFilter) -> Plan {
         residual.push(("received_at < ?", Value::Integer(until)));
     }
     let path = path.map(|(sql, v)| (sql, text(v))).into_iter().collect();
-    let mut plan = plan("inbox", EVENT_COLUMNS, index, path, residual, false);
+    let mut plan = plan("inbox", EVENT_COLUMNS, walk, path, residual);
     plan.sql.time_bounds = [f.since_ms, f.until_ms].iter().flatten().map(|_| RECEIVED_SQL).collect();
     plan
 }
@@ -132,17 +134,17 @@ fn event_plan(f: &EventFilter) -> Plan {
 fn outbox_plan(f: &OutboxFilter) -> Plan {
     let status = f.status.as_deref();
     let rare_status = status.filter(|s| *s != "delivered");
-    let (index, path, by_order) = if let Some(order) = &f.order_id {
+    let (walk, path) = if let Some(order) = &f.order_id {
         let listed = "id IN (SELECT value FROM orders, json_each(orders.outbox_ids) WHERE orders.id = ?)";
-        (None, Some((listed, order.as_str())), true)
+        (Walk::OrderList, Some((listed, order.as_str())))
     } else if let Some(s) = rare_status {
-        (Some("outbox_by_status"), Some(("status = ?", s)), false)
+        (Walk::Index("outbox_by_status"), Some(("status = ?", s)))
     } else if let Some(s) = &f.sink {
-        (Some("outbox_by_sink"), Some(("sink = ?", s.as_str())), false)
+        (Walk::Index("outbox_by_sink"), Some(("sink = ?", s.as_str())))
     } else if let Some(s) = status {
-        (Some("outbox_by_status"), Some(("status = ?", s)), false)
+        (Walk::Index("outbox_by_status"), Some(("status = ?", s)))
     } else {
-        (None, None, false)
+        (Walk::RowId, None)
     };
     let served = path.map(|(sql, _)| sql);
     let mut residual: Vec<(&str, Value)> = Vec::new();
@@ -152,7 +154,7 @@ fn outbox_plan(f: &OutboxFilter) -> Plan {
         }
     }
     let path = path.map(|(sql, v)| (sql, text(v))).into_iter().collect();
-    plan("outbox", OUTBOX_COLUMNS, index, path, residual, by_order)
+    plan("outbox", OUTBOX_COLUMNS, walk, path, residual)
 }
 
 /// The statements [`list_events`] runs for `f`.

@@ -11,7 +11,7 @@
 //!   boundary statement that walks the same index with no `Filter`, `LIMIT 1 OFFSET n`: the bounded scan.
 
 use crate::{TempStore, test_url};
-use payhook_postgres::ListingSql;
+use payhook_postgres::{ListingSql, Walk};
 use payhook_store::contract::test_policy;
 use payhook_store::listing::{every_event_filter, every_outbox_filter};
 
@@ -29,19 +29,24 @@ async fn plan(side: &tokio_postgres::Client, sql: &str, sorts: bool) -> Vec<Stri
 }
 
 async fn check_search(side: &tokio_postgres::Client, table: &str, s: &ListingSql, sql: &str, whole: bool) {
-    let lines = plan(side, sql, s.by_order).await;
+    let by_order = s.walk == Walk::OrderRows;
+    let lines = plan(side, sql, by_order).await;
     let scans: Vec<&String> = lines.iter().filter(|l| l.contains(&format!(" on {table} "))).collect();
     assert!(!scans.is_empty(), "`{sql}` does not read {table}: {lines:#?}");
     for line in scans {
-        let direction = if s.by_order { "" } else { " Backward" };
+        let direction = if by_order { "" } else { " Backward" };
         let walks = [
-            format!("Index Scan{direction} using {} on", s.index),
-            format!("Index Only Scan{direction} using {} on", s.index),
+            format!("Index Scan{direction} using {} on", s.walk.index()),
+            format!("Index Only Scan{direction} using {} on", s.walk.index()),
         ];
-        assert!(walks.iter().any(|w| line.contains(w.as_str())), "`{sql}` does not walk {}: {lines:#?}", s.index);
+        assert!(
+            walks.iter().any(|w| line.contains(w.as_str())),
+            "`{sql}` does not walk {}: {lines:#?}",
+            s.walk.index()
+        );
     }
-    assert!(!lines.iter().any(|l| l.contains("Sort")) || s.by_order, "`{sql}` sorts: {lines:#?}");
-    if whole && !s.by_order {
+    assert!(!lines.iter().any(|l| l.contains("Sort")) || by_order, "`{sql}` sorts: {lines:#?}");
+    if whole && !by_order {
         assert!(
             !lines.iter().any(|l| l.trim_start().starts_with("Filter:")),
             "`{sql}` checks a condition its index does not serve: {lines:#?}"

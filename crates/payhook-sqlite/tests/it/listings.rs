@@ -10,7 +10,7 @@
 //!   the bounded scan. An order's outbox rows are the exception: they are the handful its row lists.
 
 use crate::{TempStore, side_connection};
-use payhook_sqlite::ListingSql;
+use payhook_sqlite::{ListingSql, Walk};
 use payhook_store::listing::{every_event_filter, every_outbox_filter};
 use payhook_store::{EventFilter, Listing, Outcome};
 use std::sync::Arc;
@@ -37,15 +37,16 @@ fn check_search(conn: &rusqlite::Connection, table: &str, s: &ListingSql, sql: &
     let lines = plan(conn, sql);
     let on_table: Vec<&String> = lines.iter().filter(|l| l.split_whitespace().nth(1) == Some(table)).collect();
     assert!(!on_table.is_empty(), "`{sql}` does not read {table}: {lines:?}");
-    assert!(!lines.iter().any(|l| l.contains("TEMP B-TREE")) || s.by_order, "`{sql}` sorts: {lines:?}");
+    let by_order = s.walk == Walk::OrderList;
+    assert!(!lines.iter().any(|l| l.contains("TEMP B-TREE")) || by_order, "`{sql}` sorts: {lines:?}");
     for line in on_table {
-        let path = match s.index {
-            Some(index) => format!("SEARCH {table} USING INDEX {index} ("),
-            None => format!("SEARCH {table} USING INTEGER PRIMARY KEY ("),
+        let path = match s.walk {
+            Walk::Index(index) => format!("SEARCH {table} USING INDEX {index} ("),
+            Walk::RowId | Walk::OrderList => format!("SEARCH {table} USING INTEGER PRIMARY KEY ("),
         };
         let covering = path.replace("USING INDEX", "USING COVERING INDEX");
         assert!(line.starts_with(&path) || line.starts_with(&covering), "`{sql}` does not walk its path: {line}");
-        if whole && !s.by_order {
+        if whole && !by_order {
             let constraints = line.split('(').nth(1).map_or(0, |c| c.matches('?').count());
             assert_eq!(constraints, conditions(sql), "`{sql}` checks a condition its path does not serve: {line}");
         }
