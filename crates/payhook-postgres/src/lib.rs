@@ -45,6 +45,7 @@
 mod billing;
 mod counters;
 mod error;
+mod listing;
 mod migrate;
 mod ops;
 mod outbox;
@@ -56,6 +57,7 @@ mod tls;
 mod writer;
 
 pub use error::PgError;
+pub use listing::{ListingSql, RECEIVED_SQL, Walk, event_listing_sql, outbox_listing_sql};
 pub use read::STATS_STATEMENTS;
 pub use tls::{SslMode, TlsConfigError, TlsError, TlsOptions, TlsProblem};
 pub use writer::{BatchFailed, BatchStats};
@@ -64,9 +66,9 @@ use deadpool_postgres::Pool;
 use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, SubscriptionId};
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
-    Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, NewOrder,
-    NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, PruneRequest, Pruned, Recorded,
-    Recounted, Registered, Replayed, Retried, Stats, Store, StoreError, SubscriptionView,
+    Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, Listing,
+    NewOrder, NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, PruneRequest, Pruned,
+    Recorded, Recounted, Registered, Replayed, Retried, Stats, Store, StoreError, SubscriptionView,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,11 +110,14 @@ pub struct PgOptions {
     pub retry: RetryPolicy,
     /// Which sinks receive which outbox kinds, forwards and alerts.
     pub routing: payhook_store::Routing,
+    /// Rows a listing page examines at most when no index serves its whole filter (a reason substring, two
+    /// filters at once); the page then says where it stopped, and the caller pages on.
+    pub list_scan_rows: u32,
 }
 
 impl PgOptions {
     /// Defaults for `url`: a pool of 16 with 4 writers, group commit of up to [`MAX_BATCH`] jobs, a queue of
-    /// 4096, 5 s statement and connect timeouts; `sslmode=prefer` unless the string says otherwise. A
+    /// 4096, 5 s statement and connect timeouts, listing pages that examine at most 10,000 rows; `sslmode=prefer` unless the string says otherwise. A
     /// `sslrootcert` file is read here, so that a missing or empty one is found before anything starts.
     pub fn new(url: &str) -> Result<Self, PgError> {
         let split = tls::split(url)?;
@@ -132,6 +137,7 @@ impl PgOptions {
             queue_depth: 4096,
             retry: RetryPolicy::default(),
             routing: payhook_store::Routing::default(),
+            list_scan_rows: 10_000,
         })
     }
 
@@ -194,6 +200,10 @@ pub struct PgStore {
     /// waits behind queries and batches for one of `pool`'s.
     probe: Pool,
     ping_timeout: Duration,
+    /// Rows a listing page examines at most when its index does not serve its whole filter.
+    list_scan_rows: u32,
+    /// Listing pages that bound stopped short.
+    list_scans_stopped: std::sync::atomic::AtomicU64,
 }
 
 impl PgStore {
@@ -226,6 +236,8 @@ impl PgStore {
             ctx,
             probe,
             ping_timeout: Duration::from_millis(options.connect_timeout_ms.max(1)),
+            list_scan_rows: options.list_scan_rows.max(1),
+            list_scans_stopped: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -250,6 +262,13 @@ impl PgStore {
     /// A turn for an operation other than a batch (see `PgStore::others`).
     async fn turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, StoreError> {
         self.others.acquire().await.map_err(|_| StoreError::ShuttingDown)
+    }
+
+    /// Counts a listing page the scan bound stopped short.
+    fn count_stop<T>(&self, page: &Listing<T>) {
+        if page.scan_stopped_before.is_some() {
+            self.list_scans_stopped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -318,14 +337,18 @@ impl Store for PgStore {
         read::next_outbox_due(&self.pool, sink).await
     }
 
-    async fn list_outbox(&self, filter: OutboxFilter) -> Result<Vec<OutboxView>, StoreError> {
+    async fn list_outbox(&self, filter: OutboxFilter) -> Result<Listing<OutboxView>, StoreError> {
         let _turn = self.turn().await?;
-        read::list_outbox(&self.pool, &filter).await
+        let page = listing::list_outbox(&self.pool, &filter, self.list_scan_rows).await?;
+        self.count_stop(&page);
+        Ok(page)
     }
 
-    async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, StoreError> {
+    async fn list_events(&self, filter: EventFilter) -> Result<Listing<EventSummary>, StoreError> {
         let _turn = self.turn().await?;
-        read::list_events(&self.pool, &filter).await
+        let page = listing::list_events(&self.pool, &filter, self.list_scan_rows).await?;
+        self.count_stop(&page);
+        Ok(page)
     }
 
     async fn replay(
@@ -372,5 +395,10 @@ impl Store for PgStore {
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {
         self.writer.metrics()
+    }
+
+    fn read_metrics(&self) -> payhook_store::metrics::ReadMetrics {
+        let list_scans_stopped = self.list_scans_stopped.load(std::sync::atomic::Ordering::Relaxed);
+        payhook_store::metrics::ReadMetrics { list_scans_stopped, ..Default::default() }
     }
 }

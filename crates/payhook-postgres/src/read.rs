@@ -8,8 +8,8 @@ use crate::pool;
 use deadpool_postgres::{Object, Pool};
 use payhook_core::event::{Effect, EventId, OrderId, SourceName};
 use payhook_store::{
-    AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, OrderView, OutboxFilter, OutboxView,
-    Outcome, ReceivedHeaders, Stats, StoreError,
+    AttemptEntry, AuditEntry, BillingChange, EventView, OrderView, OutboxView, Outcome, ReceivedHeaders, Stats,
+    StoreError,
 };
 use std::time::Duration;
 use tokio_postgres::Row;
@@ -18,7 +18,7 @@ use tokio_postgres::types::ToSql;
 type Result<T> = std::result::Result<T, StoreError>;
 
 /// The columns [`outbox_view`] reads, in its order.
-const OUTBOX_COLUMNS: &str = "id, kind, sink, status, payload::text, order_id, source, event_id, attempts, \
+pub(crate) const OUTBOX_COLUMNS: &str = "id, kind, sink, status, payload::text, order_id, source, event_id, attempts, \
                               next_attempt_at, last_error, last_status, delivered_at, created_at";
 const ORDER_SQL: &str = "SELECT status, amount, currency, created_at, updated_at FROM orders WHERE id = $1";
 const AUDIT_SQL: &str = "SELECT source, event_id, event_type, from_status, to_status, at FROM order_audit
@@ -102,7 +102,7 @@ fn outbox_view(r: &Row) -> Result<OutboxView> {
     })
 }
 
-fn outbox_views(rows: &[Row]) -> Result<Vec<OutboxView>> {
+pub(crate) fn outbox_views(rows: &[Row]) -> Result<Vec<OutboxView>> {
     rows.iter().map(outbox_view).collect()
 }
 
@@ -248,108 +248,12 @@ pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Res
     }))
 }
 
-/// A query assembled from the filters that are set, so that each variant gets its own plan (and its indexes):
-/// `WHERE` conditions on numbered parameters.
-#[derive(Default)]
-struct Query<'a> {
-    conditions: Vec<String>,
-    params: Vec<&'a (dyn ToSql + Sync)>,
-}
-
-impl<'a> Query<'a> {
-    /// Adds `condition`, in which `$` stands for the value's parameter.
-    fn bind(&mut self, condition: &str, value: &'a (dyn ToSql + Sync)) {
-        self.params.push(value);
-        self.conditions.push(condition.replace('$', &format!("${}", self.params.len())));
-    }
-
-    /// `SELECT {columns} FROM {table} WHERE … ORDER BY id DESC LIMIT …`: newest first.
-    fn newest_first(mut self, columns: &str, table: &str, limit: &'a i64) -> (String, Vec<&'a (dyn ToSql + Sync)>) {
-        self.params.push(limit);
-        let conditions = if self.conditions.is_empty() { "true".to_owned() } else { self.conditions.join(" AND ") };
-        let sql =
-            format!("SELECT {columns} FROM {table} WHERE {conditions} ORDER BY id DESC LIMIT ${}", self.params.len());
-        (sql, self.params)
-    }
-}
-
 async fn query_rows(pool: &Pool, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
     Ok(with_connection(pool, async |client: &Object| {
         let stmt = client.prepare_cached(sql).await?;
         client.query(&stmt, params).await
     })
     .await?)
-}
-
-/// Events, newest first, narrowed by `f`.
-pub(crate) async fn list_events(pool: &Pool, f: &EventFilter) -> Result<Vec<EventSummary>> {
-    let source = f.source.as_ref().map(|s| s.as_str());
-    let limit = i64::from(f.limit);
-    let mut q = Query::default();
-    if let Some(source) = &source {
-        q.bind("source = $", source);
-    }
-    if let Some(status) = f.status {
-        // A literal (one of a fixed set), so that the plan of dead letters uses their partial index.
-        q.conditions.push(format!("status = '{}'", status.as_str()));
-    }
-    if let Some(t) = &f.event_type {
-        q.bind("event_type = $", t);
-    }
-    if let Some(r) = &f.reason_contains {
-        q.bind("strpos(reason, $) > 0", r);
-    }
-    if let Some(since) = &f.since_ms {
-        q.bind("received_at >= $", since);
-    }
-    if let Some(until) = &f.until_ms {
-        q.bind("received_at < $", until);
-    }
-    if let Some(before) = &f.before {
-        q.bind("id < $", before);
-    }
-    let columns = "id, source, event_id, event_type, status, reason, attempts, next_attempt_at, received_at";
-    let (sql, params) = q.newest_first(columns, "inbox", &limit);
-    let rows = query_rows(pool, &sql, &params).await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let attempts: i32 = get(r, 6, "attempts")?;
-        out.push(EventSummary {
-            row_id: get(r, 0, "inbox id")?,
-            source: get(r, 1, "source")?,
-            event_id: get(r, 2, "event id")?,
-            event_type: get(r, 3, "event type")?,
-            status: outcome(get(r, 4, "event status")?)?,
-            reason: get(r, 5, "reason")?,
-            attempts: u32::try_from(attempts).map_err(|e| corrupt("attempts", e))?,
-            next_attempt_at_ms: get(r, 7, "next attempt")?,
-            received_at_ms: get(r, 8, "received at")?,
-        });
-    }
-    Ok(out)
-}
-
-/// Outbox rows, newest first, narrowed by `f`.
-pub(crate) async fn list_outbox(pool: &Pool, f: &OutboxFilter) -> Result<Vec<OutboxView>> {
-    let limit = i64::from(f.limit);
-    let mut q = Query::default();
-    if let Some(status) = &f.status {
-        q.bind("status = $", status);
-    }
-    if let Some(kind) = &f.kind {
-        q.bind("kind = $", kind);
-    }
-    if let Some(sink) = &f.sink {
-        q.bind("sink = $", sink);
-    }
-    if let Some(order_id) = &f.order_id {
-        q.bind("order_id = $", order_id);
-    }
-    if let Some(before) = &f.before {
-        q.bind("id < $", before);
-    }
-    let (sql, params) = q.newest_first(OUTBOX_COLUMNS, "outbox", &limit);
-    outbox_views(&query_rows(pool, &sql, &params).await?)
 }
 
 /// Row counts from the counters and the oldest waiting work, from one snapshot, after folding the deltas.

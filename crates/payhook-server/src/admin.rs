@@ -14,8 +14,8 @@ use crate::settings::{Settings, SourceSettings};
 use base64::Engine;
 use payhook_core::event::{Effect, EventId, SourceName};
 use payhook_store::{
-    AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, OutboxFilter, OutboxView, Outcome,
-    Parsed, ReceivedHeaders, Replayed, Stats, Store, StoreError,
+    AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, Listing, OutboxFilter, OutboxView,
+    Outcome, Parsed, ReceivedHeaders, Replayed, Stats, Store, StoreError,
 };
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -32,6 +32,9 @@ pub const SAMPLE_SIZE: usize = 10;
 pub const OUTBOX_STATUSES: [&str; 4] = ["pending", "delivered", "dead", "unrouted"];
 /// How often a replay refused because the writer's queue is full is tried again before the bulk replay stops.
 const OVERLOAD_RETRIES: u32 = 3;
+
+mod listings;
+pub use listings::*;
 
 /// Why an operator action was refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -64,63 +67,6 @@ pub enum AdminError {
     /// The store failed; nothing of the failed step was recorded.
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// Filters of an event listing, as the API's query string and the CLI's flags give them.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct EventQuery {
-    /// Only this source.
-    pub source: Option<String>,
-    /// Only this status (`processed`, `duplicate`, `deferred`, `ignored`, `dead_lettered`).
-    pub status: Option<String>,
-    /// Only this provider type.
-    #[serde(rename = "type")]
-    pub event_type: Option<String>,
-    /// Only events whose reason contains this text.
-    pub reason: Option<String>,
-    /// Received at or after, unix milliseconds.
-    pub since: Option<i64>,
-    /// Received before, unix milliseconds.
-    pub until: Option<i64>,
-    /// Rows per page ([`DEFAULT_LIMIT`] when absent, at most [`MAX_LIMIT`]).
-    pub limit: Option<u32>,
-    /// Cursor: the `next_cursor` of the previous page.
-    pub before: Option<i64>,
-}
-
-impl EventQuery {
-    /// The store filter these parameters describe.
-    pub fn filter(&self) -> Result<EventFilter, AdminError> {
-        let status = match self.status.as_deref() {
-            None => None,
-            Some(s) => Some(Outcome::parse(s).ok_or_else(|| {
-                AdminError::Invalid(format!(
-                    "status {s:?} is not one of processed, duplicate, deferred, ignored, dead_lettered"
-                ))
-            })?),
-        };
-        Ok(EventFilter {
-            source: parse_source(self.source.as_deref())?,
-            status,
-            event_type: self.event_type.clone(),
-            reason_contains: self.reason.clone(),
-            since_ms: self.since,
-            until_ms: self.until,
-            before: self.before,
-            limit: page_limit(self.limit)?,
-        })
-    }
-}
-
-/// One page of events, newest first.
-#[derive(Debug, Clone, Serialize)]
-pub struct EventPage {
-    /// The events.
-    pub events: Vec<EventSummary>,
-    /// Pass as `before` to get the next page; `null` on the last page.
-    pub next_cursor: Option<i64>,
 }
 
 /// Which field carries an event's raw body.
@@ -310,34 +256,6 @@ impl BulkReport {
     }
 }
 
-/// Filters of an outbox listing.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct OutboxQuery {
-    /// Only this status (`pending`, `delivered`, `dead`, `unrouted`).
-    pub status: Option<String>,
-    /// Only this kind.
-    pub kind: Option<String>,
-    /// Only this sink.
-    pub sink: Option<String>,
-    /// Only this order's rows.
-    pub order_id: Option<String>,
-    /// Rows per page ([`DEFAULT_LIMIT`] when absent, at most [`MAX_LIMIT`]).
-    pub limit: Option<u32>,
-    /// Cursor: the `next_cursor` of the previous page.
-    pub before: Option<i64>,
-}
-
-/// One page of outbox rows, newest first.
-#[derive(Debug, Clone, Serialize)]
-pub struct OutboxPage {
-    /// The rows.
-    pub outbox: Vec<OutboxView>,
-    /// Pass as `before` to get the next page; `null` on the last page.
-    pub next_cursor: Option<i64>,
-}
-
 /// Counts and ages for an operator's dashboard.
 #[derive(Debug, Clone, Serialize)]
 pub struct StatsReport {
@@ -360,35 +278,6 @@ pub struct OutboxStats {
     pub by_status: BTreeMap<String, u64>,
     /// By kind (only kinds that have rows).
     pub by_kind: BTreeMap<String, u64>,
-}
-
-/// Lists events, newest first.
-pub async fn list_events<S: Store>(store: &S, query: &EventQuery) -> Result<EventPage, AdminError> {
-    page_of_events(store, query.filter()?).await
-}
-
-/// Lists dead letters, newest first: the events listing with its status fixed to `dead_lettered`.
-pub async fn list_dead_letters<S: Store>(store: &S, query: &EventQuery) -> Result<EventPage, AdminError> {
-    let mut filter = query.filter()?;
-    match filter.status {
-        None | Some(Outcome::DeadLettered) => filter.status = Some(Outcome::DeadLettered),
-        Some(other) => {
-            return Err(AdminError::Invalid(format!(
-                "dead letters have the status dead_lettered; status {:?} selects nothing here",
-                other.as_str()
-            )));
-        }
-    }
-    page_of_events(store, filter).await
-}
-
-async fn page_of_events<S: Store>(store: &S, mut filter: EventFilter) -> Result<EventPage, AdminError> {
-    let limit = filter.limit as usize;
-    // One row more than asked says whether another page exists, so the last page carries no cursor.
-    filter.limit += 1;
-    let mut events = store.list_events(filter).await?;
-    let next_cursor = next_cursor(&mut events, limit, |e| e.row_id);
-    Ok(EventPage { events, next_cursor })
 }
 
 /// Everything recorded about one event.
@@ -568,39 +457,20 @@ async fn select_dead_letters<S: Store>(
 ) -> Result<(Vec<EventSummary>, bool), AdminError> {
     let wanted = max as usize + 1;
     let mut selected: Vec<EventSummary> = Vec::new();
+    // Page by page, each examining at most the store's scan bound: a page stopped by the bound continues below
+    // the rows it examined, so a sparse match costs more pages, never one unbounded read.
     while selected.len() < wanted {
         filter.limit = u32::try_from(wanted - selected.len()).unwrap_or(MAX_LIMIT).min(MAX_LIMIT);
         let page = store.list_events(filter.clone()).await?;
-        let short = page.len() < filter.limit as usize;
-        filter.before = page.last().map(|e| e.row_id);
-        selected.extend(page);
-        if short || filter.before.is_none() {
+        filter.before = page.next_before(filter.limit, |e| e.row_id);
+        selected.extend(page.rows);
+        if filter.before.is_none() {
             break;
         }
     }
     let more = selected.len() > max as usize;
     selected.truncate(max as usize);
     Ok((selected, more))
-}
-
-/// Lists outbox rows, newest first.
-pub async fn list_outbox<S: Store>(store: &S, query: &OutboxQuery) -> Result<OutboxPage, AdminError> {
-    if let Some(status) = query.status.as_deref().filter(|s| !OUTBOX_STATUSES.contains(s)) {
-        return Err(AdminError::Invalid(format!("status {status:?} is not one of {}", OUTBOX_STATUSES.join(", "))));
-    }
-    let limit = page_limit(query.limit)?;
-    let filter = OutboxFilter {
-        status: query.status.clone(),
-        kind: query.kind.clone(),
-        sink: query.sink.clone(),
-        order_id: query.order_id.clone(),
-        before: query.before,
-        limit: limit + 1,
-    };
-    let mut outbox = store.list_outbox(filter).await?;
-    outbox.iter_mut().for_each(redact_outbox_row);
-    let next_cursor = next_cursor(&mut outbox, limit as usize, |r| r.id);
-    Ok(OutboxPage { outbox, next_cursor })
 }
 
 /// Re-queues a dead outbox row with a fresh budget and returns it as it is now.
@@ -614,7 +484,7 @@ pub async fn retry_outbox<S: Store>(store: &S, id: i64, now_ms: i64) -> Result<O
 async fn outbox_row<S: Store>(store: &S, id: i64) -> Result<Option<OutboxView>, AdminError> {
     let Some(before) = id.checked_add(1) else { return Ok(None) };
     let filter = OutboxFilter { before: Some(before), limit: 1, ..OutboxFilter::default() };
-    let mut row = store.list_outbox(filter).await?.into_iter().next().filter(|row| row.id == id);
+    let mut row = store.list_outbox(filter).await?.rows.into_iter().next().filter(|row| row.id == id);
     row.iter_mut().for_each(redact_outbox_row);
     Ok(row)
 }
@@ -647,24 +517,6 @@ pub async fn stats<S: Store>(store: &S, now_ms: i64) -> Result<StatsReport, Admi
 /// Recounts every row and corrects the counters the stats are read from; reports the drift it corrected.
 pub async fn recount<S: Store>(store: &S) -> Result<payhook_store::Recounted, AdminError> {
     Ok(store.recount().await?)
-}
-
-/// Keeps the first `limit` rows and returns the cursor of the next page when the store had more.
-fn next_cursor<T>(rows: &mut Vec<T>, limit: usize, id: impl Fn(&T) -> i64) -> Option<i64> {
-    if rows.len() > limit {
-        rows.truncate(limit);
-        rows.last().map(id)
-    } else {
-        None
-    }
-}
-
-fn page_limit(limit: Option<u32>) -> Result<u32, AdminError> {
-    match limit {
-        None => Ok(DEFAULT_LIMIT),
-        Some(0) => Err(AdminError::Invalid("limit must be at least 1".into())),
-        Some(n) => Ok(n.min(MAX_LIMIT)),
-    }
 }
 
 fn parse_source(source: Option<&str>) -> Result<Option<SourceName>, AdminError> {

@@ -38,7 +38,7 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
 }
 
 #[utoipa::path(get, path = "/v1/events", tag = "admin", params(EventQuery), security(("bearer" = [])),
-    responses((status = 200, description = "Recorded deliveries, newest first, with `next_cursor`"),
+    responses((status = 200, description = "Recorded deliveries, newest first. `next_cursor` continues the listing (pass it as `before`); `null` only at the end. `partial` is true when the page stopped at `storage.list_scan_rows` examined rows (a filter no index serves whole): fewer rows than `limit`, even none, is then not the end", body = crate::admin::EventPage),
         (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
@@ -99,7 +99,7 @@ pub(crate) async fn replay_one<S: Store>(
 }
 
 #[utoipa::path(get, path = "/v1/dead-letters", tag = "admin", params(EventQuery), security(("bearer" = [])),
-    responses((status = 200, description = "Dead letters, newest first, with `next_cursor`"),
+    responses((status = 200, description = "Dead letters, newest first. `next_cursor` continues the listing (pass it as `before`); `null` only at the end. `partial` is true when the page stopped at `storage.list_scan_rows` examined rows: fewer rows than `limit`, even none, is then not the end", body = crate::admin::EventPage),
         (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
@@ -164,7 +164,7 @@ pub(crate) async fn replay_many<S: Store>(
 }
 
 #[utoipa::path(get, path = "/v1/outbox", tag = "admin", params(OutboxQuery), security(("bearer" = [])),
-    responses((status = 200, description = "Outbox rows, newest first, with `next_cursor`"),
+    responses((status = 200, description = "Outbox rows, newest first. `next_cursor` continues the listing (pass it as `before`); `null` only at the end. `partial` is true when the page stopped at `storage.list_scan_rows` examined rows (a kind, or a status with a sink): fewer rows than `limit`, even none, is then not the end", body = crate::admin::OutboxPage),
         (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]

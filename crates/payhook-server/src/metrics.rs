@@ -284,8 +284,16 @@ where
     out
 }
 
-/// The read connections' families (SQLite's reader pool), next to the writer's.
+/// The reads' families: listing pages stopped by the scan bound, and SQLite's reader pool, next to the writer's.
 fn render_reads(out: &mut String, r: &ReadMetrics) {
+    family(
+        out,
+        "payhook_list_scans_stopped_total",
+        "counter",
+        "Listing pages (API, dashboard, CLI, bulk replay) stopped at storage.list_scan_rows examined rows before they \
+         found a full page; each answered with a cursor to continue.",
+    );
+    sample(out, "payhook_list_scans_stopped_total", "", r.list_scans_stopped);
     if r.connections == 0 {
         return;
     }

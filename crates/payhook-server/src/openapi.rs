@@ -29,7 +29,8 @@ use utoipa::{Modify, OpenApi, ToSchema};
         crate::app::metrics_text,
         crate::app::openapi_json,
     ),
-    components(schemas(ErrorBody, WebhookAnswer, Readiness, crate::admin::EventDetail, crate::admin::BodyEncoding)),
+    components(schemas(ErrorBody, WebhookAnswer, Readiness, crate::admin::EventDetail, crate::admin::BodyEncoding,
+        crate::admin::EventPage, crate::admin::OutboxPage)),
     modifiers(&BearerToken),
 )]
 pub(crate) struct ApiDoc;

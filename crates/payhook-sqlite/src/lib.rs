@@ -19,6 +19,7 @@ mod billing;
 mod checkpoint;
 mod counters;
 mod failpoint;
+mod listing;
 mod migrate;
 mod ops;
 mod pool;
@@ -29,12 +30,13 @@ mod writer;
 use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, SubscriptionId};
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
-    Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, NewOrder,
-    NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, PruneRequest, Pruned, Recorded,
-    Recounted, Registered, Replayed, Retried, Routing, Stats, Store, StoreError, SubscriptionView,
+    Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, Listing,
+    NewOrder, NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, PruneRequest, Pruned,
+    Recorded, Recounted, Registered, Replayed, Retried, Routing, Stats, Store, StoreError, SubscriptionView,
 };
 use rusqlite::Connection;
 
+pub use listing::{ListingSql, RECEIVED_SQL, Walk, event_listing_sql, list_events, list_outbox, outbox_listing_sql};
 pub use read::STATS_STATEMENTS;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -72,12 +74,15 @@ pub struct SqliteOptions {
     pub wal_checkpoint_wait_ms: u64,
     /// Free pages a pruning step returns to the file system at most (files in `auto_vacuum = INCREMENTAL` mode).
     pub vacuum_step_pages: u32,
+    /// Rows a listing page examines at most when no index serves its whole filter (a reason substring, two
+    /// filters at once); the page then says where it stopped, and the caller pages on.
+    pub list_scan_rows: u32,
 }
 
 impl SqliteOptions {
     /// Defaults for `path`: group commit of up to 512 jobs, a queue of 4096, 5 s busy timeout, 4 read connections
     /// and a 5 s read time limit, a WAL bounded at 64 MiB with checkpoints waiting at most 100 ms, 1024 pages
-    /// released per pruning step.
+    /// released per pruning step, listing pages that examine at most 10,000 rows.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
@@ -92,6 +97,7 @@ impl SqliteOptions {
             wal_limit_bytes: 64 << 20,
             wal_checkpoint_wait_ms: 100,
             vacuum_step_pages: 1024,
+            list_scan_rows: 10_000,
         }
     }
 }
@@ -144,6 +150,10 @@ pub struct SqliteStore {
     vacuum_step_pages: u32,
     ctx: Arc<ops::Ctx>,
     path: PathBuf,
+    /// Rows a listing page examines at most when its index does not serve its whole filter.
+    list_scan_rows: u32,
+    /// Listing pages that bound stopped short.
+    list_scans_stopped: std::sync::atomic::AtomicU64,
 }
 
 fn connect(path: &Path, busy_timeout_ms: u64) -> rusqlite::Result<Connection> {
@@ -203,6 +213,8 @@ impl SqliteStore {
             vacuum_step_pages: options.vacuum_step_pages,
             ctx: Arc::new(ops::Ctx { retry: options.retry, routing: options.routing }),
             path: options.path,
+            list_scan_rows: options.list_scan_rows.max(1),
+            list_scans_stopped: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -234,6 +246,13 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         self.readers.read(query).await
+    }
+
+    /// Counts a listing page the scan bound stopped short.
+    fn count_stop<T>(&self, page: &Listing<T>) {
+        if page.scan_stopped_before.is_some() {
+            self.list_scans_stopped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -335,12 +354,18 @@ impl Store for SqliteStore {
         self.read(move |conn| read::next_outbox_due(conn, &sink)).await
     }
 
-    async fn list_outbox(&self, filter: OutboxFilter) -> Result<Vec<OutboxView>, StoreError> {
-        self.read(move |conn| read::list_outbox(conn, &filter)).await
+    async fn list_outbox(&self, filter: OutboxFilter) -> Result<Listing<OutboxView>, StoreError> {
+        let scan_rows = self.list_scan_rows;
+        let page = self.read(move |conn| listing::list_outbox(conn, &filter, scan_rows)).await?;
+        self.count_stop(&page);
+        Ok(page)
     }
 
-    async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, StoreError> {
-        self.read(move |conn| read::list_events(conn, &filter)).await
+    async fn list_events(&self, filter: EventFilter) -> Result<Listing<EventSummary>, StoreError> {
+        let scan_rows = self.list_scan_rows;
+        let page = self.read(move |conn| listing::list_events(conn, &filter, scan_rows)).await?;
+        self.count_stop(&page);
+        Ok(page)
     }
 
     fn replay(
@@ -394,6 +419,7 @@ impl Store for SqliteStore {
     }
 
     fn read_metrics(&self) -> payhook_store::metrics::ReadMetrics {
-        self.readers.metrics()
+        let list_scans_stopped = self.list_scans_stopped.load(std::sync::atomic::Ordering::Relaxed);
+        payhook_store::metrics::ReadMetrics { list_scans_stopped, ..self.readers.metrics() }
     }
 }

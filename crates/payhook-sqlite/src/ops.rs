@@ -434,7 +434,7 @@ pub(crate) fn claim_due(conn: &Connection, claim: &Claim) -> Result<Vec<Claimed>
     let mut stmt = conn
         .prepare_cached(
             "UPDATE inbox SET lease_owner = ?1, lease_until = ?2 + ?3
-             WHERE id IN (SELECT id FROM inbox
+             WHERE id IN (SELECT id FROM inbox INDEXED BY inbox_due
                           WHERE status = 'deferred' AND next_attempt_at <= ?2
                             AND (lease_until IS NULL OR lease_until <= ?2)
                           ORDER BY next_attempt_at LIMIT ?4)
@@ -496,7 +496,8 @@ pub(crate) fn register_order(conn: &Connection, o: &NewOrder) -> Result<Register
     if created == 1 {
         // Events that arrived before their order are due now rather than at their next backoff step.
         conn.prepare_cached(
-            "UPDATE inbox SET next_attempt_at = ?2 WHERE status = 'deferred' AND order_id = ?1 AND next_attempt_at > ?2",
+            "UPDATE inbox INDEXED BY inbox_waiting_order SET next_attempt_at = ?2
+             WHERE status = 'deferred' AND order_id = ?1 AND next_attempt_at > ?2",
         )
         .db()?
         .execute(params![o.id.as_str(), o.now_ms])
@@ -580,7 +581,7 @@ pub(crate) fn claim_outbox(conn: &Connection, sink: &str, claim: &Claim) -> Resu
     let mut stmt = conn
         .prepare_cached(
             "UPDATE outbox SET lease_owner = ?1, lease_until = ?2 + ?3
-             WHERE id IN (SELECT id FROM outbox
+             WHERE id IN (SELECT id FROM outbox INDEXED BY outbox_due
                           WHERE sink = ?5 AND status = 'pending' AND next_attempt_at <= ?2
                             AND (lease_until IS NULL OR lease_until <= ?2)
                           ORDER BY next_attempt_at, id LIMIT ?4)

@@ -126,6 +126,7 @@ impl ReadPool {
             waiting: i.waiting.load(Ordering::Relaxed),
             timed_out: i.timed_out.load(Ordering::Relaxed),
             busy: i.busy.load(Ordering::Relaxed),
+            list_scans_stopped: 0,
         }
     }
 }

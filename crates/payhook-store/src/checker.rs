@@ -174,9 +174,7 @@ pub async fn check<S: Store>(store: &S, evidence: &Evidence) -> Result<Checked, 
                 break;
             }
         };
-        let Some(last) = page.last() else { break };
-        before = Some(last.row_id);
-        for e in &page {
+        for e in &page.rows {
             checked.events += 1;
             let key = Acked::new(e.source.clone(), e.event_id.clone());
             if !seen.insert(key.clone()) {
@@ -197,6 +195,10 @@ pub async fn check<S: Store>(store: &S, evidence: &Evidence) -> Result<Checked, 
                 Ok(None) => found.push(Violation::Lost(key)),
                 Err(e) => found.push(store_error(e)),
             }
+        }
+        before = page.next_before(500, |e| e.row_id);
+        if before.is_none() {
+            break;
         }
     }
 
@@ -244,9 +246,7 @@ pub async fn check<S: Store>(store: &S, evidence: &Evidence) -> Result<Checked, 
                     break;
                 }
             };
-            let Some(last) = page.last() else { break };
-            before = Some(last.id);
-            for row in &page {
+            for row in &page.rows {
                 checked.outbox += 1;
                 match row.status.as_str() {
                     "delivered" if !payloads.contains_key(row.id.to_string().as_str()) => {
@@ -255,6 +255,10 @@ pub async fn check<S: Store>(store: &S, evidence: &Evidence) -> Result<Checked, 
                     "delivered" | "dead" | "unrouted" => {}
                     other => found.push(Violation::Unsettled { id: row.id, status: other.to_owned() }),
                 }
+            }
+            before = page.next_before(500, |r| r.id);
+            if before.is_none() {
+                break;
             }
         }
     }

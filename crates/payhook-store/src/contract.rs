@@ -4,7 +4,7 @@
 //! when the backend misbehaves. A backend runs the whole suite with one macro call in its integration tests:
 //!
 //! ```text
-//! payhook_store::store_contract_tests!(|setup| open_fresh_store(setup.retry, setup.routing));
+//! payhook_store::store_contract_tests!(|setup| open_fresh_store(setup.retry, setup.routing, setup.list_scan_rows));
 //! ```
 //!
 //! The expression after `|setup|` is evaluated inside an `async fn(setup: Setup) -> impl Store`, so it may
@@ -15,9 +15,9 @@
 //! The policies they use have no jitter, so retry times are exact.
 
 use crate::{
-    ALERT_KIND, Alert, AlertRouting, Claim, Claimed, Delivery, Dispatched, EventFilter, EventView, FORWARD_KIND,
-    NewOrder, OrderView, OutboxFilter, OutboxJob, OutboxView, Outcome, Parsed, ReceivedHeaders, Recorded, Registered,
-    Replayed, Retried, Routing, Stats, Store,
+    ALERT_KIND, Alert, AlertRouting, Claim, Claimed, Delivery, Dispatched, EventView, FORWARD_KIND, NewOrder,
+    OrderView, OutboxFilter, OutboxJob, OutboxView, Outcome, Parsed, ReceivedHeaders, Recorded, Registered, Replayed,
+    Retried, Routing, Stats, Store,
 };
 use payhook_core::event::{Currency, EventId, Money, OrderAction, OrderId, SourceName};
 use payhook_core::format::Format;
@@ -28,8 +28,10 @@ pub use payhook_core::retry::RetryPolicy;
 
 mod billing;
 mod counters;
+mod listings;
 pub use billing::*;
 pub use counters::*;
+pub use listings::*;
 
 /// What a contract case needs its fresh store to be configured with.
 #[derive(Debug, Clone)]
@@ -38,6 +40,8 @@ pub struct Setup {
     pub retry: RetryPolicy,
     /// The sink routing.
     pub routing: Routing,
+    /// Rows a listing page examines at most when no index serves its whole filter (`storage.list_scan_rows`).
+    pub list_scan_rows: u32,
 }
 
 /// Expands to one `#[tokio::test]` per contract case, each on a fresh store made by the factory.
@@ -99,6 +103,12 @@ macro_rules! store_contract_tests {
             $crate::contract::setup($crate::contract::two_attempt_policy(), $crate::contract::test_routing()) => [
                 a_deferred_event_is_dead_lettered_when_its_retry_budget_is_spent,
                 a_replayed_event_still_without_its_order_is_dead_lettered_again,
+            ],
+            $crate::contract::setup_with_scan_bound(
+                $crate::contract::test_policy(), $crate::contract::test_routing(), $crate::contract::SCAN_BOUND
+            ) => [
+                a_filter_no_index_serves_stops_at_the_scan_bound_and_pages_on_to_every_match,
+                filters_an_index_serves_whole_never_stop_at_the_scan_bound,
             ],
         }
     };
@@ -206,14 +216,14 @@ macro_rules! delegate_store {
             fn list_outbox(
                 &self,
                 filter: $crate::OutboxFilter,
-            ) -> impl ::std::future::Future<Output = Result<Vec<$crate::OutboxView>, $crate::StoreError>> + Send {
+            ) -> impl ::std::future::Future<Output = Result<$crate::Listing<$crate::OutboxView>, $crate::StoreError>> + Send {
                 self.$field.list_outbox(filter)
             }
 
             fn list_events(
                 &self,
                 filter: $crate::EventFilter,
-            ) -> impl ::std::future::Future<Output = Result<Vec<$crate::EventSummary>, $crate::StoreError>> + Send {
+            ) -> impl ::std::future::Future<Output = Result<$crate::Listing<$crate::EventSummary>, $crate::StoreError>> + Send {
                 self.$field.list_events(filter)
             }
 
@@ -318,7 +328,12 @@ pub fn two_attempt_policy() -> RetryPolicy {
 
 /// A [`Setup`].
 pub fn setup(retry: RetryPolicy, routing: Routing) -> Setup {
-    Setup { retry, routing }
+    Setup { retry, routing, list_scan_rows: 10_000 }
+}
+
+/// A [`Setup`] whose listing pages examine at most `list_scan_rows` rows when no index serves their whole filter.
+pub fn setup_with_scan_bound(retry: RetryPolicy, routing: Routing, list_scan_rows: u32) -> Setup {
+    Setup { list_scan_rows, ..setup(retry, routing) }
 }
 
 /// The alert suppression window of [`test_routing`].
@@ -1024,8 +1039,8 @@ pub(crate) async fn finish<S: Store>(store: &S, job: &OutboxJob, outcome: Dispat
     store.finish_outbox(job, outcome, now_ms).await.expect("finish_outbox")
 }
 
-async fn outbox_of<S: Store>(store: &S, filter: OutboxFilter) -> Vec<OutboxView> {
-    store.list_outbox(OutboxFilter { limit: 1000, ..filter }).await.expect("list_outbox")
+pub(crate) async fn outbox_of<S: Store>(store: &S, filter: OutboxFilter) -> Vec<OutboxView> {
+    store.list_outbox(OutboxFilter { limit: 1000, ..filter }).await.expect("list_outbox").rows
 }
 
 async fn alerts<S: Store>(store: &S) -> Vec<OutboxView> {
@@ -1246,55 +1261,4 @@ pub async fn a_replayed_event_still_without_its_order_is_dead_lettered_again<S: 
     let view = event_view(&store, "evt_r3").await;
     assert_eq!((view.status, view.attempts), (Outcome::DeadLettered, 3));
     assert_eq!(view.attempt_log.iter().map(|a| a.attempt).collect::<Vec<_>>(), [1, 2, 3]);
-}
-
-/// Listings come newest first, narrowed by their filters, and page with a cursor.
-pub async fn events_and_outbox_rows_are_listed_newest_first_with_filters_and_cursors<S: Store>(store: S) {
-    register_new(&store, new_order("ord_l", 100, T0)).await;
-    ingest(&store, pay("evt_l1", "ord_l", 100, T0 + 1)).await;
-    ingest(&store, ignored("evt_l2", "customer.created", T0 + 2)).await;
-    ingest(&store, unparseable("evt_l3", b"x", "not json", T0 + 3)).await;
-    ingest(&store, pay("evt_l4", "ord_missing", 100, T0 + 4)).await;
-    let all = store.list_events(EventFilter { limit: 10, ..EventFilter::default() }).await.expect("list");
-    let ids: Vec<&str> = all.iter().map(|e| e.event_id.as_str()).collect();
-    assert_eq!(ids, ["evt_l4", "evt_l3", "evt_l2", "evt_l1"]);
-    let page = store
-        .list_events(EventFilter { limit: 2, before: Some(all[1].row_id), ..EventFilter::default() })
-        .await
-        .expect("list");
-    assert_eq!(page.iter().map(|e| e.event_id.as_str()).collect::<Vec<_>>(), ["evt_l2", "evt_l1"]);
-    let dead = store
-        .list_events(EventFilter { status: Some(Outcome::DeadLettered), limit: 10, ..EventFilter::default() })
-        .await
-        .expect("list");
-    assert_eq!(dead.iter().map(|e| e.event_id.as_str()).collect::<Vec<_>>(), ["evt_l3"]);
-    let typed = store
-        .list_events(EventFilter {
-            event_type: Some("payment.succeeded".into()),
-            since_ms: Some(T0 + 2),
-            limit: 10,
-            ..EventFilter::default()
-        })
-        .await
-        .expect("list");
-    assert_eq!(typed.iter().map(|e| e.event_id.as_str()).collect::<Vec<_>>(), ["evt_l4"]);
-    let reason = store
-        .list_events(EventFilter {
-            reason_contains: Some("not registered".into()),
-            limit: 10,
-            ..EventFilter::default()
-        })
-        .await
-        .expect("list");
-    assert_eq!(reason.iter().map(|e| e.event_id.as_str()).collect::<Vec<_>>(), ["evt_l4"]);
-
-    let rows = outbox_of(&store, OutboxFilter { order_id: Some("ord_l".into()), ..OutboxFilter::default() }).await;
-    assert_eq!(rows.len(), 3, "{rows:?}");
-    assert!(rows.windows(2).all(|w| w[0].id > w[1].id), "newest first");
-    let older = outbox_of(&store, OutboxFilter { before: Some(rows[0].id), ..OutboxFilter::default() }).await;
-    assert!(older.iter().all(|r| r.id < rows[0].id));
-    let s = stats(&store).await;
-    assert_eq!(Stats::count(&s.outbox_by_status, "pending"), 4, "three receipts and one alert: {s:?}");
-    assert_eq!(s.oldest_pending_outbox_ms, Some(T0 + 1));
-    assert_eq!(s.oldest_deferred_event_ms, Some(T0 + 4));
 }

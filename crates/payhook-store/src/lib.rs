@@ -20,9 +20,11 @@ pub mod checker;
 #[cfg(feature = "contract")]
 pub mod contract;
 mod headers;
+pub mod listing;
 pub mod metrics;
 pub mod model;
 
+pub use listing::Listing;
 pub use model::*;
 
 /// A boxed error cause, kept as the `source()` of a [`StoreError`].
@@ -121,11 +123,17 @@ pub trait Store: Send + Sync + 'static {
     /// When the earliest pending outbox row of `sink` can next be claimed.
     fn next_outbox_due_ms(&self, sink: &str) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
 
-    /// Outbox rows, newest first.
-    fn list_outbox(&self, filter: OutboxFilter) -> impl Future<Output = Result<Vec<OutboxView>, StoreError>> + Send;
+    /// Outbox rows, newest first, read down an index matching the filter; a filter no index serves whole examines
+    /// at most the scan bound of rows and says where it stopped ([`Listing`]).
+    fn list_outbox(&self, filter: OutboxFilter)
+    -> impl Future<Output = Result<Listing<OutboxView>, StoreError>> + Send;
 
-    /// Recorded deliveries, newest first.
-    fn list_events(&self, filter: EventFilter) -> impl Future<Output = Result<Vec<EventSummary>, StoreError>> + Send;
+    /// Recorded deliveries, newest first, read down an index matching the filter; a filter no index serves whole
+    /// examines at most the scan bound of rows and says where it stopped ([`Listing`]).
+    fn list_events(
+        &self,
+        filter: EventFilter,
+    ) -> impl Future<Output = Result<Listing<EventSummary>, StoreError>> + Send;
 
     /// Replays a dead-lettered event: `parsed` is the current format's reading of its stored bytes, and it goes
     /// through the same dedup and ledger path as a new delivery, so replaying twice, or replaying an event whose

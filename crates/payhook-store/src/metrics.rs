@@ -108,6 +108,8 @@ pub struct ReadMetrics {
     pub timed_out: u64,
     /// Reads refused because no connection came free within the read time limit.
     pub busy: u64,
+    /// Listing pages stopped by the scan bound (`storage.list_scan_rows`) before they found a full page.
+    pub list_scans_stopped: u64,
 }
 
 #[cfg(test)]

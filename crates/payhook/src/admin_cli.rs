@@ -272,12 +272,14 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
             };
             let page = admin::list_outbox(store, &query).await?;
             print_or(a.out.json, &page, || {
-                if page.outbox.is_empty() {
+                if page.outbox.is_empty() && !page.partial {
                     println!("no outbox rows match");
                     return;
                 }
-                print!("{}", outbox_table(&page.outbox).render());
-                print_cursor(page.next_cursor);
+                if !page.outbox.is_empty() {
+                    print!("{}", outbox_table(&page.outbox).render());
+                }
+                print_cursor(page.next_cursor, page.partial);
             })
         }
         AdminCommand::Outbox { command: OutboxCommand::Retry(a) } => {
@@ -419,19 +421,25 @@ fn print_or<T: Serialize>(json: bool, value: &T, table: impl FnOnce()) -> Result
     Ok(())
 }
 
-fn print_cursor(cursor: Option<i64>) {
+/// Where the next page begins. A page the scan bound stopped short says so: few rows, or none, are then not the end.
+fn print_cursor(cursor: Option<i64>, partial: bool) {
     if let Some(c) = cursor {
+        if partial {
+            println!("(this page stopped after storage.list_scan_rows examined rows; older rows may match)");
+        }
         println!("more: --before {c}");
     }
 }
 
 fn print_events(page: &EventPage, empty: &str) {
-    if page.events.is_empty() {
+    if page.events.is_empty() && !page.partial {
         println!("{empty}");
         return;
     }
-    print!("{}", events_table(&page.events).render());
-    print_cursor(page.next_cursor);
+    if !page.events.is_empty() {
+        print!("{}", events_table(&page.events).render());
+    }
+    print_cursor(page.next_cursor, page.partial);
 }
 
 fn events_table(events: &[EventSummary]) -> Table {

@@ -297,8 +297,10 @@ async fn tour(args: &DemoArgs, dir: &std::path::Path) -> Result<()> {
     case(8, "Your receipts endpoint fails twice");
     let started = Instant::now();
     let delivered = loop {
-        let rows =
-            store.list_outbox(OutboxFilter { sink: Some("receipts".into()), limit: 100, ..Default::default() }).await?;
+        let rows = store
+            .list_outbox(OutboxFilter { sink: Some("receipts".into()), limit: 100, ..Default::default() })
+            .await?
+            .rows;
         if rows.iter().all(|r| r.status == "delivered") || started.elapsed() > Duration::from_secs(20) {
             break rows;
         }

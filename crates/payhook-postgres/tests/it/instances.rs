@@ -176,7 +176,8 @@ async fn concurrent_alerts_of_one_key_from_several_instances_make_one_alert_with
     let rows = stores[0]
         .list_outbox(OutboxFilter { kind: Some(ALERT_KIND.into()), limit: 100, ..OutboxFilter::default() })
         .await
-        .expect("list");
+        .expect("list")
+        .rows;
     assert_eq!(rows.len(), 1, "one window, one alert: {rows:?}");
     assert_eq!(rows[0].payload["count"], 4 * EACH, "{}", rows[0].payload);
     for store in &stores {
@@ -312,7 +313,8 @@ async fn overlapping_batches_with_dead_letters_and_alerts_on_three_instances_nev
     let alerts = stores[0]
         .list_outbox(OutboxFilter { kind: Some(ALERT_KIND.into()), limit: 100, ..OutboxFilter::default() })
         .await
-        .expect("list");
+        .expect("list")
+        .rows;
     assert_eq!(alerts.len(), 1, "{alerts:?}");
     assert_eq!(alerts[0].payload["count"], dead, "{}", alerts[0].payload);
     for i in 0..ORDERS {

@@ -11,6 +11,7 @@
 //! * `instances`: several stores (instances) on one schema: migrations once, dedup across them, leases (deferred
 //!   events and outbox rows) split by `SKIP LOCKED`, one alert per window and one effect per replay across them,
 //!   no deadlock with dead letters and alerts in overlapping batches.
+//! * `listings`: every listing walks an index matching its filter or is a bounded scan (the plan of each shape).
 //! * `probe`: the ping answers on a connection of its own while every pooled connection is held.
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
 //! * `tls`: each `sslmode` against a server of its own with `ssl = on` that rejects plaintext: `require` and
@@ -23,6 +24,7 @@ mod contract;
 mod counters;
 mod faults;
 mod instances;
+mod listings;
 mod probe;
 mod resilience;
 mod tls;

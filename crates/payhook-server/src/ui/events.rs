@@ -40,9 +40,17 @@ pub(super) fn events_table(events: &[EventSummary], replay_csrf: Option<&str>) -
     }
 }
 
-pub(super) fn older_link(path: &str, f: &Filters, next_cursor: Option<i64>) -> Markup {
+/// The link to the next page. A page the scan bound stopped short (`partial`) says so, so that few rows, or none,
+/// are not taken for the end of the list.
+pub(super) fn older_link(path: &str, f: &Filters, next_cursor: Option<i64>, partial: bool) -> Markup {
     html! {
         @if let Some(cursor) = next_cursor {
+            @if partial {
+                p.muted id="partial" {
+                    "This page stopped after the most rows one page examines (storage.list_scan_rows); older rows may \
+                     match."
+                }
+            }
             p { a href=(with_query(path, &f.query_string(Some(cursor)))) id="older" { "Older →" } }
         }
     }
@@ -72,7 +80,7 @@ pub(super) async fn events<S: Store>(
             button type="submit" { "Filter" }
         }
         (events_table(&page.events, None))
-        (older_link("/ui/events", &f, page.next_cursor))
+        (older_link("/ui/events", &f, page.next_cursor, page.partial))
     };
     Ok(html_page(&state, &session, "Events", Section::Events, content))
 }

@@ -422,7 +422,7 @@ async fn dead_letters<S: Store>(
             button type="submit" id="bulk-preview" { "Replay all matching… (dry run first)" }
         }
         (events_table(&page.events, Some(&session.csrf)))
-        (older_link("/ui/dead-letters", &f, page.next_cursor))
+        (older_link("/ui/dead-letters", &f, page.next_cursor, page.partial))
     };
     Ok(html_page(&state, &session, "Dead letters", Section::DeadLetters, content))
 }
@@ -532,7 +532,7 @@ async fn outbox<S: Store>(
             button type="submit" { "Filter" }
         }
         (outbox_table(&page.outbox, &session.csrf))
-        (older_link("/ui/outbox", &f, page.next_cursor))
+        (older_link("/ui/outbox", &f, page.next_cursor, page.partial))
     };
     Ok(html_page(&state, &session, "Outbox", Section::Outbox, content))
 }

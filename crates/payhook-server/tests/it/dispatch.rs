@@ -145,6 +145,7 @@ async fn rows(app: &TestApp, sink: &str) -> Vec<OutboxView> {
         .list_outbox(OutboxFilter { sink: Some(sink.into()), limit: 100, ..OutboxFilter::default() })
         .await
         .expect("list outbox")
+        .rows
 }
 
 #[tokio::test]
@@ -490,7 +491,7 @@ async fn an_error_stored_with_a_full_url_is_shown_redacted_everywhere() {
     );
     let dead = payhook_store::Dispatched::Dead { status: None, error };
     assert!(app.store.finish_outbox(&job, dead, now_ms()).await.expect("finish"));
-    let stored = app.store.list_outbox(OutboxFilter { limit: 10, ..OutboxFilter::default() }).await.unwrap();
+    let stored = app.store.list_outbox(OutboxFilter { limit: 10, ..OutboxFilter::default() }).await.unwrap().rows;
     assert!(stored.iter().any(|r| r.payload.to_string().contains(PLANTED)), "the alert's text holds it as stored");
 
     let shown = everything_shown(&app, "evt_ord_old", "ord_old").await;

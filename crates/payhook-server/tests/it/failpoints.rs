@@ -174,7 +174,7 @@ async fn a_dispatcher_dying_after_the_sinks_2xx_repeats_the_delivery_with_the_sa
     let seen = received.0.lock().unwrap().clone();
     assert_eq!(seen.len(), 2, "at most a repeat");
     assert_eq!(seen[0], seen[1], "the repeat has the same key and the same payload");
-    let rows = app.store.list_outbox(OutboxFilter { limit: 10, ..OutboxFilter::default() }).await.unwrap();
+    let rows = app.store.list_outbox(OutboxFilter { limit: 10, ..OutboxFilter::default() }).await.unwrap().rows;
     assert_eq!(rows.len(), 1);
     assert_eq!((rows[0].status.as_str(), rows[0].id.to_string()), ("delivered", seen[0].idempotency_key.clone()));
     check(&app, &["evt_fp"], Some(seen)).await;

@@ -11,6 +11,7 @@ mod hostile;
 mod ingest;
 mod lifecycle;
 mod listener;
+mod listings;
 mod metrics;
 mod openapi;
 mod orders;

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 /// The outbox rows of `kind` in the whole store.
 async fn outbox_count(app: &TestApp, kind: &str) -> usize {
     let filter = OutboxFilter { kind: Some(kind.to_owned()), limit: 1_000, ..OutboxFilter::default() };
-    app.store.list_outbox(filter).await.expect("list outbox").len()
+    app.store.list_outbox(filter).await.expect("list outbox").rows.len()
 }
 
 /// Signs `body` as `source`'s provider does (Adyen inside the body, the others in headers), adds `extra` headers

@@ -5,6 +5,7 @@ use crate::TempStore;
 payhook_store::store_contract_tests!(|setup| TempStore::open_with(|options| {
     options.retry = setup.retry;
     options.routing = setup.routing;
+    options.list_scan_rows = setup.list_scan_rows;
 }));
 
 /// The same contract with `synchronous = FULL` inside `COMMIT` instead of the pipelined WAL syncer.
@@ -15,6 +16,7 @@ mod sync_in_commit {
     payhook_store::store_contract_tests!(|setup| TempStore::open_with(|options| {
         options.retry = setup.retry;
         options.routing = setup.routing;
+        options.list_scan_rows = setup.list_scan_rows;
         options.sync = CommitSync::InCommit;
     }));
 }

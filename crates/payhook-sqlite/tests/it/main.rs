@@ -3,6 +3,7 @@
 //! * `contract`: the store contract every backend must pass (`payhook_store::contract`).
 //! * `counters`: the counters behind `stats` are kept whoever writes, read without a scan, corrected by a recount.
 //! * `faults`: a failing write rolls back only its own event, in and out of a shared batch.
+//! * `listings`: every listing walks an index matching its filter or is a bounded scan, whatever the table's size.
 //! * `restart`: everything survives a reopen; migrations run once.
 //! * `writer`: group commit under load, load shedding and shutdown.
 //! * `wal`: the WAL stays under its limit, and bounding it never stalls the writer for long.
@@ -11,6 +12,7 @@
 mod contract;
 mod counters;
 mod faults;
+mod listings;
 mod restart;
 mod space;
 mod wal;

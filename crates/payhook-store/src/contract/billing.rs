@@ -87,7 +87,7 @@ pub async fn entitlements_of<S: Store>(store: &S) -> Vec<EntitlementView> {
 /// The number of outbox rows of `kind` in the whole store.
 pub async fn outbox_count<S: Store>(store: &S, kind: &str) -> usize {
     let filter = OutboxFilter { kind: Some(kind.to_owned()), limit: 1_000, ..OutboxFilter::default() };
-    store.list_outbox(filter).await.expect("list_outbox").len()
+    store.list_outbox(filter).await.expect("list_outbox").rows.len()
 }
 
 /// Created, updated and deleted delivered in each of the six orders end in the same state: the newest event wins

@@ -151,6 +151,18 @@ fn sqlite_reads_get_four_connections_and_five_seconds_by_default_and_both_must_b
 }
 
 #[test]
+fn listings_examine_at_most_list_scan_rows_on_either_backend_and_at_least_a_full_page() {
+    let c = Config::from_toml("", "t", None).unwrap();
+    assert_eq!(sqlite(&c).list_scan_rows, 10_000);
+    let c = Config::from_toml("[storage]\nlist_scan_rows = 2000\n", "t", None).unwrap();
+    assert_eq!(sqlite(&c).list_scan_rows, 2_000);
+    let text = "[storage]\nurl = \"postgres://payhook@db.internal/hooks\"\nlist_scan_rows = 3000\n";
+    assert_eq!(postgres(&Config::from_toml(text, "t", None).unwrap()).list_scan_rows, 3_000);
+    let err = format!("{:#}", Config::from_toml("[storage]\nlist_scan_rows = 500\n", "t", None).unwrap_err());
+    assert!(err.contains("storage.list_scan_rows: must be at least 501"), "{err}");
+}
+
+#[test]
 fn a_postgres_url_selects_postgres_with_the_pool_keys() {
     let text = "[storage]\nurl = \"postgres://payhook:s3cret@db.internal:6543/hooks?options=-csearch_path%3Dph\"\n\
                 pool_size = 24\nstatement_timeout_ms = 750\nbatch_max = 100\n";

@@ -1,0 +1,321 @@
+//! Listings of events and outbox rows, newest first by row id, each read down an index that matches its filter.
+//!
+//! A listing walks one ordered path: an index `(value, id)` of one of its equality filters (migration 0008:
+//! `inbox (status, id)`, `(source, id)`, `(event_type, id)`, `outbox (status, id)`, `(sink, id)`), or the id index
+//! (`inbox_newest`, the outbox's primary key), or, for an order's outbox rows, `UNIQUE (order_id, kind, sink)`
+//! (an order has a handful). A time range becomes a row id range through `inbox_received`: the first row received
+//! at or after `since` is the lowest id, the first received at or after `until` the highest (exclusive); ids grow
+//! with arrival, and the exact `received_at` conditions stay on each row.
+//!
+//! The conditions the path does not serve (a reason substring, a second equality filter, the exact time) are
+//! checked on each row the path yields, and then a page examines at most `list_scan_rows` rows: a first statement
+//! finds the id that many rows down the path (`LIMIT 1 OFFSET n - 1`), and the page reads no lower. A page that
+//! stops there with fewer rows than asked says where it stopped ([`Listing::scan_stopped_before`]). The statements
+//! of one page run in one snapshot.
+
+use crate::error::{PgError, corrupt};
+use crate::pool;
+use deadpool_postgres::{Object, Pool};
+use payhook_store::{EventFilter, EventSummary, Listing, OutboxFilter, OutboxView, Outcome, StoreError};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+type Result<T> = std::result::Result<T, StoreError>;
+type Value = Box<dyn ToSql + Sync + Send>;
+
+/// The first row received at or after a time (the lowest id among rows of that millisecond): how `since` and
+/// `until` become row ids.
+pub const RECEIVED_SQL: &str = "SELECT min(id) FROM inbox
+     WHERE received_at = (SELECT min(received_at) FROM inbox WHERE received_at >= $1)";
+
+const EVENT_COLUMNS: &str = "id, source, event_id, event_type, status, reason, attempts, next_attempt_at, received_at";
+const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+
+/// The ordered path a listing walks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// An index `(value, id)` of one of its filters, or the id index: in row id order within each value.
+    Index(&'static str),
+    /// An order's outbox rows, down `UNIQUE (order_id, kind, sink)`: a handful, whatever the history, sorted.
+    OrderRows,
+}
+
+impl Walk {
+    /// The index it walks.
+    pub fn index(self) -> &'static str {
+        match self {
+            Walk::Index(name) => name,
+            Walk::OrderRows => "outbox_order_id_kind_sink_key",
+        }
+    }
+}
+
+/// The statements one listing runs, in their order, for tests to check their plans.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListingSql {
+    /// [`RECEIVED_SQL`], once for `since` and once for `until`, when the filter has them.
+    pub time_bounds: Vec<&'static str>,
+    /// Where the scan bound falls; `None` when the path serves the whole filter (every row it yields matches).
+    pub boundary: Option<String>,
+    /// The page itself.
+    pub page: String,
+    /// The path the boundary and the page walk.
+    pub walk: Walk,
+}
+
+/// How one listing reads, with the values of its conditions.
+struct Plan {
+    sql: ListingSql,
+    /// Values of the path's own conditions, in placeholder order.
+    path_values: Vec<Value>,
+    /// Values of the conditions checked per row, in placeholder order.
+    residual_values: Vec<Value>,
+}
+
+/// Numbers the `$` of each condition from `first` on, joined with `AND`.
+fn numbered(conditions: &[&str], first: usize) -> String {
+    conditions
+        .iter()
+        .enumerate()
+        .map(|(i, c)| c.replace('$', &format!("${}", first + i)))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+/// Builds the statements of a listing of `table` that walks `walk` with `path` conditions (served by its index)
+/// and checks `residual` ones on each row.
+fn plan(table: &str, columns: &str, walk: Walk, path: Vec<(&str, Value)>, residual: Vec<(&str, Value)>) -> Plan {
+    let by_order = walk == Walk::OrderRows;
+    let mut path_sql: Vec<&str> = path.iter().map(|(sql, _)| *sql).collect();
+    path_sql.extend(["id < $", "id >= $"]);
+    let n = path_sql.len();
+    let path_where = numbered(&path_sql, 1);
+    // An order's rows are few whatever the history: they need no scan bound.
+    let boundary = (!residual.is_empty() && !by_order)
+        .then(|| format!("SELECT id FROM {table} WHERE {path_where} ORDER BY id DESC LIMIT 1 OFFSET ${}", n + 1));
+    let residual_sql: Vec<&str> = residual.iter().map(|(sql, _)| *sql).collect();
+    let limit = n + residual_sql.len() + 1;
+    let page = if by_order {
+        // The order's rows first (a handful, down its index), then the range and the checks, sorted.
+        let order: Vec<&str> = path.iter().map(|(sql, _)| *sql).collect();
+        let mut checks = vec!["id < $", "id >= $"];
+        checks.extend(&residual_sql);
+        format!(
+            "SELECT {columns} FROM (SELECT {columns} FROM {table} WHERE {} OFFSET 0) path
+             WHERE {} ORDER BY id DESC LIMIT ${limit}",
+            numbered(&order, 1),
+            numbered(&checks, order.len() + 1)
+        )
+    } else if residual_sql.is_empty() {
+        format!("SELECT {columns} FROM {table} WHERE {path_where} ORDER BY id DESC LIMIT ${limit}")
+    } else {
+        // The per-row conditions stay outside the path's subquery (`OFFSET 0` keeps the planner from pushing them
+        // in), so that the planner walks the path's index, which the bound counts, and not another filter's index
+        // over the same id range, which could hold any number of rows.
+        let checks = numbered(&residual_sql, n + 1);
+        format!(
+            "SELECT {columns} FROM (SELECT {columns} FROM {table} WHERE {path_where} ORDER BY id DESC OFFSET 0) path
+             WHERE {checks} ORDER BY id DESC LIMIT ${limit}"
+        )
+    };
+    Plan {
+        sql: ListingSql { time_bounds: Vec::new(), boundary, page, walk },
+        path_values: path.into_iter().map(|(_, v)| v).collect(),
+        residual_values: residual.into_iter().map(|(_, v)| v).collect(),
+    }
+}
+
+fn text(s: &str) -> Value {
+    Box::new(s.to_owned())
+}
+
+/// The listing's path for events: the status index for the statuses operators page through (everything but
+/// `processed`, the bulk of the inbox), else the type, else the source, else the status, else the id index.
+fn event_plan(f: &EventFilter) -> Plan {
+    let status = f.status.map(Outcome::as_str);
+    let source = f.source.as_ref().map(|s| s.as_str());
+    let rare_status = status.filter(|s| *s != Outcome::Processed.as_str());
+    let (walk, path) = if let Some(s) = rare_status {
+        (Walk::Index("inbox_by_status"), Some(("status = $", s)))
+    } else if let Some(t) = &f.event_type {
+        (Walk::Index("inbox_by_type"), Some(("event_type = $", t.as_str())))
+    } else if let Some(s) = source {
+        (Walk::Index("inbox_by_source"), Some(("source = $", s)))
+    } else if let Some(s) = status {
+        (Walk::Index("inbox_by_status"), Some(("status = $", s)))
+    } else {
+        (Walk::Index("inbox_newest"), None)
+    };
+    let served = path.map(|(sql, _)| sql);
+    let mut residual: Vec<(&str, Value)> = Vec::new();
+    for (sql, value) in [("source = $", source), ("status = $", status), ("event_type = $", f.event_type.as_deref())] {
+        if let Some(v) = value.filter(|_| served != Some(sql)) {
+            residual.push((sql, text(v)));
+        }
+    }
+    if let Some(r) = &f.reason_contains {
+        residual.push(("strpos(reason, $) > 0", text(r)));
+    }
+    if let Some(since) = f.since_ms {
+        residual.push(("received_at >= $", Box::new(since)));
+    }
+    if let Some(until) = f.until_ms {
+        residual.push(("received_at < $", Box::new(until)));
+    }
+    let path = path.map(|(sql, v)| (sql, text(v))).into_iter().collect();
+    let mut plan = plan("inbox", EVENT_COLUMNS, walk, path, residual);
+    plan.sql.time_bounds = [f.since_ms, f.until_ms].iter().flatten().map(|_| RECEIVED_SQL).collect();
+    plan
+}
+
+/// The listing's path for outbox rows: the order's rows, else the status index for the statuses operators page
+/// through (everything but `delivered`, the bulk), else the sink, else the status, else the primary key.
+fn outbox_plan(f: &OutboxFilter) -> Plan {
+    let status = f.status.as_deref();
+    let rare_status = status.filter(|s| *s != "delivered");
+    let (walk, path) = if let Some(order) = &f.order_id {
+        (Walk::OrderRows, Some(("order_id = $", order.as_str())))
+    } else if let Some(s) = rare_status {
+        (Walk::Index("outbox_by_status"), Some(("status = $", s)))
+    } else if let Some(s) = &f.sink {
+        (Walk::Index("outbox_by_sink"), Some(("sink = $", s.as_str())))
+    } else if let Some(s) = status {
+        (Walk::Index("outbox_by_status"), Some(("status = $", s)))
+    } else {
+        (Walk::Index("outbox_pkey"), None)
+    };
+    let served = path.map(|(sql, _)| sql);
+    let mut residual: Vec<(&str, Value)> = Vec::new();
+    for (sql, value) in [("status = $", status), ("kind = $", f.kind.as_deref()), ("sink = $", f.sink.as_deref())] {
+        if let Some(v) = value.filter(|_| served != Some(sql)) {
+            residual.push((sql, text(v)));
+        }
+    }
+    let path = path.map(|(sql, v)| (sql, text(v))).into_iter().collect();
+    plan("outbox", crate::read::OUTBOX_COLUMNS, walk, path, residual)
+}
+
+/// The statements [`list_events`] runs for `f`.
+pub fn event_listing_sql(f: &EventFilter) -> ListingSql {
+    event_plan(f).sql
+}
+
+/// The statements [`list_outbox`] runs for `f`.
+pub fn outbox_listing_sql(f: &OutboxFilter) -> ListingSql {
+    outbox_plan(f).sql
+}
+
+fn refs(values: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
+    values.iter().map(|v| v.as_ref() as &(dyn ToSql + Sync)).collect()
+}
+
+/// The rows of one page and where the scan bound stopped it, read in one snapshot.
+async fn read_page(
+    client: &Object,
+    p: Plan,
+    before: Option<i64>,
+    times: [Option<i64>; 2],
+    limit: u32,
+    scan_rows: u32,
+) -> std::result::Result<(Vec<Row>, Option<i64>), tokio_postgres::Error> {
+    client.batch_execute(SNAPSHOT).await?;
+    let first_received = async |at: i64| -> std::result::Result<Option<i64>, tokio_postgres::Error> {
+        let stmt = client.prepare_cached(RECEIVED_SQL).await?;
+        client.query_one(&stmt, &[&at]).await?.try_get(0)
+    };
+    let [since, until] = times;
+    let mut from = i64::MIN;
+    let mut below = before.unwrap_or(i64::MAX);
+    let mut empty = false;
+    if let Some(since) = since {
+        match first_received(since).await? {
+            Some(id) => from = id,
+            // Nothing was received since then.
+            None => empty = true,
+        }
+    }
+    if let Some(until) = until
+        && let Some(id) = first_received(until).await?
+    {
+        below = below.min(id);
+    }
+    let mut stopped_at = None;
+    let mut rows = Vec::new();
+    if !empty && from < below {
+        if let Some(sql) = &p.sql.boundary {
+            let mut values = refs(&p.path_values);
+            let offset = i64::from(scan_rows.max(1)) - 1;
+            values.extend([&below as &(dyn ToSql + Sync), &from, &offset]);
+            let stmt = client.prepare_cached(sql).await?;
+            if let Some(row) = client.query_opt(&stmt, &values).await? {
+                let floor: i64 = row.try_get(0)?;
+                from = from.max(floor);
+                stopped_at = Some(floor);
+            }
+        }
+        let mut values = refs(&p.path_values);
+        values.extend([&below as &(dyn ToSql + Sync), &from]);
+        values.extend(refs(&p.residual_values));
+        let limit = i64::from(limit);
+        values.push(&limit);
+        let stmt = client.prepare_cached(&p.sql.page).await?;
+        rows = client.query(&stmt, &values).await?;
+    }
+    client.batch_execute("COMMIT").await?;
+    let short = rows.len() < limit as usize;
+    Ok((rows, stopped_at.filter(|_| short)))
+}
+
+async fn page(
+    pool: &Pool,
+    p: Plan,
+    before: Option<i64>,
+    times: [Option<i64>; 2],
+    limit: u32,
+    scan_rows: u32,
+) -> Result<(Vec<Row>, Option<i64>)> {
+    let client = pool::get(pool).await?;
+    match read_page(&client, p, before, times, limit, scan_rows).await {
+        Ok(found) => Ok(found),
+        Err(e) => {
+            let e = PgError::Db(e);
+            pool::release_after(client, e.breaks_connection()).await;
+            Err(e.into())
+        }
+    }
+}
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize, what: &str) -> Result<T> {
+    row.try_get(i).map_err(|e| corrupt(what, e))
+}
+
+/// Events, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the whole
+/// filter.
+pub(crate) async fn list_events(pool: &Pool, f: &EventFilter, scan_rows: u32) -> Result<Listing<EventSummary>> {
+    let (rows, scan_stopped_before) =
+        page(pool, event_plan(f), f.before, [f.since_ms, f.until_ms], f.limit, scan_rows).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let attempts: i32 = get(r, 6, "attempts")?;
+        let status: &str = get(r, 4, "event status")?;
+        out.push(EventSummary {
+            row_id: get(r, 0, "inbox id")?,
+            source: get(r, 1, "source")?,
+            event_id: get(r, 2, "event id")?,
+            event_type: get(r, 3, "event type")?,
+            status: Outcome::parse(status).ok_or_else(|| corrupt("stored event status", status))?,
+            reason: get(r, 5, "reason")?,
+            attempts: u32::try_from(attempts).map_err(|e| corrupt("attempts", e))?,
+            next_attempt_at_ms: get(r, 7, "next attempt")?,
+            received_at_ms: get(r, 8, "received at")?,
+        });
+    }
+    Ok(Listing { rows: out, scan_stopped_before })
+}
+
+/// Outbox rows, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the
+/// whole filter.
+pub(crate) async fn list_outbox(pool: &Pool, f: &OutboxFilter, scan_rows: u32) -> Result<Listing<OutboxView>> {
+    let (rows, scan_stopped_before) = page(pool, outbox_plan(f), f.before, [None, None], f.limit, scan_rows).await?;
+    Ok(Listing { rows: crate::read::outbox_views(&rows)?, scan_stopped_before })
+}

@@ -1,0 +1,305 @@
+//! Listings of events and outbox rows, newest first by row id, each read down an index that matches its filter.
+//!
+//! A listing walks one ordered path: the index of one of its equality filters (migration 0011: `inbox (status)`,
+//! `inbox (source)`, `inbox (event_type)`, `outbox (status)`, `outbox (sink)`; SQLite appends the row id to every
+//! index entry, so each is ordered by id within its value), or the table itself in row id order, or, for an order's
+//! outbox rows, the ids the order lists (`orders.outbox_ids`). The path is named in the statement (`INDEXED BY`,
+//! `NOT INDEXED`), so the plan does not depend on statistics. A time range becomes a row id range through
+//! `inbox_received`: the first row received at or after `since` is the lowest id, the first received at or after
+//! `until` the highest (exclusive); ids grow with arrival, and the exact `received_at` conditions stay on each row.
+//!
+//! The conditions the path does not serve (a reason substring, a second equality filter, the exact time) are
+//! checked on each row the path yields, and then a page examines at most `list_scan_rows` rows: a first statement
+//! finds the id that many rows down the path (`LIMIT 1 OFFSET n - 1`), and the page reads no lower. A page that
+//! stops there with fewer rows than asked says where it stopped ([`Listing::scan_stopped_before`]).
+
+use crate::read::{OUTBOX_COLUMNS, outbox_rows, outcome};
+use crate::writer::unavailable;
+use payhook_store::{EventFilter, EventSummary, Listing, OutboxFilter, OutboxView, Outcome, StoreError};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, ToSql};
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// The first row received at or after a time: how `since` and `until` become row ids.
+pub const RECEIVED_SQL: &str =
+    "SELECT id FROM inbox INDEXED BY inbox_received WHERE received_at >= ?1 ORDER BY received_at, id LIMIT 1";
+
+const EVENT_COLUMNS: &str = "id, source, event_id, event_type, status, reason, attempts, next_attempt_at, received_at";
+
+/// The ordered path a listing walks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// The index of one of its filters, whose entries are in row id order within each value.
+    Index(&'static str),
+    /// The table itself, in row id order.
+    RowId,
+    /// The rows an order lists (`orders.outbox_ids`): a handful, whatever the history.
+    OrderList,
+}
+
+/// The statements one listing runs, in their order, for tests to check their plans.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListingSql {
+    /// [`RECEIVED_SQL`], once for `since` and once for `until`, when the filter has them.
+    pub time_bounds: Vec<&'static str>,
+    /// Where the scan bound falls; `None` when the path serves the whole filter (every row it yields matches).
+    pub boundary: Option<String>,
+    /// The page itself.
+    pub page: String,
+    /// The path the boundary and the page walk.
+    pub walk: Walk,
+}
+
+/// How one listing reads, with the values of its conditions.
+struct Plan {
+    sql: ListingSql,
+    /// Values of the path's own conditions, in placeholder order.
+    path_values: Vec<Value>,
+    /// Values of the conditions checked per row, in placeholder order.
+    residual_values: Vec<Value>,
+}
+
+/// Builds the statements of a listing of `table` that walks `walk` with `path` conditions (served by the walk) and
+/// checks `residual` ones on each row.
+fn plan(table: &str, columns: &str, walk: Walk, path: Vec<(&str, Value)>, residual: Vec<(&str, Value)>) -> Plan {
+    let access = match walk {
+        Walk::Index(name) => format!("INDEXED BY {name}"),
+        Walk::RowId | Walk::OrderList => "NOT INDEXED".to_owned(),
+    };
+    let mut path_sql: Vec<&str> = path.iter().map(|(sql, _)| *sql).collect();
+    path_sql.extend(["id < ?", "id >= ?"]);
+    let path_where = path_sql.join(" AND ");
+    // An order's rows are few whatever the history: they need no scan bound.
+    let boundary = (!residual.is_empty() && walk != Walk::OrderList)
+        .then(|| format!("SELECT id FROM {table} {access} WHERE {path_where} ORDER BY id DESC LIMIT 1 OFFSET ?"));
+    let mut page_where = path_where;
+    for (sql, _) in &residual {
+        page_where.push_str(" AND ");
+        page_where.push_str(sql);
+    }
+    let page = format!("SELECT {columns} FROM {table} {access} WHERE {page_where} ORDER BY id DESC LIMIT ?");
+    Plan {
+        sql: ListingSql { time_bounds: Vec::new(), boundary, page, walk },
+        path_values: path.into_iter().map(|(_, v)| v).collect(),
+        residual_values: residual.into_iter().map(|(_, v)| v).collect(),
+    }
+}
+
+fn text(s: &str) -> Value {
+    Value::Text(s.to_owned())
+}
+
+/// The listing's path for events: the status index for the statuses operators page through (everything but
+/// `processed`, the bulk of the inbox), else the type, else the source, else the status, else the row id order.
+fn event_plan(f: &EventFilter) -> Plan {
+    let status = f.status.map(Outcome::as_str);
+    let source = f.source.as_ref().map(|s| s.as_str());
+    let rare_status = status.filter(|s| *s != Outcome::Processed.as_str());
+    let (walk, path) = if let Some(s) = rare_status {
+        (Walk::Index("inbox_by_status"), Some(("status = ?", s)))
+    } else if let Some(t) = &f.event_type {
+        (Walk::Index("inbox_by_type"), Some(("event_type = ?", t.as_str())))
+    } else if let Some(s) = source {
+        (Walk::Index("inbox_by_source"), Some(("source = ?", s)))
+    } else if let Some(s) = status {
+        (Walk::Index("inbox_by_status"), Some(("status = ?", s)))
+    } else {
+        (Walk::RowId, None)
+    };
+    let served = path.map(|(sql, _)| sql);
+    let mut residual: Vec<(&str, Value)> = Vec::new();
+    for (sql, value) in [("source = ?", source), ("status = ?", status), ("event_type = ?", f.event_type.as_deref())] {
+        if let Some(v) = value.filter(|_| served != Some(sql)) {
+            residual.push((sql, text(v)));
+        }
+    }
+    if let Some(r) = &f.reason_contains {
+        residual.push(("instr(reason, ?) > 0", text(r)));
+    }
+    if let Some(since) = f.since_ms {
+        residual.push(("received_at >= ?", Value::Integer(since)));
+    }
+    if let Some(until) = f.until_ms {
+        residual.push(("received_at < ?", Value::Integer(until)));
+    }
+    let path = path.map(|(sql, v)| (sql, text(v))).into_iter().collect();
+    let mut plan = plan("inbox", EVENT_COLUMNS, walk, path, residual);
+    plan.sql.time_bounds = [f.since_ms, f.until_ms].iter().flatten().map(|_| RECEIVED_SQL).collect();
+    plan
+}
+
+/// The listing's path for outbox rows: the order's own list, else the status index for the statuses operators
+/// page through (everything but `delivered`, the bulk), else the sink, else the status, else the row id order.
+fn outbox_plan(f: &OutboxFilter) -> Plan {
+    let status = f.status.as_deref();
+    let rare_status = status.filter(|s| *s != "delivered");
+    let (walk, path) = if let Some(order) = &f.order_id {
+        let listed = "id IN (SELECT value FROM orders, json_each(orders.outbox_ids) WHERE orders.id = ?)";
+        (Walk::OrderList, Some((listed, order.as_str())))
+    } else if let Some(s) = rare_status {
+        (Walk::Index("outbox_by_status"), Some(("status = ?", s)))
+    } else if let Some(s) = &f.sink {
+        (Walk::Index("outbox_by_sink"), Some(("sink = ?", s.as_str())))
+    } else if let Some(s) = status {
+        (Walk::Index("outbox_by_status"), Some(("status = ?", s)))
+    } else {
+        (Walk::RowId, None)
+    };
+    let served = path.map(|(sql, _)| sql);
+    let mut residual: Vec<(&str, Value)> = Vec::new();
+    for (sql, value) in [("status = ?", status), ("kind = ?", f.kind.as_deref()), ("sink = ?", f.sink.as_deref())] {
+        if let Some(v) = value.filter(|_| served != Some(sql)) {
+            residual.push((sql, text(v)));
+        }
+    }
+    let path = path.map(|(sql, v)| (sql, text(v))).into_iter().collect();
+    plan("outbox", OUTBOX_COLUMNS, walk, path, residual)
+}
+
+/// The statements [`list_events`] runs for `f`.
+pub fn event_listing_sql(f: &EventFilter) -> ListingSql {
+    event_plan(f).sql
+}
+
+/// The statements [`list_outbox`] runs for `f`.
+pub fn outbox_listing_sql(f: &OutboxFilter) -> ListingSql {
+    outbox_plan(f).sql
+}
+
+/// The id range a page may read, and where the scan bound put its floor.
+struct Range {
+    below: i64,
+    from: i64,
+    stopped_at: Option<i64>,
+}
+
+/// Finds the range of ids the page reads: below the cursor (and the first row received at or after `until`), at or
+/// above the first row received at or after `since`, and no lower than `scan_rows` rows down the path. `None`
+/// when the range is empty.
+fn range(
+    conn: &Connection,
+    p: &Plan,
+    before: Option<i64>,
+    times: [Option<i64>; 2],
+    scan_rows: u32,
+) -> Result<Option<Range>> {
+    let first_received = |at: i64| -> Result<Option<i64>> {
+        conn.prepare_cached(RECEIVED_SQL)
+            .map_err(unavailable)?
+            .query_row([at], |r| r.get(0))
+            .optional()
+            .map_err(unavailable)
+    };
+    let [since, until] = times;
+    let mut from = i64::MIN;
+    if let Some(since) = since {
+        match first_received(since)? {
+            Some(id) => from = id,
+            // Nothing was received since then.
+            None => return Ok(None),
+        }
+    }
+    let mut below = before.unwrap_or(i64::MAX);
+    if let Some(until) = until
+        && let Some(id) = first_received(until)?
+    {
+        below = below.min(id);
+    }
+    if from >= below {
+        return Ok(None);
+    }
+    let mut stopped_at = None;
+    if let Some(sql) = &p.sql.boundary {
+        let mut values = p.path_values.clone();
+        values.extend([Value::Integer(below), Value::Integer(from), Value::Integer(i64::from(scan_rows.max(1)) - 1)]);
+        let floor: Option<i64> = conn
+            .prepare_cached(sql)
+            .map_err(unavailable)?
+            .query_row(rusqlite::params_from_iter(values), |r| r.get(0))
+            .optional()
+            .map_err(unavailable)?;
+        if let Some(floor) = floor {
+            from = from.max(floor);
+            stopped_at = Some(floor);
+        }
+    }
+    Ok(Some(Range { below, from, stopped_at }))
+}
+
+/// The page's placeholder values: path, range, per-row conditions, limit.
+fn page_values(p: Plan, r: &Range, limit: u32) -> Vec<Value> {
+    let mut values = p.path_values;
+    values.extend([Value::Integer(r.below), Value::Integer(r.from)]);
+    values.extend(p.residual_values);
+    values.push(Value::Integer(i64::from(limit)));
+    values
+}
+
+/// A page of rows and, when the scan bound stopped it short, where it stopped.
+fn listing<T>(rows: Vec<T>, limit: u32, r: &Range) -> Listing<T> {
+    let short = rows.len() < limit as usize;
+    Listing { rows, scan_stopped_before: r.stopped_at.filter(|_| short) }
+}
+
+/// Events, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the whole
+/// filter. Reads in one snapshot. Public (with [`list_outbox`]) so that tests count the work a listing does on a
+/// connection of their own; the store runs it on its read connections.
+pub fn list_events(conn: &Connection, f: &EventFilter, scan_rows: u32) -> Result<Listing<EventSummary>> {
+    let tx = conn.unchecked_transaction().map_err(unavailable)?;
+    let p = event_plan(f);
+    let Some(r) = range(&tx, &p, f.before, [f.since_ms, f.until_ms], scan_rows)? else {
+        return Ok(Listing::complete(Vec::new()));
+    };
+    let sql = p.sql.page.clone();
+    let mut stmt = tx.prepare_cached(&sql).map_err(unavailable)?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(page_values(p, &r, f.limit)), |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, Option<String>>(5)?,
+                r.get::<_, u32>(6)?,
+                r.get::<_, Option<i64>>(7)?,
+                r.get::<_, i64>(8)?,
+            ))
+        })
+        .map_err(unavailable)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (row_id, source, event_id, event_type, st, reason, attempts, next, received) = row.map_err(unavailable)?;
+        out.push(EventSummary {
+            row_id,
+            source,
+            event_id,
+            event_type,
+            status: outcome(&st)?,
+            reason,
+            attempts,
+            next_attempt_at_ms: next,
+            received_at_ms: received,
+        });
+    }
+    drop(stmt);
+    tx.finish().map_err(unavailable)?;
+    Ok(listing(out, f.limit, &r))
+}
+
+/// Outbox rows, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the
+/// whole filter. Reads in one snapshot.
+pub fn list_outbox(conn: &Connection, f: &OutboxFilter, scan_rows: u32) -> Result<Listing<OutboxView>> {
+    let tx = conn.unchecked_transaction().map_err(unavailable)?;
+    let p = outbox_plan(f);
+    let Some(r) = range(&tx, &p, f.before, [None, None], scan_rows)? else {
+        return Ok(Listing::complete(Vec::new()));
+    };
+    let sql = p.sql.page.clone();
+    let values = page_values(p, &r, f.limit);
+    let args: Vec<&dyn ToSql> = values.iter().map(|v| v as &dyn ToSql).collect();
+    let rows = outbox_rows(&tx, &sql, &args)?;
+    tx.finish().map_err(unavailable)?;
+    Ok(listing(rows, f.limit, &r))
+}

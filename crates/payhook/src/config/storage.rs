@@ -1,0 +1,101 @@
+//! The `[storage]` table: which backend, and its bounds (the writer's queue and batches, SQLite's readers and WAL,
+//! PostgreSQL's pool, the listings' scan bound).
+
+use super::*;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStorage {
+    pub(super) url: String,
+    pub(super) group_commit: bool,
+    pub(super) batch_max: usize,
+    pub(super) queue_depth: usize,
+    pub(super) busy_timeout_ms: u64,
+    pub(super) read_connections: usize,
+    pub(super) read_timeout_ms: u64,
+    pub(super) wal_limit_bytes: u64,
+    pub(super) wal_checkpoint_wait_ms: u64,
+    pub(super) vacuum_step_pages: u32,
+    pub(super) list_scan_rows: u32,
+    pub(super) fsync: String,
+    pub(super) pool_size: usize,
+    pub(super) writers: Option<usize>,
+    pub(super) statement_timeout_ms: u64,
+    pub(super) connect_timeout_ms: u64,
+}
+
+/// The smallest scan bound: a listing page of the most rows (`MAX_LIMIT`, plus the one that says whether more
+/// exist) must be possible to fill in one call.
+const MIN_LIST_SCAN_ROWS: u32 = payhook_server::admin::MAX_LIMIT + 1;
+
+pub(super) fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig> {
+    if raw.batch_max == 0 || raw.queue_depth == 0 {
+        bail!("storage.batch_max and storage.queue_depth must be positive");
+    }
+    let sync = match raw.fsync.as_str() {
+        // One commit per event means one fsync per event: the naive mode group commit is measured against.
+        _ if !raw.group_commit => CommitSync::InCommit,
+        "pipelined" => CommitSync::Pipelined,
+        "in-commit" => CommitSync::InCommit,
+        other => bail!("storage.fsync: {other:?} is not one of \"pipelined\", \"in-commit\""),
+    };
+    let batch_max = if raw.group_commit { raw.batch_max } else { 1 };
+    if raw.list_scan_rows < MIN_LIST_SCAN_ROWS {
+        bail!("storage.list_scan_rows: must be at least {MIN_LIST_SCAN_ROWS}, the largest page a listing returns");
+    }
+    if let Some(path) = raw.url.strip_prefix("sqlite://") {
+        if path.is_empty() {
+            bail!("storage.url: sqlite:// needs a path");
+        }
+        if raw.read_connections == 0 || raw.read_timeout_ms == 0 {
+            bail!("storage.read_connections and storage.read_timeout_ms must be positive");
+        }
+        if raw.wal_limit_bytes < 1 << 20 {
+            bail!("storage.wal_limit_bytes: must be at least 1 MiB (1048576)");
+        }
+        if raw.wal_checkpoint_wait_ms == 0 || raw.wal_checkpoint_wait_ms >= raw.busy_timeout_ms {
+            bail!("storage.wal_checkpoint_wait_ms: must be positive and below storage.busy_timeout_ms");
+        }
+        return Ok(StorageConfig::Sqlite(SqliteOptions {
+            sync,
+            path: PathBuf::from(path),
+            batch_max,
+            queue_depth: raw.queue_depth,
+            busy_timeout_ms: raw.busy_timeout_ms,
+            read_connections: raw.read_connections,
+            read_timeout_ms: raw.read_timeout_ms,
+            retry,
+            routing: Default::default(),
+            wal_limit_bytes: raw.wal_limit_bytes,
+            wal_checkpoint_wait_ms: raw.wal_checkpoint_wait_ms,
+            vacuum_step_pages: raw.vacuum_step_pages,
+            list_scan_rows: raw.list_scan_rows,
+        }));
+    }
+    if !(raw.url.starts_with("postgres://") || raw.url.starts_with("postgresql://")) {
+        // Never echo the URL: it may hold a password.
+        bail!("storage.url: unsupported scheme; use sqlite://PATH or postgres://USER@HOST:PORT/DATABASE");
+    }
+    // The parser's message names the problem without repeating the URL.
+    let mut options = PgOptions::new(&raw.url).context("storage.url")?;
+    if raw.pool_size == 0 {
+        bail!("storage.pool_size must be positive");
+    }
+    let writers = raw.writers.unwrap_or_else(|| PgOptions::default_writers(raw.pool_size));
+    if writers == 0 || writers > raw.pool_size {
+        bail!("storage.writers must be between 1 and storage.pool_size ({})", raw.pool_size);
+    }
+    if raw.connect_timeout_ms == 0 {
+        bail!("storage.connect_timeout_ms must be positive");
+    }
+    options.pool_size = raw.pool_size;
+    options.writers = writers;
+    options.statement_timeout_ms = raw.statement_timeout_ms;
+    options.connect_timeout_ms = raw.connect_timeout_ms;
+    options.pool_wait_ms = raw.connect_timeout_ms;
+    options.batch_max = batch_max;
+    options.queue_depth = raw.queue_depth;
+    options.retry = retry;
+    options.list_scan_rows = raw.list_scan_rows;
+    Ok(StorageConfig::Postgres(options))
+}
