@@ -53,6 +53,7 @@ async fn prune_all<S: Store>(store: &S, payloads_before_ms: i64, keys_before_ms:
         keys_before_ms,
         payloads_from_ms: 0,
         payloads_before_ms,
+        orders_before_ms: 0,
         limit: 500,
         now_ms: T0 + 100 * 86_400_000,
     };

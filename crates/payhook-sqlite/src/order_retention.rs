@@ -1,0 +1,132 @@
+//! Order retention: orders in a final state (refunded, disputed: see `OrderStatus::is_final`) whose last change is
+//! older than `orders_before_ms` are deleted with their history (a column of their row) and their outbox rows.
+//!
+//! The step walks the outbox, not the orders: outbox rows are appended in id order, and every transition into a
+//! final state writes one (per sink, or one `unrouted`) as it happens, so the rows of kind `order.refunded` and
+//! `order.disputed` list the orders that became final, in the order they did. A cursor persisted in
+//! `retention_cursor` (phase `orders`: the last outbox row passed, `(created_at, id)`) makes each step start where
+//! the previous one stopped; the walk needs no index beyond the outbox's rowid and writes nothing on the ingest
+//! path. A step reads at most `VISIT_FACTOR` times `limit` rows and deletes at most `limit` orders.
+//!
+//! An order is kept when one of its outbox rows is not delivered, or an event waits (deferred) on it:
+//! - a pending row or a deferred event holds the cursor (the dispatcher or the worker settles them soon), and the
+//!   order is pruned by a later step;
+//! - a dead row is passed over: it waits for an operator, maybe for ever, and must not stop the retention of every
+//!   later order. Its order stays (a later re-queue and delivery does not bring the cursor back to it).
+//!
+//! The walk stops at the first row created at or after the cut; rows after it are not read.
+
+use crate::ops::{Result, SqlResult};
+use crate::retention::VISIT_FACTOR;
+use payhook_core::event::OrderAction;
+use payhook_core::ledger::OrderStatus;
+use payhook_store::{PruneRequest, Pruned};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// The outbox rows after the cursor, in id order, at most `?2` of them.
+pub(crate) const SCAN_SQL: &str =
+    "SELECT id, created_at, kind, order_id FROM outbox WHERE id > ?1 ORDER BY id LIMIT ?2";
+
+/// What the walk does with the order of a final transition's row.
+enum Verdict {
+    /// Deleted (or already gone): move on.
+    Pass,
+    /// Waits on something that settles by itself: stop here and look again next step.
+    Hold,
+}
+
+/// One step of the order retention, in the caller's transaction.
+pub(crate) fn prune_orders(conn: &Connection, r: &PruneRequest, pruned: &mut Pruned) -> Result<()> {
+    let (mut at, mut id): (i64, i64) = conn
+        .prepare_cached("SELECT received_at, id FROM retention_cursor WHERE phase = 'orders'")
+        .db()?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .db()?;
+    let limit = u64::from(r.limit);
+    let budget = limit * VISIT_FACTOR;
+    let (mut done, mut visited) = (0, 0);
+    'scan: while done < limit && visited < budget {
+        let chunk = (budget - visited).min(limit);
+        let rows = scan(conn, id, chunk)?;
+        let exhausted = (rows.len() as u64) < chunk;
+        for (row_id, created_at, kind, order_id) in rows {
+            if done >= limit || created_at >= r.orders_before_ms {
+                break 'scan;
+            }
+            visited += 1;
+            if let Some(order_id) = order_id.filter(|_| OrderAction::is_final_kind(&kind)) {
+                match prune_order(conn, &order_id, r.orders_before_ms, pruned)? {
+                    (Verdict::Hold, _) => break 'scan,
+                    (Verdict::Pass, deleted) => done += deleted,
+                }
+            }
+            (at, id) = (created_at, row_id);
+        }
+        if exhausted {
+            break;
+        }
+    }
+    pruned.outbox_rows_visited += visited;
+    conn.prepare_cached("UPDATE retention_cursor SET received_at = ?1, id = ?2 WHERE phase = 'orders'")
+        .db()?
+        .execute(params![at, id])
+        .db()?;
+    Ok(())
+}
+
+fn scan(conn: &Connection, after: i64, limit: u64) -> Result<Vec<(i64, i64, String, Option<String>)>> {
+    conn.prepare_cached(SCAN_SQL)
+        .db()?
+        .query_map(params![after, limit as i64], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+        .db()?
+        .collect::<rusqlite::Result<_>>()
+        .db()
+}
+
+/// Deletes one order with its outbox rows if it is final, older than the cut and waited on by nothing. Returns
+/// what the walk should do, and the orders deleted (0 or 1).
+fn prune_order(conn: &Connection, order_id: &str, before_ms: i64, pruned: &mut Pruned) -> Result<(Verdict, u64)> {
+    let order: Option<(String, i64, String)> = conn
+        .prepare_cached("SELECT status, updated_at, outbox_ids FROM orders WHERE id = ?1")
+        .db()?
+        .query_row([order_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()
+        .db()?;
+    let Some((status, updated_at, outbox_ids)) = order else {
+        // Deleted through another of its rows (one per sink), or by hand.
+        return Ok((Verdict::Pass, 0));
+    };
+    if !OrderStatus::parse(&status).is_some_and(OrderStatus::is_final) {
+        return Ok((Verdict::Pass, 0));
+    }
+    if updated_at >= before_ms {
+        return Ok((Verdict::Hold, 0));
+    }
+    let (pending, dead): (i64, i64) = conn
+        .prepare_cached(
+            "SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'dead')
+             FROM outbox WHERE id IN (SELECT value FROM json_each(?1))",
+        )
+        .db()?
+        .query_row([&outbox_ids], |row| Ok((row.get(0)?, row.get(1)?)))
+        .db()?;
+    let waiting: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM inbox WHERE status = 'deferred' AND order_id = ?1)")
+        .db()?
+        .query_row([order_id], |row| row.get(0))
+        .db()?;
+    if pending > 0 || waiting {
+        return Ok((Verdict::Hold, 0));
+    }
+    if dead > 0 {
+        return Ok((Verdict::Pass, 0));
+    }
+    pruned.outbox_deleted += conn
+        .prepare_cached("DELETE FROM outbox WHERE id IN (SELECT value FROM json_each(?1))")
+        .db()?
+        .execute([&outbox_ids])
+        .db()? as u64;
+    let deleted = conn.prepare_cached("DELETE FROM orders WHERE id = ?1").db()?.execute([order_id]).db()? as u64;
+    pruned.orders_deleted += deleted;
+    Ok((Verdict::Pass, deleted))
+}
