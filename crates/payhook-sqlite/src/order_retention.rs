@@ -27,6 +27,11 @@ use rusqlite::{Connection, OptionalExtension, params};
 pub(crate) const SCAN_SQL: &str =
     "SELECT id, created_at, kind, order_id FROM outbox WHERE id > ?1 ORDER BY id LIMIT ?2";
 
+/// The pending and dead rows among an order's outbox rows (`?1`: its `outbox_ids`).
+pub(crate) const OUTBOX_STATUS_SQL: &str =
+    "SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'dead')
+     FROM outbox WHERE id IN (SELECT value FROM json_each(?1))";
+
 /// What the walk does with the order of a final transition's row.
 enum Verdict {
     /// Deleted (or already gone): move on.
@@ -103,10 +108,7 @@ fn prune_order(conn: &Connection, order_id: &str, before_ms: i64, pruned: &mut P
         return Ok((Verdict::Hold, 0));
     }
     let (pending, dead): (i64, i64) = conn
-        .prepare_cached(
-            "SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'dead')
-             FROM outbox WHERE id IN (SELECT value FROM json_each(?1))",
-        )
+        .prepare_cached(OUTBOX_STATUS_SQL)
         .db()?
         .query_row([&outbox_ids], |row| Ok((row.get(0)?, row.get(1)?)))
         .db()?;
@@ -129,4 +131,86 @@ fn prune_order(conn: &Connection, order_id: &str, before_ms: i64, pruned: &mut P
     let deleted = conn.prepare_cached("DELETE FROM orders WHERE id = ?1").db()?.execute([order_id]).db()? as u64;
     pruned.orders_deleted += deleted;
     Ok((Verdict::Pass, deleted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::StatementStatus;
+
+    /// A migrated in-memory database holding `orders` refunded orders changed at 1, 2, 3… ms, each with a
+    /// delivered `order.paid` and `order.refunded` row; every tenth one's refund row is dead (kept, passed over).
+    fn history(orders: i64) -> Connection {
+        let mut conn = Connection::open_in_memory().expect("open");
+        crate::migrate::run(&mut conn).expect("migrate");
+        let tx = conn.transaction().expect("tx");
+        {
+            let mut order = tx
+                .prepare(
+                    "INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
+                     VALUES (?1, 100, 'usd', 'refunded', ?2, ?2)",
+                )
+                .expect("prepare");
+            let mut row = tx
+                .prepare(
+                    "INSERT INTO outbox (kind, sink, order_id, source, event_id, payload, status, created_at)
+                     VALUES (?1, 'crm', ?2, 'shop', ?2, '{}', ?3, ?4)",
+                )
+                .expect("prepare");
+            for i in 1..=orders {
+                let id = format!("ord_{i}");
+                order.execute(params![id, i]).expect("order");
+                row.execute(params!["order.paid", id, "delivered", i]).expect("paid row");
+                let refund = if i % 10 == 0 { "dead" } else { "delivered" };
+                row.execute(params!["order.refunded", id, refund, i]).expect("refund row");
+            }
+        }
+        tx.commit().expect("commit");
+        conn
+    }
+
+    /// The SQLite VM steps `sql` (a cached statement) took since the last call.
+    fn vm_steps(conn: &Connection, sql: &str) -> i32 {
+        let stmt = conn.prepare_cached(sql).expect("cached statement");
+        let steps = stmt.get_status(StatementStatus::VmStep);
+        stmt.reset_status(StatementStatus::VmStep);
+        steps
+    }
+
+    #[test]
+    fn deleting_orders_costs_the_same_per_order_early_and_late_in_a_long_history() {
+        let conn = history(60_000);
+        let r = PruneRequest {
+            keys_before_ms: 0,
+            payloads_from_ms: 0,
+            payloads_before_ms: 0,
+            orders_before_ms: 60_001,
+            limit: 1_000,
+            now_ms: 1 << 40,
+        };
+        let mut steps = Vec::new();
+        loop {
+            let mut step = Pruned::default();
+            let started = std::time::Instant::now();
+            prune_orders(&conn, &r, &mut step).expect("prune");
+            let elapsed = started.elapsed();
+            steps.push((step, vm_steps(&conn, SCAN_SQL), vm_steps(&conn, OUTBOX_STATUS_SQL), elapsed));
+            if !step.more(r.limit) {
+                break;
+            }
+            assert!(steps.len() < 200, "order retention makes no progress: {:?}", &steps[steps.len() - 3..]);
+        }
+        let deleted: u64 = steps.iter().map(|(p, ..)| p.orders_deleted).sum();
+        let rows: u64 = steps.iter().map(|(p, ..)| p.outbox_deleted).sum();
+        assert_eq!((deleted, rows), (54_000, 108_000), "every refunded order goes but those with a dead row");
+        let (first, late) = (&steps[0], &steps[50]);
+        assert_eq!((first.0.orders_deleted, late.0.orders_deleted), (1_000, 1_000), "{first:?} {late:?}");
+        assert!(late.0.outbox_rows_visited <= first.0.outbox_rows_visited + 2, "{first:?} {late:?}");
+        // The 51st step, with 50,000 orders deleted behind it, does what the first one did.
+        assert!(late.1 <= first.1 + first.1 / 10, "scan VM steps: first {}, 51st {}", first.1, late.1);
+        assert!(late.2 <= first.2 + first.2 / 10, "outbox status VM steps: first {}, 51st {}", first.2, late.2);
+        eprintln!("first step {:?}, 51st step {:?}", first.3, late.3);
+        let kept: i64 = conn.query_row("SELECT count(*) FROM orders", [], |r| r.get(0)).expect("count");
+        assert_eq!(kept, 6_000, "orders with a dead row stay");
+    }
 }

@@ -159,13 +159,14 @@ async fn clearing_the_payloads_of_small_deliveries_gives_back_about_their_size()
     let cleared = prune_all(&*store, T0 + SMALL_EVENTS, T0).await;
     assert_eq!(cleared.payloads_cleared, SMALL_EVENTS as u64, "{cleared:?}");
     let after = checkpointed_bytes(&path);
+    let freed = full.saturating_sub(after);
     eprintln!(
-        "{SMALL_EVENTS} payloads of {payload_bytes} bytes in inbox_payloads: {full} -> {after} bytes ({} fewer, {:.0} %)",
-        full - after,
-        100.0 * (full - after) as f64 / payload_bytes as f64
+        "{SMALL_EVENTS} payloads of {payload_bytes} bytes in inbox_payloads: {full} -> {after} bytes ({freed} fewer, \
+         {:.0} %)",
+        100.0 * freed as f64 / payload_bytes as f64
     );
     assert!(
-        full - after >= payload_bytes * 8 / 10,
+        freed >= payload_bytes * 8 / 10,
         "clearing {payload_bytes} bytes of payloads shrank the file from {full} to {after} bytes only"
     );
 
@@ -192,7 +193,7 @@ async fn clearing_the_payloads_of_small_deliveries_gives_back_about_their_size()
     let old_full = checkpointed_bytes(old.path());
     prune_all(&old, T0 + SMALL_EVENTS, T0).await;
     let old_after = checkpointed_bytes(old.path());
+    let old_freed = old_full.saturating_sub(old_after);
     eprintln!("the same payloads in the inbox rows: {old_full} -> {old_after} bytes");
-    assert!(old_full - old_after < payload_bytes / 10, "{old_full} -> {old_after}");
-    assert!(old_full - old_after + payload_bytes / 2 < full - after, "{old_full} -> {old_after}, {full} -> {after}");
+    assert!(old_freed < payload_bytes / 10, "{old_full} -> {old_after}");
 }
