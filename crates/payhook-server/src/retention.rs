@@ -81,7 +81,10 @@ impl RetentionMetrics {
     /// Appends the retention families to a scrape.
     pub(crate) fn render_into(&self, out: &mut String) {
         let name = "payhook_pruned_total";
-        let _ = writeln!(out, "# HELP {name} Rows removed by this process's retention task since it started, by kind.");
+        let _ = writeln!(
+            out,
+            "# HELP {name} What this process's retention task removed since it started: rows by kind, and free pages given back."
+        );
         let _ = writeln!(out, "# TYPE {name} counter");
         for (what, n) in [
             ("events", &self.events),
