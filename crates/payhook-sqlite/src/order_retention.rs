@@ -79,7 +79,10 @@ pub(crate) fn prune_orders(conn: &Connection, r: &PruneRequest, pruned: &mut Pru
     Ok(())
 }
 
-fn scan(conn: &Connection, after: i64, limit: u64) -> Result<Vec<(i64, i64, String, Option<String>)>> {
+/// An outbox row as the walk reads it: id, created_at, kind, order id.
+type Scanned = (i64, i64, String, Option<String>);
+
+fn scan(conn: &Connection, after: i64, limit: u64) -> Result<Vec<Scanned>> {
     conn.prepare_cached(SCAN_SQL)
         .db()?
         .query_map(params![after, limit as i64], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
