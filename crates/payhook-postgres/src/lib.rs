@@ -59,6 +59,7 @@ mod tls;
 mod writer;
 
 pub use error::PgError;
+pub use order_retention::SCAN_SQL as ORDER_RETENTION_SCAN;
 pub use read::STATS_STATEMENTS;
 pub use tls::{SslMode, TlsConfigError, TlsError, TlsOptions, TlsProblem};
 pub use writer::{BatchFailed, BatchStats};

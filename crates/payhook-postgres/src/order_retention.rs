@@ -32,7 +32,7 @@ const VISIT_FACTOR: i64 = 4;
 /// The outbox rows after the cursor (`$1`), at most `$2`, each with what decides its order's fate when the row
 /// records a final transition (`$3`: those kinds): the order's status and last change, its pending and dead outbox
 /// rows, and whether an event is deferred on it.
-const SCAN_SQL: &str = "
+pub const SCAN_SQL: &str = "
     WITH r AS (SELECT id, created_at, kind, order_id FROM outbox WHERE id > $1 ORDER BY id LIMIT $2)
     SELECT r.id, r.created_at, o.id, o.status, o.updated_at,
            CASE WHEN o.id IS NOT NULL THEN

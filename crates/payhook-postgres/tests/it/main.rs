@@ -11,6 +11,7 @@
 //! * `instances`: several stores (instances) on one schema: migrations once, dedup across them, leases (deferred
 //!   events and outbox rows) split by `SKIP LOCKED`, one alert per window and one effect per replay across them,
 //!   no deadlock with dead letters and alerts in overlapping batches.
+//! * `order_retention`: deleting settled orders costs the same per order however many went before.
 //! * `probe`: the ping answers on a connection of its own while every pooled connection is held.
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
 //! * `tls`: each `sslmode` against a server of its own with `ssl = on` that rejects plaintext: `require` and
@@ -23,6 +24,7 @@ mod contract;
 mod counters;
 mod faults;
 mod instances;
+mod order_retention;
 mod probe;
 mod resilience;
 mod tls;
