@@ -172,6 +172,38 @@ mod tests {
         conn
     }
 
+    /// Each order is checked on its own row too: one changed after the cut (another process's clock, an
+    /// operator) holds the cursor, one that is not final (changed by hand) is passed over and kept.
+    #[test]
+    fn an_order_changed_after_the_cut_holds_the_walk_and_one_not_final_is_kept() {
+        let conn = history(4);
+        conn.execute("UPDATE orders SET status = 'paid' WHERE id = 'ord_1'", []).expect("not final");
+        conn.execute("UPDATE orders SET updated_at = 100 WHERE id = 'ord_3'", []).expect("changed later");
+        let r = PruneRequest {
+            keys_before_ms: 0,
+            payloads_from_ms: 0,
+            payloads_before_ms: 0,
+            orders_before_ms: 50,
+            limit: 1_000,
+            now_ms: 1 << 40,
+        };
+        let mut step = Pruned::default();
+        prune_orders(&conn, &r, &mut step).expect("prune");
+        let left: Vec<String> = conn
+            .prepare("SELECT id FROM orders ORDER BY id")
+            .expect("prepare")
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<rusqlite::Result<_>>()
+            .expect("rows");
+        assert_eq!(left, ["ord_1", "ord_3", "ord_4"], "{step:?}");
+        assert_eq!((step.orders_deleted, step.outbox_rows_visited), (1, 6), "the walk stops at ord_3's refund row");
+        conn.execute("UPDATE orders SET updated_at = 3 WHERE id = 'ord_3'", []).expect("back");
+        let mut step = Pruned::default();
+        prune_orders(&conn, &r, &mut step).expect("prune");
+        assert_eq!(step.orders_deleted, 2, "ord_3 and ord_4 go once ord_3's last change is before the cut");
+    }
+
     /// The SQLite VM steps `sql` (a cached statement) took since the last call.
     fn vm_steps(conn: &Connection, sql: &str) -> i32 {
         let stmt = conn.prepare_cached(sql).expect("cached statement");
