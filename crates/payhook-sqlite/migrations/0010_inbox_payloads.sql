@@ -14,6 +14,11 @@ CREATE TABLE inbox_payloads (
     headers  TEXT    NOT NULL,      -- as inbox.headers: every value of a repeated header, as sent
     body     BLOB    NOT NULL       -- the raw bytes the signature was verified on
 );
+-- A deleted inbox row takes its payload with it, whoever deletes it: this version's retention, an older process's
+-- on the same file (which knows nothing of this table), an operator's SQL.
+CREATE TRIGGER inbox_payload_deleted AFTER DELETE ON inbox BEGIN
+    DELETE FROM inbox_payloads WHERE inbox_id = OLD.id;
+END;
 
 -- Order retention resumes where it stopped: a position (created_at, id) in the outbox, whose rows are appended in
 -- id order and record every final transition (order.refunded, order.disputed) as it happens.

@@ -144,7 +144,7 @@ fn delete(conn: &Connection, row: &Row, pruned: &mut Pruned) -> Result<u64> {
             .db()? as u64;
     }
     conn.prepare_cached("DELETE FROM inbox_attempts WHERE inbox_id = ?1").db()?.execute([row.id]).db()?;
-    conn.prepare_cached("DELETE FROM inbox_payloads WHERE inbox_id = ?1").db()?.execute([row.id]).db()?;
+    // Its payload, if it has one in `inbox_payloads`, goes with it (trigger `inbox_payload_deleted`).
     let deleted = conn.prepare_cached("DELETE FROM inbox WHERE id = ?1").db()?.execute([row.id]).db()? as u64;
     pruned.events_deleted += deleted;
     Ok(deleted)

@@ -240,6 +240,13 @@ async fn payloads_stored_in_the_inbox_rows_are_read_replayed_and_cleared_in_plac
         )
         .expect("row");
     assert_eq!((apart, inline), (new.raw_body.len() as i64, 0));
+    // An older process on the same file deletes inbox rows knowing nothing of `inbox_payloads`: the payload goes
+    // with its row all the same.
+    register_new(&store, new_order("ord_d", 100, T0)).await;
+    assert_eq!(ingest(&store, pay("evt_gone", "ord_d", 100, T0 + 1)).await, processed());
+    side.execute("DELETE FROM inbox WHERE event_id = 'evt_gone'", []).expect("an older process's delete");
+    let payloads: i64 = side.query_row("SELECT count(*) FROM inbox_payloads", [], |r| r.get(0)).expect("count");
+    assert_eq!(payloads, 1, "only evt_new's payload is left");
 
     // An old dead letter replayed under its real id keeps its bytes.
     register_new(&store, new_order("ord_p", 100, T0)).await;
