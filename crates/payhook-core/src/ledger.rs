@@ -49,6 +49,20 @@ impl OrderStatus {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|st| st.as_str() == s)
     }
+
+    /// Whether no transition leads out of this state (refunded, disputed): no later event can change the order,
+    /// so the order retention may delete it once nothing else waits on it. A paid order is not final: a refund or
+    /// a dispute may still arrive, for months.
+    pub fn is_final(self) -> bool {
+        !OrderAction::ALL.iter().any(|action| action.legal_from().contains(&self))
+    }
+}
+
+impl OrderAction {
+    /// Whether an outbox row of `kind` records a transition into a final state ([`OrderStatus::is_final`]).
+    pub fn is_final_kind(kind: &str) -> bool {
+        Self::ALL.iter().any(|action| action.outbox_kind() == kind && action.target().is_final())
+    }
 }
 
 impl fmt::Display for OrderStatus {
@@ -190,6 +204,16 @@ mod tests {
 
     fn plan_for(action: OrderAction) -> Plan {
         plan(&Effect::Order { order_id: OrderId::parse("o1").unwrap(), action, money: Some(money(100)) }).unwrap()
+    }
+
+    #[test]
+    fn refunded_and_disputed_are_the_final_states_and_their_receipts_the_final_kinds() {
+        let finals: Vec<OrderStatus> = OrderStatus::ALL.into_iter().filter(|s| s.is_final()).collect();
+        assert_eq!(finals, [OrderStatus::Refunded, OrderStatus::Disputed]);
+        let kinds: Vec<&str> =
+            OrderAction::ALL.iter().map(|a| a.outbox_kind()).filter(|k| OrderAction::is_final_kind(k)).collect();
+        assert_eq!(kinds, ["order.refunded", "order.disputed"]);
+        assert!(!OrderAction::is_final_kind("order.paid") && !OrderAction::is_final_kind("_alert"));
     }
 
     #[test]

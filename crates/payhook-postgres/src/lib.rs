@@ -20,6 +20,8 @@
 //! - `outbox`: the dispatchers' claims (`FOR UPDATE SKIP LOCKED` under a lease), outcomes recorded by the lease
 //!   holder only, re-queueing dead rows, and alerts (`payhook_raise_alert`, race-free across instances).
 //! - `read`: queries and listings; an order and its history, an event and what it caused, come from one snapshot.
+//! - `retention` and `order_retention`: pruning steps (settled events and payloads; settled orders with their
+//!   outbox rows, walked from a persisted cursor).
 //! - `counters`: the row counters behind `stats` (deltas appended by triggers, folded into totals) and their
 //!   recount.
 //! - `pipeline`: sending several statements before reading any answer, in a guaranteed order.
@@ -48,6 +50,7 @@ mod error;
 mod listing;
 mod migrate;
 mod ops;
+mod order_retention;
 mod outbox;
 mod pipeline;
 mod pool;
@@ -58,6 +61,7 @@ mod writer;
 
 pub use error::PgError;
 pub use listing::{ListingSql, RECEIVED_SQL, Walk, event_listing_sql, outbox_listing_sql};
+pub use order_retention::SCAN_SQL as ORDER_RETENTION_SCAN;
 pub use read::STATS_STATEMENTS;
 pub use tls::{SslMode, TlsConfigError, TlsError, TlsOptions, TlsProblem};
 pub use writer::{BatchFailed, BatchStats};

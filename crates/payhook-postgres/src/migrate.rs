@@ -16,6 +16,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0005_billing_audit_by_event.sql"),
     include_str!("../migrations/0006_counters.sql"),
     include_str!("../migrations/0008_listing_indexes.sql"),
+    include_str!("../migrations/0009_order_retention.sql"),
 ];
 
 /// Brings the schema up to date. Returns the number of migrations applied.

@@ -53,10 +53,12 @@ pub(crate) async fn prune(pool: &Pool, r: &PruneRequest) -> Result<Pruned, Store
         }
     })
     .await?;
-    Ok(Pruned {
+    let mut pruned = Pruned {
         events_deleted: events as u64,
         business_keys_deleted: keys as u64,
         payloads_cleared: cleared,
         ..Pruned::default()
-    })
+    };
+    crate::order_retention::prune_orders(pool, r, &mut pruned).await?;
+    Ok(pruned)
 }

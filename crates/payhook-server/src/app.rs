@@ -77,6 +77,8 @@ pub struct AppState<S> {
     pub(crate) dispatcher_task: OnceLock<AbortHandle>,
     /// The public listener's connection counters.
     pub(crate) connections: Arc<ConnectionMetrics>,
+    /// What the retention task removed.
+    pub(crate) retention_metrics: Arc<crate::retention::RetentionMetrics>,
 }
 
 impl<S> AppState<S> {
@@ -222,6 +224,7 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
     });
     let mut body = body;
     state.connections.render_into(&mut body);
+    state.retention_metrics.render_into(&mut body);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
@@ -293,6 +296,7 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     let dispatcher_wake = Arc::new(Notify::new());
     let dispatcher = Dispatcher::new(Arc::clone(&store), &settings, Arc::clone(&dispatcher_wake));
     let auth = AuthGate::new(&settings.auth);
+    let retention_metrics = Arc::new(crate::retention::RetentionMetrics::new(&settings.retention));
     let state = Arc::new(AppState {
         store,
         settings,
@@ -307,6 +311,7 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         worker_task: OnceLock::new(),
         dispatcher_task: OnceLock::new(),
         connections: Arc::new(ConnectionMetrics::default()),
+        retention_metrics,
     });
     let cancel = CancellationToken::new();
     let app = router(Arc::clone(&state));
@@ -331,7 +336,12 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         let _ = state.dispatcher_task.set(task.abort_handle());
     }
     let prune_task = state.settings.retention.enabled.then(|| {
-        tokio::spawn(crate::retention::run(Arc::clone(&state.store), state.settings.retention.clone(), cancel.clone()))
+        tokio::spawn(crate::retention::run(
+            Arc::clone(&state.store),
+            state.settings.retention.clone(),
+            Arc::clone(&state.retention_metrics),
+            cancel.clone(),
+        ))
     });
     Ok(Running {
         addr,

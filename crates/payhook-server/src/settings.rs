@@ -104,8 +104,8 @@ impl Default for AuthSettings {
     }
 }
 
-/// How long settled events (processed, duplicate, ignored) keep their payloads and their dedup keys. Dead letters
-/// and deferred events are never pruned.
+/// How long settled events (processed, duplicate, ignored) keep their payloads and their dedup keys, and settled
+/// orders their rows. Dead letters and deferred events are never pruned.
 #[derive(Debug, Clone)]
 pub struct RetentionSettings {
     /// Run the pruning task in this process.
@@ -115,6 +115,10 @@ pub struct RetentionSettings {
     /// Events and their event-id and business keys are deleted after this many milliseconds: a provider's
     /// redelivery older than this is no longer recognised by id (the ledger's guards still stop a second effect).
     pub keys_ms: i64,
+    /// Orders in a final state (refunded, disputed) are deleted with their history and outbox rows this many
+    /// milliseconds after their last change, unless one of their outbox rows is pending or dead or an event is
+    /// deferred on them. At least `keys_ms` (the configuration checks it).
+    pub orders_ms: i64,
     /// Time between two pruning runs, in milliseconds.
     pub interval_ms: u64,
     /// Events per pruning step (one short transaction).
@@ -134,6 +138,7 @@ impl Default for RetentionSettings {
             enabled: true,
             payloads_ms: 7 * DAY_MS,
             keys_ms: 30 * DAY_MS,
+            orders_ms: 550 * DAY_MS,
             interval_ms: 3_600_000,
             batch: 1_000,
             pause_percent: 100,

@@ -8,7 +8,8 @@
 //! - `counters`: the row counters behind `stats`, and their recount.
 //! - `migrate`: embedded migrations tracked by `PRAGMA user_version`.
 //! - `checkpoint`: the checkpointer thread, which keeps the WAL under `wal_limit_bytes`.
-//! - `retention`: pruning steps that resume from a persisted cursor and give free pages back.
+//! - `retention`: pruning steps that resume from a persisted cursor and give free pages back;
+//!   `order_retention`: the step that deletes settled orders with their outbox rows.
 //! - [`compact`]: the offline conversion of an older file to `auto_vacuum = INCREMENTAL`.
 //!
 //! Durability: WAL with `synchronous = FULL`, so a commit (and therefore a 2xx) survives power loss. Several
@@ -22,6 +23,7 @@ mod failpoint;
 mod listing;
 mod migrate;
 mod ops;
+mod order_retention;
 mod pool;
 mod read;
 mod retention;

@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0007_billing_audit_by_event.sql"),
     include_str!("../migrations/0008_counters.sql"),
     include_str!("../migrations/0009_retention_cursor.sql"),
+    include_str!("../migrations/0010_inbox_payloads.sql"),
     include_str!("../migrations/0011_listing_indexes.sql"),
 ];
 

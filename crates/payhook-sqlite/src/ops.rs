@@ -45,11 +45,12 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, headers_json: &str, ctx: &
         None | Some(Effect::Ignored) => None,
         Some(effect) => Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?),
     };
+    // The payload goes into `inbox_payloads` (below); the inbox row holds its cleared form.
     let inserted = conn
         .prepare_cached(
             "INSERT INTO inbox (source, event_id, event_type, occurred_at, business_key, effect, status, reason,
                                 received_at, updated_at, verification, headers, body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, ?11, ?12)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, '{}', x'')
              ON CONFLICT (source, event_id) DO NOTHING",
         )
         .db()?
@@ -64,17 +65,19 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, headers_json: &str, ctx: &
             reason,
             d.received_at_ms,
             d.verification,
-            headers_json,
-            d.raw_body,
         ])
         .db()?;
     if inserted == 0 {
         return Ok(Recorded { outcome: Outcome::Duplicate, detail: None });
     }
+    let row_id = conn.last_insert_rowid();
+    conn.prepare_cached("INSERT INTO inbox_payloads (inbox_id, headers, body) VALUES (?1, ?2, ?3)")
+        .db()?
+        .execute(params![row_id, headers_json, d.raw_body])
+        .db()?;
     if fires_on("sqlite::after_inbox_insert", conn) {
         return Err(injected("sqlite::after_inbox_insert"));
     }
-    let row_id = conn.last_insert_rowid();
     let now_ms = d.received_at_ms;
     let source = d.source.as_str();
     let event_id = d.parsed.event_id().as_str();
@@ -729,6 +732,18 @@ pub(crate) fn replay(
                 now_ms
             ])
             .db()?;
+        let new_row = conn.last_insert_rowid();
+        if inserted > 0 {
+            // The payload goes with it (a row stored before `inbox_payloads` has none there: its own columns
+            // were copied above).
+            conn.prepare_cached(
+                "INSERT INTO inbox_payloads (inbox_id, headers, body)
+                 SELECT ?1, headers, body FROM inbox_payloads WHERE inbox_id = ?2",
+            )
+            .db()?
+            .execute(params![new_row, row_id])
+            .db()?;
+        }
         let retired =
             Recorded { outcome: Outcome::Duplicate, detail: Some(format!("replayed as event {}", event.event_id)) };
         conn.prepare_cached(
@@ -744,7 +759,7 @@ pub(crate) fn replay(
                 detail: Some(format!("event {} was already recorded", event.event_id)),
             }));
         }
-        conn.last_insert_rowid()
+        new_row
     };
     let recorded = if event.effect == Effect::Ignored {
         Recorded { outcome: Outcome::Ignored, detail: None }

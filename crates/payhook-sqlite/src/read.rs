@@ -152,9 +152,13 @@ fn event_in(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<
     );
     let row: Option<Row> = conn
         .prepare_cached(
-            "SELECT id, event_type, business_key, effect, status, reason, attempts, next_attempt_at, received_at,
-                    verification, headers, body
-             FROM inbox WHERE source = ?1 AND event_id = ?2",
+            // The payload is in `inbox_payloads`, or in the row itself when it was stored before that table
+            // existed (or by an older process on the same file); cleared, it is in neither.
+            "SELECT i.id, i.event_type, i.business_key, i.effect, i.status, i.reason, i.attempts,
+                    i.next_attempt_at, i.received_at, i.verification,
+                    coalesce(p.headers, i.headers), coalesce(p.body, i.body)
+             FROM inbox i LEFT JOIN inbox_payloads p ON p.inbox_id = i.id
+             WHERE i.source = ?1 AND i.event_id = ?2",
         )
         .map_err(unavailable)?
         .query_row(params![src.as_str(), id.as_str()], |r| {

@@ -62,13 +62,14 @@ pub(crate) fn prune(conn: &Connection, r: &PruneRequest, vacuum_pages: u32) -> R
     let mut pruned = Pruned::default();
     phase(conn, Phase::Keys, r.keys_before_ms, r, &mut pruned)?;
     phase(conn, Phase::Payloads, r.payloads_before_ms, r, &mut pruned)?;
+    crate::order_retention::prune_orders(conn, r, &mut pruned)?;
     release_pages(conn, vacuum_pages, &mut pruned)?;
     Ok(pruned)
 }
 
 /// Rows a phase may pass over in one step without pruning them (dead letters, payloads already cleared), in
 /// multiples of the step's limit: a long run of them is crossed over a few steps, each still short.
-const VISIT_FACTOR: u64 = 4;
+pub(crate) const VISIT_FACTOR: u64 = 4;
 
 fn phase(conn: &Connection, phase: Phase, before_ms: i64, r: &PruneRequest, pruned: &mut Pruned) -> Result<()> {
     let (mut at, mut id): (i64, i64) = conn
@@ -143,13 +144,17 @@ fn delete(conn: &Connection, row: &Row, pruned: &mut Pruned) -> Result<u64> {
             .db()? as u64;
     }
     conn.prepare_cached("DELETE FROM inbox_attempts WHERE inbox_id = ?1").db()?.execute([row.id]).db()?;
+    // Its payload, if it has one in `inbox_payloads`, goes with it (trigger `inbox_payload_deleted`).
     let deleted = conn.prepare_cached("DELETE FROM inbox WHERE id = ?1").db()?.execute([row.id]).db()? as u64;
     pruned.events_deleted += deleted;
     Ok(deleted)
 }
 
-/// Clears a settled event's body and headers; returns the events cleared (0 or 1).
+/// Clears a settled event's body and headers; returns the events cleared (0 or 1). The payload of a delivery
+/// stored since migration 0010 is a row of `inbox_payloads`: deleting it, with the neighbours the same step
+/// deletes, empties whole pages. A row stored before keeps its payload in its own columns, cleared in place.
 fn clear(conn: &Connection, row: &Row, now_ms: i64, pruned: &mut Pruned) -> Result<u64> {
+    conn.prepare_cached("DELETE FROM inbox_payloads WHERE inbox_id = ?1").db()?.execute([row.id]).db()?;
     let cleared = conn
         .prepare_cached("UPDATE inbox SET body = x'', headers = '{}', pruned_at = ?2 WHERE id = ?1")
         .db()?
@@ -224,7 +229,14 @@ mod tests {
     }
 
     fn request(payloads_before_ms: i64, keys_before_ms: i64) -> PruneRequest {
-        PruneRequest { keys_before_ms, payloads_from_ms: 0, payloads_before_ms, limit: 1_000, now_ms: 1 << 40 }
+        PruneRequest {
+            keys_before_ms,
+            payloads_from_ms: 0,
+            payloads_before_ms,
+            orders_before_ms: 0,
+            limit: 1_000,
+            now_ms: 1 << 40,
+        }
     }
 
     /// Runs steps until none is left, returning each step's result and the VM steps its scans took.

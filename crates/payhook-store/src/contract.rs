@@ -29,9 +29,11 @@ pub use payhook_core::retry::RetryPolicy;
 mod billing;
 mod counters;
 mod listings;
+mod order_retention;
 pub use billing::*;
 pub use counters::*;
 pub use listings::*;
+pub use order_retention::*;
 
 /// What a contract case needs its fresh store to be configured with.
 #[derive(Debug, Clone)]
@@ -99,6 +101,9 @@ macro_rules! store_contract_tests {
                 the_end_of_a_subscription_revokes_its_entitlements,
                 a_signature_nonce_is_claimed_once_and_forgotten_after_its_window,
                 pruning_removes_only_settled_events_older_than_the_retention,
+            ],
+            $crate::contract::setup($crate::contract::test_policy(), $crate::contract::retention_routing()) => [
+                settled_orders_are_pruned_with_their_outbox_rows_unless_something_still_waits_on_them,
             ],
             $crate::contract::setup($crate::contract::two_attempt_policy(), $crate::contract::test_routing()) => [
                 a_deferred_event_is_dead_lettered_when_its_retry_budget_is_spent,

@@ -166,7 +166,8 @@ pub trait Store: Send + Sync + 'static {
     fn claim_nonce(&self, claim: NonceClaim) -> impl Future<Output = Result<NonceClaimed, StoreError>> + Send;
 
     /// One bounded pruning step of the retention policy. A dedup key (an event's row, its business key) younger
-    /// than `keys_before_ms` is never removed.
+    /// than `keys_before_ms` is never removed, nor an order that is not final, changed after `orders_before_ms`,
+    /// has an outbox row pending or dead, or has an event deferred on it.
     fn prune(&self, request: PruneRequest) -> impl Future<Output = Result<Pruned, StoreError>> + Send;
 
     /// Checks that the database answers, on a connection of its own where the backend has one: a readiness probe

@@ -706,6 +706,10 @@ pub struct PruneRequest {
     pub payloads_from_ms: i64,
     /// See `payloads_from_ms`.
     pub payloads_before_ms: i64,
+    /// Orders in a final state (refunded, disputed: no transition leads out of them) whose last change is older
+    /// than this (unix ms) are deleted with their history and outbox rows: the order retention. An order with an
+    /// outbox row still pending or dead, or with an event deferred on it, is kept. 0 prunes no order.
+    pub orders_before_ms: i64,
     /// At most this many events of each kind per step, so a step is a short transaction.
     pub limit: u32,
     /// When pruning happens, unix ms (recorded on cleared rows).
@@ -721,6 +725,13 @@ pub struct Pruned {
     pub business_keys_deleted: u64,
     /// Events whose raw body and headers were cleared.
     pub payloads_cleared: u64,
+    /// Orders deleted with their history.
+    pub orders_deleted: u64,
+    /// Outbox rows deleted with their orders.
+    pub outbox_deleted: u64,
+    /// Outbox rows the order step examined: it walks the outbox in id order from its cursor and looks at the rows
+    /// that record a final transition (`order.refunded`, `order.disputed`); 0 from a backend that does not count.
+    pub outbox_rows_visited: u64,
     /// Inbox rows the step examined, pruned or passed over (dead letters); 0 from a backend that does not count
     /// them. A step resuming where the previous one stopped visits about as many rows as it prunes.
     pub rows_visited: u64,
@@ -736,6 +747,8 @@ impl Pruned {
         self.events_deleted >= u64::from(limit)
             || self.payloads_cleared >= u64::from(limit)
             || self.rows_visited >= u64::from(limit)
+            || self.orders_deleted >= u64::from(limit)
+            || self.outbox_rows_visited >= u64::from(limit)
             || (self.pages_released > 0 && self.pages_free > 0)
     }
 
@@ -744,6 +757,9 @@ impl Pruned {
         self.events_deleted += step.events_deleted;
         self.business_keys_deleted += step.business_keys_deleted;
         self.payloads_cleared += step.payloads_cleared;
+        self.orders_deleted += step.orders_deleted;
+        self.outbox_deleted += step.outbox_deleted;
+        self.outbox_rows_visited += step.outbox_rows_visited;
         self.rows_visited += step.rows_visited;
         self.pages_released += step.pages_released;
         self.pages_free = step.pages_free;

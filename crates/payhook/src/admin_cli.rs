@@ -41,7 +41,9 @@ pub enum AdminCommand {
     Stats(StatsArgs),
     /// Apply the retention policy now (what the server's pruning task does every `retention.interval_secs`):
     /// settled events lose their payloads after `retention.payloads_days` and their dedup keys after
-    /// `retention.keys_days`. Dead letters and deferred events are never pruned.
+    /// `retention.keys_days`; refunded and disputed orders go with their outbox rows after
+    /// `retention.orders_days`. Dead letters, deferred events and orders with undelivered outbox rows are never
+    /// pruned.
     Prune(JsonFlag),
     /// Grow the database by N stored deliveries (paid orders) through the store's own operations, for scale
     /// benchmarks. Stop every server on the database first.
@@ -309,8 +311,14 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
                 payhook_server::retention::prune_all(store, &settings.retention, now_ms(), 0, min_pause).await?;
             print_or(out.json, &pruned, || {
                 println!(
-                    "pruned: {} events deleted with {} business keys; {} payloads cleared; {} free pages released",
-                    pruned.events_deleted, pruned.business_keys_deleted, pruned.payloads_cleared, pruned.pages_released
+                    "pruned: {} events deleted with {} business keys; {} payloads cleared; {} orders deleted with \
+                     {} outbox rows; {} free pages released",
+                    pruned.events_deleted,
+                    pruned.business_keys_deleted,
+                    pruned.payloads_cleared,
+                    pruned.orders_deleted,
+                    pruned.outbox_deleted,
+                    pruned.pages_released
                 );
             })
         }

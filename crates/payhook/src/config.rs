@@ -20,9 +20,11 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+mod retention;
 mod server;
 mod storage;
 
+use retention::{RawRetention, resolve_retention};
 pub use server::TokenOrigin;
 use server::{RawServer, resolve_api_token, resolve_auth, resolve_listener};
 use storage::{RawStorage, resolve_storage};
@@ -71,18 +73,6 @@ struct RawDispatcher {
     poll_interval_ms: u64,
     lease_ms: i64,
     retry: RetryPolicy,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRetention {
-    enabled: bool,
-    payloads_days: u32,
-    keys_days: u32,
-    interval_secs: u64,
-    batch: u32,
-    pause_percent: u32,
-    cli_min_pause_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -520,28 +510,6 @@ fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
         signer,
         timeout_ms: s.timeout_ms.max(1),
         max_in_flight: s.max_in_flight.max(1),
-    })
-}
-
-fn resolve_retention(r: &RawRetention) -> Result<RetentionSettings> {
-    const DAY_MS: i64 = 86_400_000;
-    if r.keys_days < 3 {
-        bail!("retention.keys_days: must be at least 3, as providers redeliver for up to 3 days");
-    }
-    if r.payloads_days == 0 || r.payloads_days > r.keys_days {
-        bail!("retention.payloads_days: must be between 1 and retention.keys_days ({})", r.keys_days);
-    }
-    if r.interval_secs == 0 || r.batch == 0 {
-        bail!("retention.interval_secs and retention.batch must be positive");
-    }
-    Ok(RetentionSettings {
-        enabled: r.enabled,
-        payloads_ms: i64::from(r.payloads_days) * DAY_MS,
-        keys_ms: i64::from(r.keys_days) * DAY_MS,
-        interval_ms: r.interval_secs.saturating_mul(1000),
-        batch: r.batch,
-        pause_percent: r.pause_percent,
-        cli_min_pause_ms: r.cli_min_pause_ms,
     })
 }
 

@@ -12,6 +12,7 @@
 //!   events and outbox rows) split by `SKIP LOCKED`, one alert per window and one effect per replay across them,
 //!   no deadlock with dead letters and alerts in overlapping batches.
 //! * `listings`: every listing walks an index matching its filter or is a bounded scan (the plan of each shape).
+//! * `order_retention`: deleting settled orders costs the same per order however many went before.
 //! * `probe`: the ping answers on a connection of its own while every pooled connection is held.
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
 //! * `tls`: each `sslmode` against a server of its own with `ssl = on` that rejects plaintext: `require` and
@@ -25,6 +26,7 @@ mod counters;
 mod faults;
 mod instances;
 mod listings;
+mod order_retention;
 mod probe;
 mod resilience;
 mod tls;

@@ -101,3 +101,39 @@ async fn ingest_keeps_its_rate_while_pruning_runs_in_the_server_or_as_a_second_p
     assert!(beside_cli >= 0.9 * alone, "beside `payhook prune`: {beside_cli:.0}/s against {alone:.0}/s alone");
     assert!(in_server_lasted && beside_cli_lasted, "pruning went on through both measurements");
 }
+
+/// The server's retention task deletes a refunded order older than `orders_days` with its outbox rows, and counts
+/// what it removed in `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retention_task_deletes_settled_orders_and_counts_them_in_the_metrics() {
+    use crate::helpers::TestApp;
+    use payhook_store::contract::{new_order, order_id, pay, refund};
+    let app = TestApp::spawn_with(|s, _| {
+        s.retention.interval_ms = 50;
+        s.retention.orders_ms = 40 * DAY_MS;
+    })
+    .await;
+    let old = now_ms() - 41 * DAY_MS;
+    app.store.register_order(new_order("ord_old", 100, old)).await.expect("register");
+    app.store.ingest(pay("evt_old_pay", "ord_old", 100, old + 1)).await.expect("pay");
+    app.store.ingest(refund("evt_old_refund", "ord_old", 100, old + 2)).await.expect("refund");
+    app.store.register_order(new_order("ord_new", 100, now_ms())).await.expect("register");
+    app.store.ingest(refund("evt_new_refund", "ord_new", 100, now_ms())).await.expect("refund");
+
+    let series = |text: &str, name: &str| -> Option<f64> {
+        text.lines().find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let (_, text) = app.get_text_authorized("/metrics").await;
+        if series(&text, r#"payhook_pruned_total{what="orders"}"#) == Some(1.0) || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(series(&text, r#"payhook_pruned_total{what="orders"}"#), Some(1.0), "{text}");
+    assert_eq!(series(&text, r#"payhook_pruned_total{what="outbox_rows"}"#), Some(2.0), "{text}");
+    assert_eq!(series(&text, "payhook_retention_orders_age_seconds"), Some((40 * DAY_MS / 1000) as f64));
+    assert!(app.store.order(&order_id("ord_old")).await.expect("order").is_none(), "the old refunded order is gone");
+    assert!(app.store.order(&order_id("ord_new")).await.expect("order").is_some(), "the young one stays");
+}

@@ -4,10 +4,10 @@ use crate::{TempStore, side_connection};
 use payhook_core::ledger::OrderStatus;
 use payhook_sqlite::{SqliteOptions, SqliteStore};
 use payhook_store::contract::{
-    BASE_MS, T0, claim, claim_due, event_view, ingest, new_order, order_view, pay, processed, register_new, retry,
-    stats, test_policy, unparseable,
+    BASE_MS, T0, claim, claim_due, event_id, event_view, headers, ingest, new_order, order_view, pay, processed,
+    register_new, retry, source, stats, test_policy, unparseable,
 };
-use payhook_store::{Outcome, Registered, Retried, Stats, Store};
+use payhook_store::{Outcome, PruneRequest, Registered, Replayed, Retried, Stats, Store};
 use std::path::Path;
 
 fn reopen(path: &Path) -> SqliteStore {
@@ -16,7 +16,7 @@ fn reopen(path: &Path) -> SqliteStore {
 
 /// A database file as an older build left it: the first `version` migrations applied, then `rows` inserted.
 fn file_at_schema(version: usize, rows: &str) -> (tempfile::TempDir, std::path::PathBuf) {
-    const OLD: [&str; 7] = [
+    const OLD: [&str; 9] = [
         include_str!("../../migrations/0001_init.sql"),
         include_str!("../../migrations/0002_outbox_dispatch.sql"),
         include_str!("../../migrations/0003_billing.sql"),
@@ -24,6 +24,8 @@ fn file_at_schema(version: usize, rows: &str) -> (tempfile::TempDir, std::path::
         include_str!("../../migrations/0005_history_in_orders.sql"),
         include_str!("../../migrations/0006_outbox_ids_in_orders.sql"),
         include_str!("../../migrations/0007_billing_audit_by_event.sql"),
+        include_str!("../../migrations/0008_counters.sql"),
+        include_str!("../../migrations/0009_retention_cursor.sql"),
     ];
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("old.db");
@@ -196,5 +198,78 @@ async fn counters_start_from_a_full_count_of_an_older_file() {
     assert_eq!(store.recount().await.expect("recount").drift, []);
     register_new(&store, new_order("ord_o", 100, T0)).await;
     assert_eq!(Stats::count(&stats(&store).await.orders, "pending"), 2);
+    store.shutdown();
+}
+
+/// A file written before payloads moved out of the inbox rows (schema 9) is not rewritten: its rows keep their
+/// payloads where they are, and are read, replayed and cleared there, while new deliveries put theirs in
+/// `inbox_payloads`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_stored_in_the_inbox_rows_are_read_replayed_and_cleared_in_place() {
+    let paid = pay("evt_p1", "ord_p", 100, T0);
+    let (_dir, path) = file_at_schema(
+        9,
+        &format!(
+            "INSERT INTO inbox (source, event_id, status, received_at, updated_at, verification, headers, body)
+                 VALUES ('shop', 'evt_old', 'processed', {T0}, {T0}, 'hmac', '{headers}', x'6f6c6420626f6479'),
+                        ('shop', 'sha256:p1', 'dead_lettered', {T0}, {T0}, 'hmac', '{headers}', x'{body}');",
+            headers = headers().to_json(),
+            body = paid.raw_body.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        ),
+    );
+    let store = reopen(&path);
+    assert_eq!(user_version(&path), SqliteStore::schema_version());
+    let side = side_connection(&path);
+    let moved: i64 = side.query_row("SELECT count(*) FROM inbox_payloads", [], |r| r.get(0)).expect("count");
+    assert_eq!(moved, 0, "the migration moves nothing");
+    let old = event_view(&store, "evt_old").await;
+    assert_eq!((old.raw_body.as_slice(), &old.headers), (&b"old body"[..], &headers()));
+
+    // A new delivery keeps its payload apart from its inbox row.
+    register_new(&store, new_order("ord_n", 100, T0)).await;
+    let new = pay("evt_new", "ord_n", 100, T0 + 1);
+    assert_eq!(ingest(&store, new.clone()).await, processed());
+    let view = event_view(&store, "evt_new").await;
+    assert_eq!((&view.raw_body, &view.headers), (&new.raw_body, &headers()));
+    let (apart, inline): (i64, i64) = side
+        .query_row(
+            "SELECT (SELECT length(body) FROM inbox_payloads WHERE inbox_id = i.id), length(i.body)
+             FROM inbox i WHERE event_id = 'evt_new'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("row");
+    assert_eq!((apart, inline), (new.raw_body.len() as i64, 0));
+    // An older process on the same file deletes inbox rows knowing nothing of `inbox_payloads`: the payload goes
+    // with its row all the same.
+    register_new(&store, new_order("ord_d", 100, T0)).await;
+    assert_eq!(ingest(&store, pay("evt_gone", "ord_d", 100, T0 + 1)).await, processed());
+    side.execute("DELETE FROM inbox WHERE event_id = 'evt_gone'", []).expect("an older process's delete");
+    let payloads: i64 = side.query_row("SELECT count(*) FROM inbox_payloads", [], |r| r.get(0)).expect("count");
+    assert_eq!(payloads, 1, "only evt_new's payload is left");
+
+    // An old dead letter replayed under its real id keeps its bytes.
+    register_new(&store, new_order("ord_p", 100, T0)).await;
+    let replayed = store.replay(&source(), &event_id("sha256:p1"), paid.parsed.clone(), T0 + 2).await.expect("replay");
+    assert_eq!(replayed, Replayed::Done(processed()));
+    assert_eq!(event_view(&store, "evt_p1").await.raw_body, paid.raw_body);
+
+    // Payload retention clears both kinds.
+    let request = PruneRequest {
+        keys_before_ms: 0,
+        payloads_from_ms: 0,
+        payloads_before_ms: T0 + 10,
+        orders_before_ms: 0,
+        limit: 100,
+        now_ms: T0 + 10,
+    };
+    let pruned = store.prune(request).await.expect("prune");
+    assert_eq!(pruned.payloads_cleared, 4, "{pruned:?}");
+    for id in ["evt_old", "evt_new", "evt_p1", "sha256:p1"] {
+        let view = event_view(&store, id).await;
+        assert!(view.raw_body.is_empty() && view.headers.is_empty(), "{id}: {view:?}");
+    }
+    let left: i64 = side.query_row("SELECT count(*) FROM inbox_payloads", [], |r| r.get(0)).expect("count");
+    assert_eq!(left, 0);
     store.shutdown();
 }

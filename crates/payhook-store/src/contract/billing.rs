@@ -289,6 +289,7 @@ pub async fn pruning_removes_only_settled_events_older_than_the_retention<S: Sto
         keys_before_ms: now - 30 * DAY,
         payloads_from_ms,
         payloads_before_ms: now - 7 * DAY,
+        orders_before_ms: 0,
         limit: 1,
         now_ms: now,
     };

@@ -55,6 +55,7 @@ pub async fn stats_equal_a_full_count_after_a_mixed_workload<S: Store>(store: S)
         keys_before_ms: now - 30 * DAY,
         payloads_from_ms: 0,
         payloads_before_ms: now,
+        orders_before_ms: 0,
         limit: 2,
         now_ms: now,
     };

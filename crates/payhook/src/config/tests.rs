@@ -85,6 +85,16 @@ fn retention_must_outlast_provider_redeliveries() {
 }
 
 #[test]
+fn settled_orders_are_kept_at_least_as_long_as_the_dedup_keys() {
+    let c = Config::from_toml("", "f.toml", None).unwrap();
+    assert_eq!(c.settings.retention.orders_ms, 550 * 86_400_000);
+    let err = format!("{:#}", Config::from_toml("[retention]\norders_days = 29\n", "f.toml", None).unwrap_err());
+    assert!(err.contains("f.toml:2: retention.orders_days: must be at least retention.keys_days (30)"), "{err}");
+    let c = Config::from_toml("[retention]\norders_days = 30\n", "f.toml", None).unwrap();
+    assert_eq!(c.settings.retention.orders_ms, 30 * 86_400_000);
+}
+
+#[test]
 fn the_wal_bound_and_pruning_pace_come_from_the_configuration() {
     let c = Config::from_toml("", "f.toml", None).unwrap();
     let o = sqlite(&c);
