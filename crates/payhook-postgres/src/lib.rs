@@ -104,6 +104,10 @@ pub struct PgOptions {
     pub batch_max: usize,
     /// Jobs waiting for a batch beyond this are refused with [`StoreError::Overloaded`].
     pub queue_depth: usize,
+    /// How long creating or detaching an inbox partition waits for its lock on the inbox (both need a short
+    /// exclusive lock, and every delivery queues behind a waiting one); given up, the next pruning step tries
+    /// again.
+    pub partition_lock_timeout_ms: u64,
     /// Backoff for deferred events.
     pub retry: RetryPolicy,
     /// Which sinks receive which outbox kinds, forwards and alerts.
@@ -112,7 +116,7 @@ pub struct PgOptions {
 
 impl PgOptions {
     /// Defaults for `url`: a pool of 16 with 4 writers, group commit of up to [`MAX_BATCH`] jobs, a queue of
-    /// 4096, 5 s statement and connect timeouts; `sslmode=prefer` unless the string says otherwise. A
+    /// 4096, 5 s statement and connect timeouts, 1 s for a partition's lock; `sslmode=prefer` unless the string says otherwise. A
     /// `sslrootcert` file is read here, so that a missing or empty one is found before anything starts.
     pub fn new(url: &str) -> Result<Self, PgError> {
         let split = tls::split(url)?;
@@ -130,6 +134,7 @@ impl PgOptions {
             pool_wait_ms: 5_000,
             batch_max: MAX_BATCH,
             queue_depth: 4096,
+            partition_lock_timeout_ms: 1_000,
             retry: RetryPolicy::default(),
             routing: payhook_store::Routing::default(),
         })
@@ -193,6 +198,8 @@ pub struct PgStore {
     /// `ping`'s own pool of one connection, opened when first needed and re-created after a failure: a probe never
     /// waits behind queries and batches for one of `pool`'s.
     probe: Pool,
+    /// See [`PgOptions::partition_lock_timeout_ms`].
+    partition_lock_timeout_ms: i32,
     ping_timeout: Duration,
 }
 
@@ -208,6 +215,15 @@ impl PgStore {
         let mut client = pool::get(&pool).await?;
         migrate::run(&mut client).await?;
         drop(client);
+        let partition_lock_timeout_ms = i32::try_from(options.partition_lock_timeout_ms).unwrap_or(i32::MAX);
+        // Today's and tomorrow's partitions, so that deliveries land in them from the start (the retention task
+        // keeps creating them ahead).
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        if !retention::ensure_partitions(&pool, now_ms, partition_lock_timeout_ms).await? {
+            tracing::warn!("today's inbox partition could not be created in time; the next pruning step tries again");
+        }
         let ctx = Arc::new(ops::Ctx { retry: options.retry.clone(), routing: options.routing.clone() });
         let writer = writer::Writer::spawn(
             pool.clone(),
@@ -225,8 +241,15 @@ impl PgStore {
             others: Arc::new(Semaphore::new((pool_size - writers).max(1))),
             ctx,
             probe,
+            partition_lock_timeout_ms,
             ping_timeout: Duration::from_millis(options.connect_timeout_ms.max(1)),
         })
+    }
+
+    /// Creates the inbox partitions of the day of `now_ms` and of the next day if they are missing, as the store
+    /// does when it opens and at every pruning step. False when the lock was not had in time.
+    pub async fn ensure_partitions(&self, now_ms: i64) -> Result<bool, StoreError> {
+        retention::ensure_partitions(&self.pool, now_ms, self.partition_lock_timeout_ms).await
     }
 
     /// The schema version this build migrates to.
@@ -361,7 +384,7 @@ impl Store for PgStore {
 
     async fn prune(&self, request: PruneRequest) -> Result<Pruned, StoreError> {
         let _turn = self.turn().await?;
-        retention::prune(&self.pool, &request).await
+        retention::prune(&self.pool, &request, self.partition_lock_timeout_ms).await
     }
 
     /// On a connection of its own, outside the pool and its limits: readiness must not look like an outage while

@@ -49,11 +49,14 @@ const CLAIM_SQL: &str = "WITH due AS (
 const REPLAY_ROW_SQL: &str = "SELECT id, status, attempts FROM inbox WHERE source = $1 AND event_id = $2 FOR UPDATE";
 const REPLAY_REPARSED_SQL: &str = "UPDATE inbox SET event_type = $3, occurred_at = $4, business_key = $5, effect = $6
      WHERE source = $1 AND event_id = $2";
-const REPLAY_RECORD_SQL: &str = "INSERT INTO inbox (source, event_id, event_type, occurred_at, business_key, effect,
-                        status, attempts, received_at, updated_at, verification, headers, body)
-     SELECT source, $3, $4, $5, $6, $7, 'processed', $8, received_at, $9, verification, headers, body
-     FROM inbox WHERE source = $1 AND event_id = $2
-     ON CONFLICT (source, event_id) DO NOTHING
+/// Claims the replayed event's own key, then copies the derived row under it into the held partition (it keeps
+/// the original `received_at`, so it is pruned row by row like the other rows held there).
+const REPLAY_RECORD_SQL: &str = "WITH claimed AS (
+         INSERT INTO inbox_keys (source, event_id) VALUES ($1, $3) ON CONFLICT DO NOTHING RETURNING 1)
+     INSERT INTO inbox (source, event_id, event_type, occurred_at, business_key, effect,
+                        status, attempts, received_at, updated_at, verification, headers, body, bucket)
+     SELECT source, $3, $4, $5, $6, $7, 'processed', $8, received_at, $9, verification, headers, body, 0
+     FROM inbox WHERE source = $1 AND event_id = $2 AND EXISTS (SELECT 1 FROM claimed)
      RETURNING id";
 
 /// The status that asks `payhook_ingest_batch` to record a billing delivery without applying it (its outcome).

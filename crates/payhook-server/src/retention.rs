@@ -58,6 +58,9 @@ pub(crate) async fn run<S: Store>(store: Arc<S>, retention: RetentionSettings, c
                         business_keys_deleted = total.business_keys_deleted,
                         payloads_cleared = total.payloads_cleared,
                         pages_released = total.pages_released,
+                        partitions_detached = total.partitions_detached,
+                        partitions_dropped = total.partitions_dropped,
+                        partition_lock_timeouts = total.partition_lock_timeouts,
                         "pruned by the retention policy"
                     );
                 }

@@ -152,6 +152,7 @@ struct RawStorage {
     writers: Option<usize>,
     statement_timeout_ms: u64,
     connect_timeout_ms: u64,
+    partition_lock_timeout_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -602,6 +603,10 @@ fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig>
     options.statement_timeout_ms = raw.statement_timeout_ms;
     options.connect_timeout_ms = raw.connect_timeout_ms;
     options.pool_wait_ms = raw.connect_timeout_ms;
+    if raw.partition_lock_timeout_ms == 0 || raw.partition_lock_timeout_ms > i32::MAX as u64 {
+        bail!("storage.partition_lock_timeout_ms must be between 1 and {}", i32::MAX);
+    }
+    options.partition_lock_timeout_ms = raw.partition_lock_timeout_ms;
     options.batch_max = batch_max;
     options.queue_depth = raw.queue_depth;
     options.retry = retry;

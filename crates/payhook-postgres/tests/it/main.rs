@@ -11,6 +11,9 @@
 //! * `instances`: several stores (instances) on one schema: migrations once, dedup across them, leases (deferred
 //!   events and outbox rows) split by `SKIP LOCKED`, one alert per window and one effect per replay across them,
 //!   no deadlock with dead letters and alerts in overlapping batches.
+//! * `partitions`: retention drops whole days of the inbox: old days' partitions are gone, dead letters and
+//!   deferred events moved to the held partition survive and can be replayed, keys go with their day, counters
+//!   stay exact; two instances prune at once while deliveries arrive.
 //! * `probe`: the ping answers on a connection of its own while every pooled connection is held.
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
 //! * `tls`: each `sslmode` against a server of its own with `ssl = on` that rejects plaintext: `require` and
@@ -23,6 +26,7 @@ mod contract;
 mod counters;
 mod faults;
 mod instances;
+mod partitions;
 mod probe;
 mod resilience;
 mod tls;
