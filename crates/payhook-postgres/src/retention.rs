@@ -20,15 +20,18 @@ const DETACH_SQL: &str = "SELECT detached, events, lock_timed_out FROM payhook_d
 /// Forgets the keys of up to `$1` events of a detached day, and drops it when none is left.
 const FORGET_SQL: &str = "SELECT events, business_keys, dropped FROM payhook_forget_gone($1)";
 
+/// The buckets of the rows in the default partition (days that had no partition when they arrived).
+const STRAY_BUCKETS_SQL: &str = "SELECT coalesce(array_agg(DISTINCT bucket), '{}') FROM inbox_default";
+
 /// Deletes old settled events of the held and default partitions with the business keys they hold (a duplicate's
 /// key belongs to the event that applied it) and their attempt log; their event-id keys go with them (a trigger).
-/// Day partitions are dropped whole instead: the held bucket (0) and the days of rows in the default partition
-/// (days without a partition) are the only ones read.
+/// Day partitions are dropped whole instead. `BUCKETS` is replaced by the held bucket (0) and those of the default
+/// partition's rows, as literals, so that the plan names only those two partitions: a day partition holding the
+/// key cut is never walked row by row.
 const DELETE_SQL: &str = "
     WITH old AS (
         SELECT bucket, id, source, event_id, business_key FROM inbox
-        WHERE bucket = ANY (ARRAY(SELECT DISTINCT d.bucket FROM inbox_default d) || 0)
-          AND received_at < $1 AND status IN ('processed', 'duplicate', 'ignored')
+        WHERE bucket IN (BUCKETS) AND received_at < $1 AND status IN ('processed', 'duplicate', 'ignored')
         ORDER BY received_at LIMIT $2
         FOR UPDATE SKIP LOCKED
     ), keys AS (
@@ -112,7 +115,11 @@ pub(crate) async fn prune(pool: &Pool, r: &PruneRequest, lock_timeout_ms: i32) -
 
     let (events, keys) = rerun_on_conflict(pool, "prune", || {
         async |client: &Object| {
-            let stmt = client.prepare_cached(DELETE_SQL).await?;
+            let strays = client.prepare_cached(STRAY_BUCKETS_SQL).await?;
+            let buckets: Vec<i32> = client.query_one(&strays, &[]).await?.get(0);
+            // Integers, formatted here: nothing of the text comes from outside.
+            let list: Vec<String> = std::iter::once(0).chain(buckets).map(|b| b.to_string()).collect();
+            let stmt = client.prepare_cached(&DELETE_SQL.replace("BUCKETS", &list.join(", "))).await?;
             let row = client.query_one(&stmt, &[&r.keys_before_ms, &limit]).await?;
             Ok((row.get::<_, i64>(0), row.get::<_, i64>(1)))
         }

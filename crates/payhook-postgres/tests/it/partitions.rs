@@ -243,3 +243,92 @@ async fn two_instances_prune_at_once_while_deliveries_arrive_and_nothing_is_lost
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// `n` settled events of day `day` (each with its event-id and business key and a 300-byte body), written in bulk
+/// into `bucket`: the day's own partition, or 0 (the held partition, pruned row by row as the whole inbox was
+/// before partitioning).
+async fn bulk_day(side: &tokio_postgres::Client, n: i64, day: i64, bucket: i32) {
+    let n = i32::try_from(n).expect("a day's events fit an integer");
+    side.execute(
+        "INSERT INTO inbox_keys (source, event_id) SELECT 'shop', 'bulk_' || g FROM generate_series(1, $1) g",
+        &[&n],
+    )
+    .await
+    .expect("keys");
+    side.execute(
+        "INSERT INTO business_keys (source, key, event_id, created_at)
+         SELECT 'shop', 'bk_' || g, 'bulk_' || g, $2 FROM generate_series(1, $1) g",
+        &[&n, &day],
+    )
+    .await
+    .expect("business keys");
+    side.execute(
+        "INSERT INTO inbox (source, event_id, event_type, business_key, status, received_at, updated_at, verification,
+                            headers, body, bucket)
+         SELECT 'shop', 'bulk_' || g, 'payment_intent.succeeded', 'bk_' || g, 'processed', $2::bigint + g, $2::bigint + g,
+                'v', '{}',
+                convert_to(repeat('x', 300), 'UTF8'), $3
+         FROM generate_series(1, $1) g",
+        &[&n, &day, &bucket],
+    )
+    .await
+    .expect("rows");
+    side.batch_execute("ANALYZE").await.expect("analyze");
+}
+
+async fn inbox_bytes(side: &tokio_postgres::Client) -> i64 {
+    side.query_one(
+        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+         WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND c.relname LIKE 'inbox\\_%'
+           AND c.relname NOT IN ('inbox_keys', 'inbox_attempts')",
+        &[],
+    )
+    .await
+    .expect("size")
+    .get(0)
+}
+
+/// The same day of settled events pruned both ways. Dropping its partition returns its space at once and deletes
+/// only the narrow keys row by row; deleting its rows leaves the table as large as before, for vacuum. Prints the
+/// times; `PAYHOOK_PARTITION_ROWS` sets the day's size (default 20,000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_day_returns_its_space_where_deleting_its_rows_does_not() {
+    let Some(url) = test_url() else { return };
+    let n: i64 = std::env::var("PAYHOOK_PARTITION_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let now = D0 + 40 * DAY;
+    let mut results = Vec::new();
+    for by_partition in [true, false] {
+        let store = TempStore::open(&url, test_policy()).await;
+        let side = store.schema().side().await;
+        assert!(store.pg().ensure_partitions(D0).await.expect("partitions"));
+        bulk_day(&side, n, D0, if by_partition { (D0 / DAY) as i32 } else { 0 }).await;
+        let before = inbox_bytes(&side).await;
+        let started = std::time::Instant::now();
+        let total = prune_all(&store, request(now, 1_000)).await;
+        let took = started.elapsed();
+        let after = inbox_bytes(&side).await;
+        assert_eq!(total.events_deleted, n as u64, "{total:?}");
+        assert_eq!(total.business_keys_deleted, n as u64, "{total:?}");
+        let left: i64 = side.query_one("SELECT count(*) FROM inbox_keys", &[]).await.expect("keys").get(0);
+        assert_eq!(left, 0, "every event-id key went with its event");
+        assert_eq!(store.recount().await.expect("recount").drift, []);
+        let how = if by_partition { "partition drop" } else { "row deletes" };
+        eprintln!(
+            "{how}: {n} events pruned in {} ms ({} steps of 1000); inbox tables {} kB before, {} kB after",
+            took.as_millis(),
+            (n + 999) / 1000,
+            before / 1024,
+            after / 1024
+        );
+        results.push((before, after));
+    }
+    let [(dropped_before, dropped_after), (deleted_before, deleted_after)] = results[..] else { unreachable!() };
+    assert!(
+        dropped_after * 4 < dropped_before,
+        "the dropped day's space is returned: {dropped_before} → {dropped_after}"
+    );
+    assert!(
+        deleted_after * 10 >= deleted_before * 9,
+        "deleted rows keep their space until a vacuum: {deleted_before} → {deleted_after}"
+    );
+}
