@@ -40,13 +40,11 @@ async fn prune_all<S: Store>(store: &S, request: PruneRequest) -> Pruned {
 }
 
 /// The partition of day `i` (`inbox_YYYYMMDD`).
-fn day_name(side: &tokio_postgres::Client, i: i64) -> impl Future<Output = String> + '_ {
-    async move {
-        side.query_one("SELECT payhook_day_partition($1)", &[&(((D0 + i * DAY) / DAY) as i32)])
-            .await
-            .expect("partition name")
-            .get(0)
-    }
+async fn day_name(side: &tokio_postgres::Client, i: i64) -> String {
+    side.query_one("SELECT payhook_day_partition($1)", &[&(((D0 + i * DAY) / DAY) as i32)])
+        .await
+        .expect("partition name")
+        .get(0)
 }
 
 /// Tables of the schema whose name starts with `prefix`.
