@@ -69,6 +69,7 @@ use payhook_store::{
     Recounted, Registered, Replayed, Retried, Stats, Store, StoreError, SubscriptionView,
 };
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
@@ -184,6 +185,14 @@ impl PgOptions {
     }
 }
 
+/// Partitions detached and dropped by this store's pruning, and partition locks it gave up on.
+#[derive(Debug, Default)]
+struct PartitionCounters {
+    detached: AtomicU64,
+    dropped: AtomicU64,
+    lock_timeouts: AtomicU64,
+}
+
 /// The PostgreSQL store. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct PgStore {
@@ -200,6 +209,8 @@ pub struct PgStore {
     probe: Pool,
     /// See [`PgOptions::partition_lock_timeout_ms`].
     partition_lock_timeout_ms: i32,
+    /// What pruning did with the inbox's partitions, for the metrics.
+    partitions: PartitionCounters,
     ping_timeout: Duration,
 }
 
@@ -221,8 +232,10 @@ impl PgStore {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let partitions = PartitionCounters::default();
         if !retention::ensure_partitions(&pool, now_ms, partition_lock_timeout_ms).await? {
             tracing::warn!("today's inbox partition could not be created in time; the next pruning step tries again");
+            partitions.lock_timeouts.fetch_add(1, Ordering::Relaxed);
         }
         let ctx = Arc::new(ops::Ctx { retry: options.retry.clone(), routing: options.routing.clone() });
         let writer = writer::Writer::spawn(
@@ -242,6 +255,7 @@ impl PgStore {
             ctx,
             probe,
             partition_lock_timeout_ms,
+            partitions,
             ping_timeout: Duration::from_millis(options.connect_timeout_ms.max(1)),
         })
     }
@@ -249,7 +263,11 @@ impl PgStore {
     /// Creates the inbox partitions of the day of `now_ms` and of the next day if they are missing, as the store
     /// does when it opens and at every pruning step. False when the lock was not had in time.
     pub async fn ensure_partitions(&self, now_ms: i64) -> Result<bool, StoreError> {
-        retention::ensure_partitions(&self.pool, now_ms, self.partition_lock_timeout_ms).await
+        let created = retention::ensure_partitions(&self.pool, now_ms, self.partition_lock_timeout_ms).await?;
+        if !created {
+            self.partitions.lock_timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(created)
     }
 
     /// The schema version this build migrates to.
@@ -384,7 +402,12 @@ impl Store for PgStore {
 
     async fn prune(&self, request: PruneRequest) -> Result<Pruned, StoreError> {
         let _turn = self.turn().await?;
-        retention::prune(&self.pool, &request, self.partition_lock_timeout_ms).await
+        let pruned = retention::prune(&self.pool, &request, self.partition_lock_timeout_ms).await?;
+        let p = &self.partitions;
+        p.detached.fetch_add(pruned.partitions_detached, Ordering::Relaxed);
+        p.dropped.fetch_add(pruned.partitions_dropped, Ordering::Relaxed);
+        p.lock_timeouts.fetch_add(pruned.partition_lock_timeouts, Ordering::Relaxed);
+        Ok(pruned)
     }
 
     /// On a connection of its own, outside the pool and its limits: readiness must not look like an outage while
@@ -394,6 +417,12 @@ impl Store for PgStore {
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {
-        self.writer.metrics()
+        let p = &self.partitions;
+        let partitions = payhook_store::metrics::PartitionMetrics {
+            detached: p.detached.load(Ordering::Relaxed),
+            dropped: p.dropped.load(Ordering::Relaxed),
+            lock_timeouts: p.lock_timeouts.load(Ordering::Relaxed),
+        };
+        payhook_store::metrics::WriterMetrics { partitions: Some(partitions), ..self.writer.metrics() }
     }
 }

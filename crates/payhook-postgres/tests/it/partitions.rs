@@ -8,8 +8,10 @@ use payhook_store::contract::{
     T0, claim, claim_due, event_id, event_view, ignored, ingest, new_order, pay, processed, register_new, retry,
     source, test_policy, unparseable,
 };
+use payhook_store::metrics::PartitionMetrics;
 use payhook_store::{Outcome, PruneRequest, Pruned, Replayed, Retried, Store};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const DAY: i64 = 86_400_000;
 /// Midnight UTC after [`T0`]: day `i` of the tests starts at `D0 + i * DAY`.
@@ -125,6 +127,8 @@ async fn days_past_the_key_retention_are_dropped_whole_and_dead_letters_and_defe
     assert_eq!((total.partitions_detached, total.partitions_dropped), (6, 6), "{total:?}");
     assert_eq!(total.business_keys_deleted, 5 * 4, "the payments' business keys: {total:?}");
     assert_eq!(total.partition_lock_timeouts, 0, "{total:?}");
+    let metrics = store.pg().writer_metrics().partitions;
+    assert_eq!(metrics, Some(PartitionMetrics { detached: 6, dropped: 6, lock_timeouts: 0 }));
     let after = partitions(&side).await;
     for day in &old_days {
         assert!(!after.contains(day), "{day} is still attached: {after:?}");
@@ -329,4 +333,39 @@ async fn dropping_a_day_returns_its_space_where_deleting_its_rows_does_not() {
         deleted_after * 10 >= deleted_before * 9,
         "deleted rows keep their space until a vacuum: {deleted_before} → {deleted_after}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detach_waits_at_most_the_partition_lock_timeout_and_the_next_step_does_it() {
+    let Some(url) = test_url() else { return };
+    let store = TempStore::open_with(&url, test_policy(), |o| o.partition_lock_timeout_ms = 200).await;
+    let side = store.schema().side().await;
+    assert!(store.pg().ensure_partitions(D0).await.expect("partitions"));
+    assert_eq!(ingest(&store, ignored("evt_old", "customer.updated", D0 + 1)).await.outcome, Outcome::Ignored);
+    let now = D0 + 40 * DAY;
+    assert!(store.pg().ensure_partitions(now).await.expect("partitions"));
+
+    // A long transaction that has read the inbox keeps the exclusive lock of a detach away.
+    let reader = store.schema().side().await;
+    reader.batch_execute("BEGIN; SELECT count(*) FROM inbox").await.expect("a long reader");
+    let started = Instant::now();
+    let step = store.prune(request(now, 100)).await.expect("prune");
+    let waited = started.elapsed();
+    assert_eq!((step.partitions_detached, step.partition_lock_timeouts, step.events_deleted), (0, 1, 0), "{step:?}");
+    assert!(waited < Duration::from_secs(2), "the step gave up after its lock timeout: {waited:?}");
+    assert!(partitions(&side).await.contains(&day_name(&side, 0).await), "the day is still there");
+    let metrics = store.pg().writer_metrics().partitions.expect("partition metrics");
+    assert_eq!(metrics.lock_timeouts, 1, "{metrics:?}");
+    // Deliveries go on meanwhile.
+    assert_eq!(ingest(&store, ignored("evt_new", "customer.updated", now)).await.outcome, Outcome::Ignored);
+
+    reader.batch_execute("COMMIT").await.expect("the reader ends");
+    let total = prune_all(&store, request(now, 100)).await;
+    assert_eq!(
+        (total.partitions_detached, total.events_deleted, total.partition_lock_timeouts),
+        (2, 1, 0),
+        "{total:?}"
+    );
+    assert!(store.event(&source(), &event_id("evt_old")).await.expect("event").is_none());
+    assert_eq!(store.recount().await.expect("recount").drift, []);
 }
