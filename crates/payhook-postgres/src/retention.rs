@@ -26,8 +26,8 @@ const STRAY_BUCKETS_SQL: &str = "SELECT coalesce(array_agg(DISTINCT bucket), '{}
 /// Deletes old settled events of the held and default partitions with the business keys they hold (a duplicate's
 /// key belongs to the event that applied it) and their attempt log; their event-id keys go with them (a trigger).
 /// Day partitions are dropped whole instead. `BUCKETS` is replaced by the held bucket (0) and those of the default
-/// partition's rows, as literals, so that the plan names only those two partitions: a day partition holding the
-/// key cut is never walked row by row.
+/// partition's rows, as literals, so that the plan names only those two partitions, in the rows chosen and in the
+/// delete: a day partition holding the key cut is never walked row by row.
 const DELETE_SQL: &str = "
     WITH old AS (
         SELECT bucket, id, source, event_id, business_key FROM inbox
@@ -41,21 +41,13 @@ const DELETE_SQL: &str = "
     ), attempts AS (
         DELETE FROM inbox_attempts a USING old WHERE a.inbox_id = old.id RETURNING 1
     ), gone AS (
-        DELETE FROM inbox i USING old WHERE i.bucket = old.bucket AND i.id = old.id RETURNING 1
+        DELETE FROM inbox i USING old
+        WHERE i.bucket IN (BUCKETS) AND i.bucket = old.bucket AND i.id = old.id RETURNING 1
     )
     SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM keys), (SELECT count(*) FROM attempts)";
 
 /// Clears the raw body and headers of settled events in the payload window.
-const CLEAR_SQL: &str = "
-    WITH p AS (
-        SELECT bucket, id FROM inbox
-        WHERE received_at >= $1 AND received_at < $2 AND status IN ('processed', 'duplicate', 'ignored')
-          AND pruned_at IS NULL
-        ORDER BY received_at LIMIT $3
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE inbox i SET body = '\\x'::bytea, headers = '{}', pruned_at = $4
-    FROM p WHERE i.bucket = p.bucket AND i.id = p.id";
+const CLEAR_SQL: &str = "SELECT payhook_clear_payloads($1, $2, $3, $4)";
 
 /// Creates the partitions of the day of `now_ms` and the next one, if missing. False when the lock on the inbox
 /// was not had within `lock_timeout_ms` (inserts of those days go to the default partition meanwhile).
@@ -128,13 +120,15 @@ pub(crate) async fn prune(pool: &Pool, r: &PruneRequest, lock_timeout_ms: i32) -
     let cleared = rerun_on_conflict(pool, "payload pruning", || {
         async |client: &Object| {
             let stmt = client.prepare_cached(CLEAR_SQL).await?;
-            Ok(client.execute(&stmt, &[&r.payloads_from_ms, &r.payloads_before_ms, &limit, &r.now_ms]).await?)
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                [&r.payloads_from_ms, &r.payloads_before_ms, &limit_i32, &r.now_ms];
+            Ok(client.query_one(&stmt, &params).await?.get::<_, i32>(0))
         }
     })
     .await?;
     pruned.events_deleted = (events + detached_events) as u64;
     pruned.business_keys_deleted = (keys + forgotten_keys) as u64;
-    pruned.payloads_cleared = cleared;
+    pruned.payloads_cleared = u64::try_from(cleared).unwrap_or(0);
     // Rows moved to the held partition and events whose keys were forgotten: a full batch of either means more.
     pruned.rows_visited = u64::try_from(held).unwrap_or(0).max(forgotten as u64);
     Ok(pruned)
