@@ -140,7 +140,8 @@ BEGIN
             CONTINUE WHEN to_regclass(v_name) IS NOT NULL;
             UPDATE inbox SET bucket = 0 WHERE bucket = v_day;
             EXECUTE format('CREATE TABLE %I PARTITION OF inbox FOR VALUES FROM (%s) TO (%s)', v_name, v_day, v_day + 1);
-            EXECUTE format('CREATE INDEX %I ON %I (source, event_id)', v_name || '_event', v_name);
+            -- Named by PostgreSQL: a detached day's table keeps its index names until it is dropped.
+            EXECUTE format('CREATE INDEX ON %I (source, event_id)', v_name);
             v_created := v_created + 1;
         EXCEPTION WHEN lock_not_available THEN
             RETURN -1;

@@ -20,6 +20,9 @@
 //! - `outbox`: the dispatchers' claims (`FOR UPDATE SKIP LOCKED` under a lease), outcomes recorded by the lease
 //!   holder only, re-queueing dead rows, and alerts (`payhook_raise_alert`, race-free across instances).
 //! - `read`: queries and listings; an order and its history, an event and what it caused, come from one snapshot.
+//! - `retention`: pruning steps. The inbox is partitioned by day; a day past the key retention is detached and
+//!   dropped (its unsettled rows moved to the held partition first, its keys deleted in bounded steps), the held
+//!   and default partitions are pruned row by row.
 //! - `counters`: the row counters behind `stats` (deltas appended by triggers, folded into totals) and their
 //!   recount.
 //! - `pipeline`: sending several statements before reading any answer, in a guaranteed order.
@@ -117,8 +120,9 @@ pub struct PgOptions {
 
 impl PgOptions {
     /// Defaults for `url`: a pool of 16 with 4 writers, group commit of up to [`MAX_BATCH`] jobs, a queue of
-    /// 4096, 5 s statement and connect timeouts, 1 s for a partition's lock; `sslmode=prefer` unless the string says otherwise. A
-    /// `sslrootcert` file is read here, so that a missing or empty one is found before anything starts.
+    /// 4096, 5 s statement and connect timeouts, 1 s for a partition's lock; `sslmode=prefer` unless the string
+    /// says otherwise. A `sslrootcert` file is read here, so that a missing or empty one is found before anything
+    /// starts.
     pub fn new(url: &str) -> Result<Self, PgError> {
         let split = tls::split(url)?;
         let mut config: tokio_postgres::Config = split.rest.parse().map_err(PgError::Url)?;
