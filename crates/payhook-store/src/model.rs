@@ -706,7 +706,8 @@ pub struct PruneRequest {
     pub payloads_from_ms: i64,
     /// See `payloads_from_ms`.
     pub payloads_before_ms: i64,
-    /// At most this many events of each kind per step, so a step is a short transaction.
+    /// At most this many events of each kind per step, so a step is a short transaction. A day partition dropped
+    /// whole (PostgreSQL) goes in one step whatever its size; its keys are then deleted this many at a time.
     pub limit: u32,
     /// When pruning happens, unix ms (recorded on cleared rows).
     pub now_ms: i64,
@@ -715,7 +716,8 @@ pub struct PruneRequest {
 /// What one pruning step did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Pruned {
-    /// Events deleted, with their event-id keys.
+    /// Events deleted, with their event-id keys (on PostgreSQL, the events of a detached day partition, whose keys
+    /// later steps delete).
     pub events_deleted: u64,
     /// Business keys deleted with them.
     pub business_keys_deleted: u64,
