@@ -20,8 +20,10 @@
 //! - `outbox`: the dispatchers' claims (`FOR UPDATE SKIP LOCKED` under a lease), outcomes recorded by the lease
 //!   holder only, re-queueing dead rows, and alerts (`payhook_raise_alert`, race-free across instances).
 //! - `read`: queries and listings; an order and its history, an event and what it caused, come from one snapshot.
-//! - `retention` and `order_retention`: pruning steps (settled events and payloads; settled orders with their
-//!   outbox rows, walked from a persisted cursor).
+//! - `retention`: pruning steps. The inbox is partitioned by day; a day past the key retention is detached and
+//!   dropped (its unsettled rows moved to the held partition first, its keys deleted in bounded steps), the held
+//!   and default partitions are pruned row by row.
+//! - `order_retention`: settled orders with their outbox rows, walked from a persisted cursor.
 //! - `counters`: the row counters behind `stats` (deltas appended by triggers, folded into totals) and their
 //!   recount.
 //! - `pipeline`: sending several statements before reading any answer, in a guaranteed order.
@@ -75,6 +77,7 @@ use payhook_store::{
     Recorded, Recounted, Registered, Replayed, Retried, Stats, Store, StoreError, SubscriptionView,
 };
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
@@ -110,6 +113,10 @@ pub struct PgOptions {
     pub batch_max: usize,
     /// Jobs waiting for a batch beyond this are refused with [`StoreError::Overloaded`].
     pub queue_depth: usize,
+    /// How long creating or detaching an inbox partition waits for its lock on the inbox (both need a short
+    /// exclusive lock, and every delivery queues behind a waiting one); given up, the next pruning step tries
+    /// again.
+    pub partition_lock_timeout_ms: u64,
     /// Backoff for deferred events.
     pub retry: RetryPolicy,
     /// Which sinks receive which outbox kinds, forwards and alerts.
@@ -121,8 +128,9 @@ pub struct PgOptions {
 
 impl PgOptions {
     /// Defaults for `url`: a pool of 16 with 4 writers, group commit of up to [`MAX_BATCH`] jobs, a queue of
-    /// 4096, 5 s statement and connect timeouts, listing pages that examine at most 10,000 rows; `sslmode=prefer` unless the string says otherwise. A
-    /// `sslrootcert` file is read here, so that a missing or empty one is found before anything starts.
+    /// 4096, 5 s statement and connect timeouts, 1 s for a partition's lock, listing pages that examine at most
+    /// 10,000 rows; `sslmode=prefer` unless the string says otherwise. A `sslrootcert` file is read here, so that a
+    /// missing or empty one is found before anything starts.
     pub fn new(url: &str) -> Result<Self, PgError> {
         let split = tls::split(url)?;
         let mut config: tokio_postgres::Config = split.rest.parse().map_err(PgError::Url)?;
@@ -139,6 +147,7 @@ impl PgOptions {
             pool_wait_ms: 5_000,
             batch_max: MAX_BATCH,
             queue_depth: 4096,
+            partition_lock_timeout_ms: 1_000,
             retry: RetryPolicy::default(),
             routing: payhook_store::Routing::default(),
             list_scan_rows: 10_000,
@@ -189,6 +198,14 @@ impl PgOptions {
     }
 }
 
+/// Partitions detached and dropped by this store's pruning, and partition locks it gave up on.
+#[derive(Debug, Default)]
+struct PartitionCounters {
+    detached: AtomicU64,
+    dropped: AtomicU64,
+    lock_timeouts: AtomicU64,
+}
+
 /// The PostgreSQL store. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct PgStore {
@@ -203,6 +220,10 @@ pub struct PgStore {
     /// `ping`'s own pool of one connection, opened when first needed and re-created after a failure: a probe never
     /// waits behind queries and batches for one of `pool`'s.
     probe: Pool,
+    /// See [`PgOptions::partition_lock_timeout_ms`].
+    partition_lock_timeout_ms: i32,
+    /// What pruning did with the inbox's partitions, for the metrics.
+    partitions: PartitionCounters,
     ping_timeout: Duration,
     /// Rows a listing page examines at most when its index does not serve its whole filter.
     list_scan_rows: u32,
@@ -222,6 +243,17 @@ impl PgStore {
         let mut client = pool::get(&pool).await?;
         migrate::run(&mut client).await?;
         drop(client);
+        let partition_lock_timeout_ms = i32::try_from(options.partition_lock_timeout_ms).unwrap_or(i32::MAX);
+        // Today's and tomorrow's partitions, so that deliveries land in them from the start (the retention task
+        // keeps creating them ahead).
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let partitions = PartitionCounters::default();
+        if !retention::ensure_partitions(&pool, now_ms, partition_lock_timeout_ms).await? {
+            tracing::warn!("today's inbox partition could not be created in time; the next pruning step tries again");
+            partitions.lock_timeouts.fetch_add(1, Ordering::Relaxed);
+        }
         let ctx = Arc::new(ops::Ctx { retry: options.retry.clone(), routing: options.routing.clone() });
         let writer = writer::Writer::spawn(
             pool.clone(),
@@ -239,10 +271,22 @@ impl PgStore {
             others: Arc::new(Semaphore::new((pool_size - writers).max(1))),
             ctx,
             probe,
+            partition_lock_timeout_ms,
+            partitions,
             ping_timeout: Duration::from_millis(options.connect_timeout_ms.max(1)),
             list_scan_rows: options.list_scan_rows.max(1),
             list_scans_stopped: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Creates the inbox partitions of the day of `now_ms` and of the next day if they are missing, as the store
+    /// does when it opens and at every pruning step. False when the lock was not had in time.
+    pub async fn ensure_partitions(&self, now_ms: i64) -> Result<bool, StoreError> {
+        let created = retention::ensure_partitions(&self.pool, now_ms, self.partition_lock_timeout_ms).await?;
+        if !created {
+            self.partitions.lock_timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(created)
     }
 
     /// The schema version this build migrates to.
@@ -388,7 +432,12 @@ impl Store for PgStore {
 
     async fn prune(&self, request: PruneRequest) -> Result<Pruned, StoreError> {
         let _turn = self.turn().await?;
-        retention::prune(&self.pool, &request).await
+        let pruned = retention::prune(&self.pool, &request, self.partition_lock_timeout_ms).await?;
+        let p = &self.partitions;
+        p.detached.fetch_add(pruned.partitions_detached, Ordering::Relaxed);
+        p.dropped.fetch_add(pruned.partitions_dropped, Ordering::Relaxed);
+        p.lock_timeouts.fetch_add(pruned.partition_lock_timeouts, Ordering::Relaxed);
+        Ok(pruned)
     }
 
     /// On a connection of its own, outside the pool and its limits: readiness must not look like an outage while
@@ -398,7 +447,13 @@ impl Store for PgStore {
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {
-        self.writer.metrics()
+        let p = &self.partitions;
+        let partitions = payhook_store::metrics::PartitionMetrics {
+            detached: p.detached.load(Ordering::Relaxed),
+            dropped: p.dropped.load(Ordering::Relaxed),
+            lock_timeouts: p.lock_timeouts.load(Ordering::Relaxed),
+        };
+        payhook_store::metrics::WriterMetrics { partitions: Some(partitions), ..self.writer.metrics() }
     }
 
     fn read_metrics(&self) -> payhook_store::metrics::ReadMetrics {

@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0004_retention.sql"),
     include_str!("../migrations/0005_billing_audit_by_event.sql"),
     include_str!("../migrations/0006_counters.sql"),
+    include_str!("../migrations/0007_inbox_partitions.sql"),
     include_str!("../migrations/0008_listing_indexes.sql"),
     include_str!("../migrations/0009_order_retention.sql"),
 ];

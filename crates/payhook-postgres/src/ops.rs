@@ -37,23 +37,20 @@ const LEASED_SQL: &str = "SELECT 1 FROM inbox
      WHERE source = $1 AND event_id = $2 AND id = $3 AND status = 'deferred' AND lease_owner = $4 FOR UPDATE";
 const REAPPLY_SQL: &str = "SELECT outcome, detail, order_status, order_amount, order_currency
      FROM payhook_reapply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
-const CLAIM_SQL: &str = "WITH due AS (
-         SELECT source, event_id FROM inbox
-         WHERE status = 'deferred' AND next_attempt_at <= $2 AND (lease_until IS NULL OR lease_until <= $2)
-         ORDER BY next_attempt_at, id
-         LIMIT $4
-         FOR UPDATE SKIP LOCKED)
-     UPDATE inbox i SET lease_owner = $1, lease_until = $2 + $3
-     FROM due WHERE i.source = due.source AND i.event_id = due.event_id
-     RETURNING i.id, i.source, i.event_id, i.attempts, i.next_attempt_at";
+/// Leases due deferred rows (`FOR UPDATE SKIP LOCKED`), each updated by its bucket and id: a join of the
+/// partitioned inbox with the chosen rows would be planned over every partition.
+const CLAIM_SQL: &str = "SELECT id, source, event_id, attempts, next_attempt_at FROM payhook_claim_due($1, $2, $3, $4)";
 const REPLAY_ROW_SQL: &str = "SELECT id, status, attempts FROM inbox WHERE source = $1 AND event_id = $2 FOR UPDATE";
 const REPLAY_REPARSED_SQL: &str = "UPDATE inbox SET event_type = $3, occurred_at = $4, business_key = $5, effect = $6
      WHERE source = $1 AND event_id = $2";
-const REPLAY_RECORD_SQL: &str = "INSERT INTO inbox (source, event_id, event_type, occurred_at, business_key, effect,
-                        status, attempts, received_at, updated_at, verification, headers, body)
-     SELECT source, $3, $4, $5, $6, $7, 'processed', $8, received_at, $9, verification, headers, body
-     FROM inbox WHERE source = $1 AND event_id = $2
-     ON CONFLICT (source, event_id) DO NOTHING
+/// Claims the replayed event's own key, then copies the derived row under it into the held partition (it keeps
+/// the original `received_at`, so it is pruned row by row like the other rows held there).
+const REPLAY_RECORD_SQL: &str = "WITH claimed AS (
+         INSERT INTO inbox_keys (source, event_id) VALUES ($1, $3) ON CONFLICT DO NOTHING RETURNING 1)
+     INSERT INTO inbox (source, event_id, event_type, occurred_at, business_key, effect,
+                        status, attempts, received_at, updated_at, verification, headers, body, bucket)
+     SELECT source, $3, $4, $5, $6, $7, 'processed', $8, received_at, $9, verification, headers, body, 0
+     FROM inbox WHERE source = $1 AND event_id = $2 AND EXISTS (SELECT 1 FROM claimed)
      RETURNING id";
 
 /// The status that asks `payhook_ingest_batch` to record a billing delivery without applying it (its outcome).

@@ -200,6 +200,7 @@ impl Writer {
             queue_capacity: self.tx.max_capacity() as u64,
             batch_sizes: self.counters.batch_sizes.snapshot(),
             wal: None,
+            partitions: None,
         }
     }
 

@@ -218,6 +218,9 @@ where
     if let Some(wal) = &w.wal {
         render_wal(&mut out, wal);
     }
+    if let Some(p) = &w.partitions {
+        render_partitions(&mut out, p);
+    }
 
     family(
         &mut out,
@@ -403,6 +406,24 @@ fn with_required(list: &[(String, u64)], required: &[&str]) -> Vec<(String, u64)
 }
 
 /// The SQLite WAL: its size against its limit, and the checkpoints that keep it there.
+fn render_partitions(out: &mut String, p: &payhook_store::metrics::PartitionMetrics) {
+    family(
+        out,
+        "payhook_postgres_partitions_total",
+        "counter",
+        "Day partitions of the inbox detached past the key retention, and dropped once their keys were deleted.",
+    );
+    sample(out, "payhook_postgres_partitions_total", "action=\"detached\"", p.detached);
+    sample(out, "payhook_postgres_partitions_total", "action=\"dropped\"", p.dropped);
+    family(
+        out,
+        "payhook_postgres_partition_lock_timeouts_total",
+        "counter",
+        "Partition creations or detaches given up after storage.partition_lock_timeout_ms, tried again later.",
+    );
+    sample(out, "payhook_postgres_partition_lock_timeouts_total", "", p.lock_timeouts);
+}
+
 fn render_wal(out: &mut String, wal: &payhook_store::metrics::WalMetrics) {
     family(out, "payhook_sqlite_wal_bytes", "gauge", "Size of the SQLite WAL file after the latest checkpoint.");
     sample(out, "payhook_sqlite_wal_bytes", "", wal.wal_bytes);
@@ -477,6 +498,22 @@ mod tests {
         let later = t.last_hour(start + 3_600_000);
         assert_eq!(later.iter().map(|m| m.count).sum::<u64>(), 2, "{later:?}");
         assert_eq!(later[THROUGHPUT_MINUTES - 1].count, 1);
+    }
+
+    #[test]
+    fn partition_counters_are_rendered_as_counters() {
+        let p = payhook_store::metrics::PartitionMetrics { detached: 3, dropped: 2, lock_timeouts: 1 };
+        let mut out = String::new();
+        render_partitions(&mut out, &p);
+        for line in [
+            "# TYPE payhook_postgres_partitions_total counter",
+            "payhook_postgres_partitions_total{action=\"detached\"} 3",
+            "payhook_postgres_partitions_total{action=\"dropped\"} 2",
+            "# TYPE payhook_postgres_partition_lock_timeouts_total counter",
+            "payhook_postgres_partition_lock_timeouts_total 1",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} is missing from:\n{out}");
+        }
     }
 
     #[test]

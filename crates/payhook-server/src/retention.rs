@@ -128,6 +128,9 @@ pub(crate) async fn run<S: Store>(
                         orders_deleted = total.orders_deleted,
                         outbox_deleted = total.outbox_deleted,
                         pages_released = total.pages_released,
+                        partitions_detached = total.partitions_detached,
+                        partitions_dropped = total.partitions_dropped,
+                        partition_lock_timeouts = total.partition_lock_timeouts,
                         "pruned by the retention policy"
                     );
                 }

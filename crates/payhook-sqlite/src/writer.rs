@@ -107,6 +107,7 @@ impl WriterHandle {
             queue_capacity: self.tx.max_capacity() as u64,
             batch_sizes: self.batch_sizes.snapshot(),
             wal: None,
+            partitions: None,
         }
     }
 

@@ -74,6 +74,20 @@ pub struct WriterMetrics {
     pub batch_sizes: HistogramSnapshot,
     /// The SQLite write-ahead log and its checkpoints; `None` for a store without one.
     pub wal: Option<WalMetrics>,
+    /// The inbox's day partitions (PostgreSQL); `None` for a store without them.
+    pub partitions: Option<PartitionMetrics>,
+}
+
+/// What retention did with the inbox's day partitions since the store opened (PostgreSQL).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartitionMetrics {
+    /// Days detached past the key retention.
+    pub detached: u64,
+    /// Detached days dropped once their keys were deleted.
+    pub dropped: u64,
+    /// Creations or detaches given up because the lock on the inbox was not had within
+    /// `storage.partition_lock_timeout_ms`.
+    pub lock_timeouts: u64,
 }
 
 /// The SQLite write-ahead log as the checkpointer last measured it, and its checkpoints so far.

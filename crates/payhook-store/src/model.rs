@@ -710,7 +710,8 @@ pub struct PruneRequest {
     /// than this (unix ms) are deleted with their history and outbox rows: the order retention. An order with an
     /// outbox row still pending or dead, or with an event deferred on it, is kept. 0 prunes no order.
     pub orders_before_ms: i64,
-    /// At most this many events of each kind per step, so a step is a short transaction.
+    /// At most this many events of each kind per step, so a step is a short transaction. A day partition dropped
+    /// whole (PostgreSQL) goes in one step whatever its size; its keys are then deleted this many at a time.
     pub limit: u32,
     /// When pruning happens, unix ms (recorded on cleared rows).
     pub now_ms: i64,
@@ -719,7 +720,8 @@ pub struct PruneRequest {
 /// What one pruning step did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Pruned {
-    /// Events deleted, with their event-id keys.
+    /// Events deleted, with their event-id keys (on PostgreSQL, the events of a detached day partition, whose keys
+    /// later steps delete).
     pub events_deleted: u64,
     /// Business keys deleted with them.
     pub business_keys_deleted: u64,
@@ -739,10 +741,19 @@ pub struct Pruned {
     pub pages_released: u64,
     /// Free pages still in the file after the step, which later steps release.
     pub pages_free: u64,
+    /// Day partitions of the inbox detached past the key retention, their rows counted in `events_deleted`
+    /// (PostgreSQL).
+    pub partitions_detached: u64,
+    /// Detached day partitions dropped once their keys were deleted (PostgreSQL).
+    pub partitions_dropped: u64,
+    /// Partition creations or detaches given up because the lock on the inbox was not had in time; the next step
+    /// tries again (PostgreSQL).
+    pub partition_lock_timeouts: u64,
 }
 
 impl Pruned {
-    /// True when the step hit its limit somewhere, or released pages and left some: there may be more to do.
+    /// True when the step hit its limit somewhere, released pages and left some, or detached or dropped a
+    /// partition: there may be more to do.
     pub fn more(&self, limit: u32) -> bool {
         self.events_deleted >= u64::from(limit)
             || self.payloads_cleared >= u64::from(limit)
@@ -750,6 +761,8 @@ impl Pruned {
             || self.orders_deleted >= u64::from(limit)
             || self.outbox_rows_visited >= u64::from(limit)
             || (self.pages_released > 0 && self.pages_free > 0)
+            || self.partitions_detached > 0
+            || self.partitions_dropped > 0
     }
 
     /// Adds `step` to these totals (`pages_free` is a level, not a count: the latest step's is kept).
@@ -763,5 +776,8 @@ impl Pruned {
         self.rows_visited += step.rows_visited;
         self.pages_released += step.pages_released;
         self.pages_free = step.pages_free;
+        self.partitions_detached += step.partitions_detached;
+        self.partitions_dropped += step.partitions_dropped;
+        self.partition_lock_timeouts += step.partition_lock_timeouts;
     }
 }

@@ -30,7 +30,10 @@ async fn stats_read_the_inbox_orders_and_outbox_only_one_step_down_a_partial_ind
         let plan: Vec<String> =
             side.query(&format!("EXPLAIN {sql}"), &[]).await.expect("explain").iter().map(|r| r.get(0)).collect();
         for line in &plan {
-            let Some(table) = ["inbox", "orders", "outbox"].into_iter().find(|t| line.contains(&format!(" on {t} ")))
+            // The inbox is read through its partitions (`on inbox_held inbox_1`, `on inbox_20261201 inbox_2`).
+            let Some(table) = ["inbox", "orders", "outbox"]
+                .into_iter()
+                .find(|t| line.contains(&format!(" on {t} ")) || line.contains(&format!(" on {t}_")))
             else {
                 continue;
             };

@@ -170,7 +170,7 @@ async fn a_batch_that_deadlocks_is_run_again_whole_and_each_delivery_is_answered
     let store = TempStore::open_with(&url, test_policy(), |o| o.writers = 1).await;
     register_new(&store, new_order("ord_x", 100, T0)).await;
     let watcher = store.schema().side().await;
-    // The other party of the deadlock: it holds the order's row, then wants the inbox key the batch inserted.
+    // The other party of the deadlock: it holds the order's row, then wants the event-id key the batch inserted.
     let other = store.schema().side().await;
     // Make sure the batch, not this session, is the one PostgreSQL picks to abort (needs a superuser; without one,
     // either may be picked and the test still checks that nothing is answered twice).
@@ -188,13 +188,7 @@ async fn a_batch_that_deadlocks_is_run_again_whole_and_each_delivery_is_answered
     until_waiting(&store, &watcher, 1).await;
 
     let cycle = tokio::spawn(async move {
-        let inserted = other
-            .execute(
-                "INSERT INTO inbox (source, event_id, status, received_at, updated_at, verification, headers, body)
-                 VALUES ('shop', 'evt_a', 'ignored', 0, 0, '', '{}', '')",
-                &[],
-            )
-            .await;
+        let inserted = other.execute("INSERT INTO inbox_keys (source, event_id) VALUES ('shop', 'evt_a')", &[]).await;
         (other, inserted)
     });
     let (other, inserted) = tokio::time::timeout(Duration::from_secs(20), cycle)

@@ -13,6 +13,9 @@
 //!   no deadlock with dead letters and alerts in overlapping batches.
 //! * `listings`: every listing walks an index matching its filter or is a bounded scan (the plan of each shape).
 //! * `order_retention`: deleting settled orders costs the same per order however many went before.
+//! * `partitions`: retention drops whole days of the inbox: old days' partitions are gone, dead letters and
+//!   deferred events moved to the held partition survive and can be replayed, keys go with their day, counters
+//!   stay exact; two instances prune at once while deliveries arrive.
 //! * `probe`: the ping answers on a connection of its own while every pooled connection is held.
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
 //! * `tls`: each `sslmode` against a server of its own with `ssl = on` that rejects plaintext: `require` and
@@ -27,6 +30,7 @@ mod faults;
 mod instances;
 mod listings;
 mod order_retention;
+mod partitions;
 mod probe;
 mod resilience;
 mod tls;

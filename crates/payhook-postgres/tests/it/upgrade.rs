@@ -1,11 +1,12 @@
 //! A database written by the previous schema version is upgraded in place: its outbox rows become the record of
 //! their effects (`unrouted`, no sink), and the store goes on with routing from there. Rows written in an older
-//! form (headers as an object of strings) read as they are.
+//! form (headers as an object of strings) read as they are. A version 6 inbox becomes the held partition of the
+//! partitioned inbox without being copied.
 
 use crate::{TempSchema, TempStore, test_url};
 use payhook_postgres::PgStore;
 use payhook_store::contract::{
-    SOURCE, T0, event_view, new_order, order_view, pay, processed, register_new, test_policy, test_routing,
+    SOURCE, T0, event_view, ignored, new_order, order_view, pay, processed, register_new, test_policy, test_routing,
 };
 use payhook_store::{Stats, Store};
 
@@ -86,4 +87,79 @@ async fn a_row_whose_headers_are_an_object_of_strings_reads_every_duplicate_key_
         r#"{"x-signature":["t=1,v1=aa","t=1,v1=bb"],"content-type":["application/json"]}"#
     );
     assert_eq!(event.raw_body, b"{}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_6_inbox_becomes_the_held_partition_in_place_and_keeps_deduplicating() {
+    let Some(url) = test_url() else { return };
+    let schema = TempSchema::create(&url).await;
+    let side = schema.side().await;
+    for sql in [
+        include_str!("../../migrations/0001_init.sql"),
+        include_str!("../../migrations/0002_outbox_dispatch.sql"),
+        include_str!("../../migrations/0003_billing.sql"),
+        include_str!("../../migrations/0004_retention.sql"),
+        include_str!("../../migrations/0005_billing_audit_by_event.sql"),
+        include_str!("../../migrations/0006_counters.sql"),
+    ] {
+        side.batch_execute(sql).await.expect("schema version 6");
+    }
+    // What a payhook of schema version 6 left behind: a processed, an ignored and a dead-lettered event.
+    side.batch_execute(
+        "CREATE TABLE payhook_schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+         INSERT INTO payhook_schema_version (version) SELECT generate_series(1, 6);
+         INSERT INTO inbox (source, event_id, status, received_at, updated_at, verification, headers, body)
+         VALUES ('shop', 'evt_v6_a', 'ignored', 1000, 1000, 'v', '{}', '\\x7b7d'::bytea),
+                ('shop', 'evt_v6_b', 'ignored', 2000, 2000, 'v', '{}', '\\x7b7d'::bytea),
+                ('shop', 'evt_v6_dead', 'dead_lettered', 3000, 3000, 'v', '{}', '\\x7b'::bytea);",
+    )
+    .await
+    .expect("version 6 rows");
+    let file: u32 = side.query_one("SELECT pg_relation_filenode('inbox')::oid", &[]).await.unwrap().get(0);
+    let last_id: i64 = side.query_one("SELECT max(id) FROM inbox", &[]).await.unwrap().get(0);
+
+    let store = PgStore::open(schema.options(test_policy())).await.expect("open and upgrade");
+    let held: u32 = side.query_one("SELECT pg_relation_filenode('inbox_held')::oid", &[]).await.unwrap().get(0);
+    assert_eq!(held, file, "the old table is attached as it is, not copied");
+    let kind: String =
+        side.query_one("SELECT relkind::text FROM pg_class WHERE oid = 'inbox'::regclass", &[]).await.unwrap().get(0);
+    assert_eq!(kind, "p", "inbox is partitioned");
+    let in_held: i64 =
+        side.query_one("SELECT count(*) FROM inbox WHERE tableoid = 'inbox_held'::regclass", &[]).await.unwrap().get(0);
+    assert_eq!(in_held, 3);
+
+    // The old keys still deduplicate; a new delivery gets the next row id, in the partition of its day.
+    let again = store.ingest(ignored("evt_v6_a", "customer.updated", T0)).await.expect("ingest");
+    assert_eq!(again.outcome, payhook_store::Outcome::Duplicate, "{again:?}");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let new = store.ingest(ignored("evt_v7", "customer.updated", now)).await.expect("ingest");
+    assert_eq!(new.outcome, payhook_store::Outcome::Ignored);
+    let row = side
+        .query_one(
+            "SELECT id, tableoid::regclass::text, payhook_day_partition($1) FROM inbox WHERE event_id = 'evt_v7'",
+            &[&((now / 86_400_000) as i32)],
+        )
+        .await
+        .expect("the new row");
+    assert!(row.get::<_, i64>(0) > last_id, "row ids go on from the old table's");
+    assert_eq!(row.get::<_, String>(1), row.get::<_, String>(2), "today's partition was made when the store opened");
+
+    // The held rows are pruned row by row, as before; the dead letter stays.
+    let pruned = store
+        .prune(payhook_store::PruneRequest {
+            keys_before_ms: 2_500,
+            payloads_from_ms: 0,
+            payloads_before_ms: 2_500,
+            orders_before_ms: 0,
+            limit: 10,
+            now_ms: now,
+        })
+        .await
+        .expect("prune");
+    assert_eq!(pruned.events_deleted, 2, "{pruned:?}");
+    let redelivered = store.ingest(ignored("evt_v6_a", "customer.updated", now)).await.expect("ingest");
+    assert_eq!(redelivered.outcome, payhook_store::Outcome::Ignored, "its key went with its row");
+    assert_eq!(event_view(&store, "evt_v6_dead").await.status, payhook_store::Outcome::DeadLettered);
+    assert_eq!(store.recount().await.expect("recount").drift, []);
+    store.shutdown().await;
 }

@@ -22,6 +22,7 @@ pub(super) struct RawStorage {
     pub(super) writers: Option<usize>,
     pub(super) statement_timeout_ms: u64,
     pub(super) connect_timeout_ms: u64,
+    pub(super) partition_lock_timeout_ms: u64,
 }
 
 /// The smallest scan bound: a listing page of the most rows (`MAX_LIMIT`, plus the one that says whether more
@@ -93,6 +94,10 @@ pub(super) fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<Sto
     options.statement_timeout_ms = raw.statement_timeout_ms;
     options.connect_timeout_ms = raw.connect_timeout_ms;
     options.pool_wait_ms = raw.connect_timeout_ms;
+    if raw.partition_lock_timeout_ms == 0 || raw.partition_lock_timeout_ms > i32::MAX as u64 {
+        bail!("storage.partition_lock_timeout_ms must be between 1 and {}", i32::MAX);
+    }
+    options.partition_lock_timeout_ms = raw.partition_lock_timeout_ms;
     options.batch_max = batch_max;
     options.queue_depth = raw.queue_depth;
     options.retry = retry;
