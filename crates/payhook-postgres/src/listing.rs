@@ -24,9 +24,10 @@ type Result<T> = std::result::Result<T, StoreError>;
 type Value = Box<dyn ToSql + Sync + Send>;
 
 /// The first row received at or after a time (the lowest id among rows of that millisecond): how `since` and
-/// `until` become row ids.
-pub const RECEIVED_SQL: &str = "SELECT min(id) FROM inbox
-     WHERE received_at = (SELECT min(received_at) FROM inbox WHERE received_at >= $1)";
+/// `until` become row ids. The `OFFSET 0` keeps the planner from answering `min(id)` by walking the id index (of
+/// every partition) and checking each row's time: the rows of one millisecond come from `inbox_received`.
+pub const RECEIVED_SQL: &str = "SELECT min(id) FROM (SELECT id FROM inbox
+     WHERE received_at = (SELECT min(received_at) FROM inbox WHERE received_at >= $1) OFFSET 0) AS first_ms";
 
 const EVENT_COLUMNS: &str = "id, source, event_id, event_type, status, reason, attempts, next_attempt_at, received_at";
 const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
