@@ -60,7 +60,7 @@ window() { # label index
 window base 1
 window base 2
 started=$(date +%s.%N)
-RUST_LOG=payhook_server::retention=debug "$bin" --config "$work/payhook.toml" prune --json \
+PAYHOOK_LOG=payhook_server::retention=debug "$bin" --config "$work/payhook.toml" prune --json \
   > "$work/prune.json" 2> "$work/prune.log" &
 prune=$!
 pids+=("$prune")
@@ -99,6 +99,7 @@ secs = finished - started
 print(f"prune: {json.dumps(pruned)} in {secs:.1f} s, {pruned.get('events_deleted', 0) / secs:.0f} events deleted/s")
 steps = []
 for line in open(f"{work}/prune.log"):
+    line = re.sub(r"\x1b\[[0-9;]*m", "", line)
     m = re.search(r"rows=(\d+).*micros=(\d+)", line)
     if m and "pruning step" in line:
         steps.append((int(m.group(1)), int(m.group(2))))

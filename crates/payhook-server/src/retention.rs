@@ -40,6 +40,15 @@ pub async fn prune_all<S: Store>(
         let started = std::time::Instant::now();
         let step = store.prune(request).await?;
         total.add(&step);
+        // One line per step, for measuring what a step costs as pruning goes on (scripts/bench-prune.sh).
+        tracing::debug!(
+            rows = step.events_deleted + step.payloads_cleared + step.orders_deleted,
+            micros = started.elapsed().as_micros() as u64,
+            events_deleted = step.events_deleted,
+            payloads_cleared = step.payloads_cleared,
+            orders_deleted = step.orders_deleted,
+            "pruning step"
+        );
         if !step.more(request.limit) {
             return Ok(total);
         }
