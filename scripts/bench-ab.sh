@@ -27,24 +27,11 @@ ticks=$(getconf CLK_TCK)
 
 run() { # label binary round port
   local label=$1 bin=$2 round=$3 port=$4 file="$work/$1-$3"
-  cat > "$file.toml" <<TOML
-[server]
-listen = "127.0.0.1:$port"
-[storage]
-url = "sqlite://$file.db"
-[[sources]]
-name = "payments"
-scheme = "hmac"
-header = "X-Webhook-Signature"
-format = "generic"
-secrets = ["whsec_bench_secret"]
-TOML
+  bench_config "$file.toml" "$port" "url = \"sqlite://$file.db\""
   "$bin" --config "$file.toml" serve 2>"$file.log" &
   local pid=$!
   pids+=("$pid")
-  local ready=
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && ready=1 && break; sleep 0.1; done
-  [[ -n $ready ]] || { echo "payhook ($label) on port $port did not become ready" >&2; cat "$file.log" >&2; exit 1; }
+  wait_ready "$port" "$file.log"
   local before after
   before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   "$b" --config "$file.toml" bench "${bench_args[@]}" --verify --json > "$file.json"

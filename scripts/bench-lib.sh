@@ -19,3 +19,28 @@ scenario_args() {
   esac
   printf '%s\n' "${args[@]}"
 }
+
+# bench_config FILE PORT STORAGE: a server configuration with the benchmarks' one source (hmac, generic format).
+# STORAGE is the body of [storage] (its url and options); it may open further tables after it ("[retention]…").
+bench_config() {
+  cat > "$1" <<TOML
+[server]
+listen = "127.0.0.1:$2"
+[storage]
+$3
+[[sources]]
+name = "payments"
+scheme = "hmac"
+header = "X-Webhook-Signature"
+format = "generic"
+secrets = ["whsec_bench_secret"]
+TOML
+}
+
+# wait_ready PORT LOG: waits up to 60 s for /readyz on PORT; if it never answers, prints the end of LOG and exits.
+wait_ready() {
+  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/readyz" >/dev/null && return 0; sleep 0.1; done
+  echo "payhook on port $1 did not become ready" >&2
+  tail -50 "$2" >&2
+  exit 1
+}

@@ -38,26 +38,14 @@ export PAYHOOK_API_TOKEN=bench-token-0123456789abcdef
 sep='?'; [[ $db == *\?* ]] && sep='&'
 
 config() { # file port schema storage-toml
-  cat > "$1" <<TOML
-[server]
-listen = "127.0.0.1:$2"
-[storage]
-url = "$db${sep}options=-csearch_path%3D$3"
-$4
-[[sources]]
-name = "payments"
-scheme = "hmac"
-header = "X-Webhook-Signature"
-format = "generic"
-secrets = ["whsec_bench_secret"]
-TOML
+  bench_config "$1" "$2" "url = \"$db${sep}options=-csearch_path%3D$3\"
+$4"
 }
 
 serve() { # config port
   "$bin" --config "$1" serve 2>>"$work/serve.log" &
   pids+=($!)
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$2/readyz" >/dev/null && return; sleep 0.1; done
-  echo "payhook on port $2 did not become ready" >&2; cat "$work/serve.log" >&2; exit 1
+  wait_ready "$2" "$work/serve.log"
 }
 
 run_mode() { # name instances storage-toml

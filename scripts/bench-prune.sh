@@ -13,6 +13,7 @@
 set -euo pipefail
 n=${1:-1000000}
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/scripts/bench-lib.sh"
 cd "$root"
 cargo build --release --quiet -p payhook
 bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
@@ -28,20 +29,9 @@ export PAYHOOK_API_TOKEN=bench-token-0123456789abcdef
 port=18581
 db="$work/prune.db"
 rm -f "$db" "$db-wal" "$db-shm"
-cat > "$work/payhook.toml" <<TOML
-[server]
-listen = "127.0.0.1:$port"
-[storage]
-url = "sqlite://$db"
+bench_config "$work/payhook.toml" "$port" "url = \"sqlite://$db\"
 [retention]
-enabled = false
-[[sources]]
-name = "payments"
-scheme = "hmac"
-header = "X-Webhook-Signature"
-format = "generic"
-secrets = ["whsec_bench_secret"]
-TOML
+enabled = false"
 
 echo "prefill: $n deliveries received 40 to 50 days ago" >&2
 "$bin" --config "$work/payhook.toml" prefill --source payments --deliveries "$n" --days 10 --days-ago 40 --json \
@@ -50,7 +40,7 @@ size_before=$(stat -c %s "$db")
 
 "$bin" --config "$work/payhook.toml" serve 2>"$work/server.log" &
 pids+=($!)
-for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
+wait_ready "$port" "$work/server.log"
 
 window() { # label index
   "$bin" --config "$work/payhook.toml" bench --source payments --scenario steady --orders 20000 --dup 0.2 \

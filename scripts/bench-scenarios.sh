@@ -43,23 +43,10 @@ run_scenario() { # scenario port
     psql -q "$db" -c "CREATE SCHEMA $schema" >/dev/null
     storage="url = \"$db${sep}options=-csearch_path%3D$schema\""
   fi
-  cat > "$work/$scenario.toml" <<TOML
-[server]
-listen = "127.0.0.1:$port"
-[storage]
-$storage
-[[sources]]
-name = "payments"
-scheme = "hmac"
-header = "X-Webhook-Signature"
-format = "generic"
-secrets = ["whsec_bench_secret"]
-TOML
+  bench_config "$work/$scenario.toml" "$port" "$storage"
   "$bin" --config "$work/$scenario.toml" serve 2>>"$work/serve.log" &
   pids+=($!)
-  local ready=
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && ready=1 && break; sleep 0.1; done
-  [[ -n $ready ]] || { echo "payhook on port $port did not become ready" >&2; cat "$work/serve.log" >&2; exit 1; }
+  wait_ready "$port" "$work/serve.log"
   mapfile -t args < <(scenario_args "$scenario" "$orders" "$concurrency")
   "$bin" --config "$work/$scenario.toml" bench "${args[@]}" --verify --json > "$work/$scenario.json"
   kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true

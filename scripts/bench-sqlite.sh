@@ -37,24 +37,11 @@ declare -A storage=([group-pipelined]='fsync = "pipelined"' [group-in-commit]='f
 
 run_mode() { # name round port
   local name=$1 round=$2 port=$3 file="$work/$1-$2"
-  cat > "$file.toml" <<TOML
-[server]
-listen = "127.0.0.1:$port"
-[storage]
-url = "sqlite://$file.db"
-${storage[$name]}
-[[sources]]
-name = "payments"
-scheme = "hmac"
-header = "X-Webhook-Signature"
-format = "generic"
-secrets = ["whsec_bench_secret"]
-TOML
+  bench_config "$file.toml" "$port" "url = \"sqlite://$file.db\"
+${storage[$name]}"
   "$bin" --config "$file.toml" serve 2>"$file.log" &
   pids+=($!)
-  local ready=
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && ready=1 && break; sleep 0.1; done
-  [[ -n $ready ]] || { echo "payhook ($name) on port $port did not become ready" >&2; cat "$file.log" >&2; exit 1; }
+  wait_ready "$port" "$file.log"
   "$bin" --config "$file.toml" bench "${bench_args[@]}" --verify --json > "$file.json"
   kill "${pids[-1]}"
   wait "${pids[-1]}" 2>/dev/null || true

@@ -40,6 +40,7 @@ for t in "${targets[@]}"; do
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   summary+=("| $t | ${runs:-?} | ${cov:-?} | $(ls "corpus/$t" | wc -l) |")
+  echo "${summary[-1]}" >&2
   rm -f "$log"
 done
 echo "| target | executions | coverage (edges) | corpus |"

@@ -15,7 +15,8 @@
 
 use crate::read::{OUTBOX_COLUMNS, outbox_rows, outcome};
 use crate::writer::unavailable;
-use payhook_store::{EventFilter, EventSummary, Listing, OutboxFilter, OutboxView, Outcome, StoreError};
+use payhook_store::listing::{Check, Column, Path, Route, event_route, outbox_route};
+use payhook_store::{EventFilter, EventSummary, Listing, OutboxFilter, OutboxView, StoreError};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql};
 
@@ -90,71 +91,55 @@ fn text(s: &str) -> Value {
     Value::Text(s.to_owned())
 }
 
-/// The listing's path for events: the status index for the statuses operators page through (everything but
-/// `processed`, the bulk of the inbox), else the type, else the source, else the status, else the row id order.
-fn event_plan(f: &EventFilter) -> Plan {
-    let status = f.status.map(Outcome::as_str);
-    let source = f.source.as_ref().map(|s| s.as_str());
-    let rare_status = status.filter(|s| *s != Outcome::Processed.as_str());
-    let (walk, path) = if let Some(s) = rare_status {
-        (Walk::Index("inbox_by_status"), Some(("status = ?", s)))
-    } else if let Some(t) = &f.event_type {
-        (Walk::Index("inbox_by_type"), Some(("event_type = ?", t.as_str())))
-    } else if let Some(s) = source {
-        (Walk::Index("inbox_by_source"), Some(("source = ?", s)))
-    } else if let Some(s) = status {
-        (Walk::Index("inbox_by_status"), Some(("status = ?", s)))
-    } else {
-        (Walk::RowId, None)
-    };
-    let served = path.map(|(sql, _)| sql);
-    let mut residual: Vec<(&str, Value)> = Vec::new();
-    for (sql, value) in [("source = ?", source), ("status = ?", status), ("event_type = ?", f.event_type.as_deref())] {
-        if let Some(v) = value.filter(|_| served != Some(sql)) {
-            residual.push((sql, text(v)));
+/// How SQLite spells a condition, with its value.
+fn check_sql(check: &Check<'_>) -> (&'static str, Value) {
+    match *check {
+        Check::Equals(column, v) => (
+            match column {
+                Column::Status => "status = ?",
+                Column::EventType => "event_type = ?",
+                Column::Source => "source = ?",
+                Column::Kind => "kind = ?",
+                Column::Sink => "sink = ?",
+                Column::OrderId => "id IN (SELECT value FROM orders, json_each(orders.outbox_ids) WHERE orders.id = ?)",
+            },
+            text(v),
+        ),
+        Check::ReasonContains(r) => ("instr(reason, ?) > 0", text(r)),
+        Check::ReceivedFrom(t) => ("received_at >= ?", Value::Integer(t)),
+        Check::ReceivedBefore(t) => ("received_at < ?", Value::Integer(t)),
+    }
+}
+
+/// The statements of `route` over `table`: its path named (`INDEXED BY`), its checks per row.
+fn route_plan(table: &str, columns: &str, route: &Route<'_>) -> Plan {
+    let (walk, path) = match route.path {
+        Path::Newest => (Walk::RowId, Vec::new()),
+        Path::Value(column, v) => {
+            let walk = match (table, column) {
+                (_, Column::OrderId) => Walk::OrderList,
+                ("inbox", Column::Status) => Walk::Index("inbox_by_status"),
+                (_, Column::Status) => Walk::Index("outbox_by_status"),
+                (_, Column::EventType) => Walk::Index("inbox_by_type"),
+                (_, Column::Source) => Walk::Index("inbox_by_source"),
+                (_, Column::Sink) => Walk::Index("outbox_by_sink"),
+                // No listing walks the outbox by kind (`outbox_route` never chooses it): read every row.
+                (_, Column::Kind) => Walk::RowId,
+            };
+            (walk, vec![check_sql(&Check::Equals(column, v))])
         }
-    }
-    if let Some(r) = &f.reason_contains {
-        residual.push(("instr(reason, ?) > 0", text(r)));
-    }
-    if let Some(since) = f.since_ms {
-        residual.push(("received_at >= ?", Value::Integer(since)));
-    }
-    if let Some(until) = f.until_ms {
-        residual.push(("received_at < ?", Value::Integer(until)));
-    }
-    let path = path.map(|(sql, v)| (sql, text(v))).into_iter().collect();
-    let mut plan = plan("inbox", EVENT_COLUMNS, walk, path, residual);
+    };
+    plan(table, columns, walk, path, route.checks.iter().map(check_sql).collect())
+}
+
+fn event_plan(f: &EventFilter) -> Plan {
+    let mut plan = route_plan("inbox", EVENT_COLUMNS, &event_route(f));
     plan.sql.time_bounds = [f.since_ms, f.until_ms].iter().flatten().map(|_| RECEIVED_SQL).collect();
     plan
 }
 
-/// The listing's path for outbox rows: the order's own list, else the status index for the statuses operators
-/// page through (everything but `delivered`, the bulk), else the sink, else the status, else the row id order.
 fn outbox_plan(f: &OutboxFilter) -> Plan {
-    let status = f.status.as_deref();
-    let rare_status = status.filter(|s| *s != "delivered");
-    let (walk, path) = if let Some(order) = &f.order_id {
-        let listed = "id IN (SELECT value FROM orders, json_each(orders.outbox_ids) WHERE orders.id = ?)";
-        (Walk::OrderList, Some((listed, order.as_str())))
-    } else if let Some(s) = rare_status {
-        (Walk::Index("outbox_by_status"), Some(("status = ?", s)))
-    } else if let Some(s) = &f.sink {
-        (Walk::Index("outbox_by_sink"), Some(("sink = ?", s.as_str())))
-    } else if let Some(s) = status {
-        (Walk::Index("outbox_by_status"), Some(("status = ?", s)))
-    } else {
-        (Walk::RowId, None)
-    };
-    let served = path.map(|(sql, _)| sql);
-    let mut residual: Vec<(&str, Value)> = Vec::new();
-    for (sql, value) in [("status = ?", status), ("kind = ?", f.kind.as_deref()), ("sink = ?", f.sink.as_deref())] {
-        if let Some(v) = value.filter(|_| served != Some(sql)) {
-            residual.push((sql, text(v)));
-        }
-    }
-    let path = path.map(|(sql, v)| (sql, text(v))).into_iter().collect();
-    plan("outbox", OUTBOX_COLUMNS, walk, path, residual)
+    route_plan("outbox", OUTBOX_COLUMNS, &outbox_route(f))
 }
 
 /// The statements [`list_events`] runs for `f`.

@@ -81,3 +81,142 @@ pub fn every_outbox_filter() -> Vec<OutboxFilter> {
     }
     out
 }
+
+/// A column a listing filters on by equality.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Column {
+    /// `inbox.status` or `outbox.status`.
+    Status,
+    /// `inbox.event_type`.
+    EventType,
+    /// `inbox.source`.
+    Source,
+    /// `outbox.kind`.
+    Kind,
+    /// `outbox.sink`.
+    Sink,
+    /// `outbox.order_id`.
+    OrderId,
+}
+
+/// A condition of a listing's filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check<'a> {
+    /// The column holds this value.
+    Equals(Column, &'a str),
+    /// The event's reason contains this text.
+    ReasonContains(&'a str),
+    /// Received at or after, unix ms.
+    ReceivedFrom(i64),
+    /// Received before, unix ms.
+    ReceivedBefore(i64),
+}
+
+/// The ordered path a listing walks, newest first: the rows of one value of a column (an index on it, ordered by
+/// row id within each value; for [`Column::OrderId`], the handful of rows an order has), or every row by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path<'a> {
+    /// The rows whose column holds this value.
+    Value(Column, &'a str),
+    /// Every row.
+    Newest,
+}
+
+/// How a listing reads: the path it walks and the conditions left to check on each row the path yields. One
+/// decision for every backend, which only spells it in its SQL; a route with checks is bounded by the scan bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route<'a> {
+    /// The path.
+    pub path: Path<'a>,
+    /// The filter's conditions the path does not serve.
+    pub checks: Vec<Check<'a>>,
+}
+
+impl<'a> Route<'a> {
+    /// The route with `path` that checks every one of `equalities` it does not serve.
+    fn new(path: Path<'a>, equalities: &[(Column, Option<&'a str>)]) -> Self {
+        let checks = equalities
+            .iter()
+            .filter_map(|(column, value)| value.map(|v| Check::Equals(*column, v)))
+            .filter(|check| match (check, path) {
+                (Check::Equals(c, _), Path::Value(served, _)) => *c != served,
+                _ => true,
+            })
+            .collect();
+        Route { path, checks }
+    }
+}
+
+/// The route of an event listing: the status index for the statuses operators page through (everything but
+/// `processed`, the bulk of the inbox), else the type, else the source, else the status, else every row; then the
+/// reason and the time range as checks.
+pub fn event_route(f: &EventFilter) -> Route<'_> {
+    let status = f.status.map(Outcome::as_str);
+    let source = f.source.as_ref().map(SourceName::as_str);
+    let event_type = f.event_type.as_deref();
+    let path = match (status.filter(|s| *s != Outcome::Processed.as_str()), event_type, source, status) {
+        (Some(s), ..) => Path::Value(Column::Status, s),
+        (None, Some(t), ..) => Path::Value(Column::EventType, t),
+        (None, None, Some(s), _) => Path::Value(Column::Source, s),
+        (None, None, None, Some(s)) => Path::Value(Column::Status, s),
+        (None, None, None, None) => Path::Newest,
+    };
+    let mut route =
+        Route::new(path, &[(Column::Source, source), (Column::Status, status), (Column::EventType, event_type)]);
+    route.checks.extend(f.reason_contains.as_deref().map(Check::ReasonContains));
+    route.checks.extend(f.since_ms.map(Check::ReceivedFrom));
+    route.checks.extend(f.until_ms.map(Check::ReceivedBefore));
+    route
+}
+
+/// The route of an outbox listing: an order's own rows, else the status index for the statuses operators page
+/// through (everything but `delivered`, the bulk), else the sink, else the status, else every row.
+pub fn outbox_route(f: &OutboxFilter) -> Route<'_> {
+    let status = f.status.as_deref();
+    let (kind, sink) = (f.kind.as_deref(), f.sink.as_deref());
+    let path = match (f.order_id.as_deref(), status.filter(|s| *s != "delivered"), sink, status) {
+        (Some(o), ..) => Path::Value(Column::OrderId, o),
+        (None, Some(s), ..) => Path::Value(Column::Status, s),
+        (None, None, Some(s), _) => Path::Value(Column::Sink, s),
+        (None, None, None, Some(s)) => Path::Value(Column::Status, s),
+        (None, None, None, None) => Path::Newest,
+    };
+    Route::new(path, &[(Column::Status, status), (Column::Kind, kind), (Column::Sink, sink)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_route_walks_the_rarest_filter_and_checks_every_other_condition_once() {
+        let f = EventFilter {
+            status: Some(Outcome::Processed),
+            event_type: Some("charge.refunded".into()),
+            reason_contains: Some("amount".into()),
+            since_ms: Some(5),
+            limit: 50,
+            ..EventFilter::default()
+        };
+        let route = event_route(&f);
+        // `processed` is the bulk of the inbox: the type is the narrower path.
+        assert_eq!(route.path, Path::Value(Column::EventType, "charge.refunded"));
+        assert_eq!(
+            route.checks,
+            vec![Check::Equals(Column::Status, "processed"), Check::ReasonContains("amount"), Check::ReceivedFrom(5)]
+        );
+        let dead = EventFilter { status: Some(Outcome::DeadLettered), ..f.clone() };
+        assert_eq!(event_route(&dead).path, Path::Value(Column::Status, "dead_lettered"));
+        for f in every_event_filter() {
+            let route = event_route(&f);
+            if let Path::Value(served, _) = route.path {
+                assert!(!route.checks.iter().any(|c| matches!(c, Check::Equals(col, _) if *col == served)), "{f:?}");
+            }
+        }
+        for f in every_outbox_filter() {
+            let route = outbox_route(&f);
+            assert!(f.order_id.is_none() || matches!(route.path, Path::Value(Column::OrderId, _)), "{f:?}");
+            assert!(!matches!(route.path, Path::Value(Column::Kind, _)), "no outbox index on kind: {f:?}");
+        }
+    }
+}
