@@ -8,7 +8,8 @@
 # days ago (past the default key retention of 30 days, so every one is pruned: its payload, its row, its keys), a
 # server with its own retention task off, then back-to-back runs of the steady scenario (20,000 orders each, a few
 # seconds): two before the prune (the baseline), as many as the prune takes, and one after. Reported: acked/s and 503 answers per window,
-# the ingest ratio during the prune against the baseline, the prune's duration and rows per second in its first and
+# the operator probes (a scraper on /metrics every 2 s; /v1/stats, /v1/events, /v1/outbox every second; /readyz
+# every 0.5 s) in every window, the ingest ratio during the prune against the baseline, the prune's duration and rows per second in its first and
 # last quarter (flat when a step costs O(rows pruned)), and the file's size before and after.
 set -euo pipefail
 n=${1:-1000000}
@@ -44,7 +45,7 @@ wait_ready "$port" "$work/server.log"
 
 window() { # label index
   "$bin" --config "$work/payhook.toml" bench --source payments --scenario steady --orders 20000 --dup 0.2 \
-    --refund 0.1 --shuffle --concurrency 64 --json > "$work/window-$1-$2.json"
+    --refund 0.1 --shuffle --concurrency 64 --scrape-ms 2000 --read-ms 1000 --json > "$work/window-$1-$2.json"
 }
 
 window base 1
@@ -71,19 +72,22 @@ def windows(label):
     out = []
     for path in sorted(glob.glob(f"{work}/window-{label}-*.json"), key=lambda p: int(p.rsplit("-", 1)[1][:-5])):
         r = json.load(open(path))
-        out.append((r["acked_per_s"], r["retried_5xx"], r["latency_ms"]["p99"]))
+        p = r.get("probes", {})
+        out.append((r["acked_per_s"], r["retried_5xx"], r["latency_ms"]["p99"],
+                    p.get("readyz", {}).get("p99", 0), p.get("metrics", {}).get("p99", 0),
+                    p.get("events_newest", {}).get("p99", 0), sum(v.get("failures", 0) for v in p.values())))
     return out
 base, during, after_w = windows("base"), windows("during"), windows("after")
 print(f"prune of {n:,} deliveries beside back-to-back `payhook bench --scenario steady --orders 20000 --dup 0.2 --refund 0.1 --shuffle --concurrency 64`")
-print("| window | acked/s | 503 answers | p99 ms |")
-print("|---|---|---|---|")
+print("| window | acked/s | 503 answers | delivery p99 ms | /readyz p99 ms | /metrics p99 ms | /v1/events p99 ms | probe failures |")
+print("|---|---|---|---|---|---|---|---|")
 for label, ws in (("before", base), ("during prune", during), ("after", after_w)):
-    for i, (a, r, p) in enumerate(ws, 1):
-        print(f"| {label} {i} | {a:.0f} | {r} | {p:.1f} |")
-b = statistics.mean(a for a, _, _ in base)
-full = [a for a, _, _ in during[:-1]] or [a for a, _, _ in during]
+    for i, (a, r, p, ready, met, ev, fail) in enumerate(ws, 1):
+        print(f"| {label} {i} | {a:.0f} | {r} | {p:.1f} | {ready:.1f} | {met:.1f} | {ev:.1f} | {fail} |")
+b = statistics.mean(w[0] for w in base)
+full = [w[0] for w in during[:-1]] or [w[0] for w in during]
 print(f"ingest during the prune / before: {statistics.mean(full) / b:.3f} (windows entirely inside the prune); "
-      f"lowest window {min(full) / b:.3f}; 503 answers during the prune: {sum(r for _, r, _ in during)}")
+      f"lowest window {min(full) / b:.3f}; 503 answers during the prune: {sum(w[1] for w in during)}")
 pruned = json.load(open(f"{work}/prune.json"))
 secs = finished - started
 print(f"prune: {json.dumps(pruned)} in {secs:.1f} s, {pruned.get('events_deleted', 0) / secs:.0f} events deleted/s")
