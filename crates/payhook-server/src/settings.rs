@@ -162,6 +162,37 @@ pub struct SinkSettings {
     pub timeout_ms: u64,
     /// Requests in flight to this sink at most.
     pub max_in_flight: usize,
+    /// How rows travel: an HTTP POST to `url`, or a publish to the broker at `url`.
+    pub transport: SinkTransport,
+}
+
+/// How a sink's rows travel. Every transport shares the dispatcher's leases, backoff, dead rows and alerts; only
+/// the send and what counts as its acknowledgement differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkTransport {
+    /// A POST to the sink's `http(s)://` URL; a 2xx acknowledges it.
+    Http,
+    /// A JetStream publish (`nats://` URL) with `Nats-Msg-Id` = the outbox id; the stream's PubAck acknowledges it,
+    /// and the stream's duplicate window drops a re-publish.
+    Nats {
+        /// The subject template: `{kind}`, `{order_id}` and `{sink}` are filled in per row.
+        subject: String,
+    },
+    /// An `XADD` (`redis://` URL) through a script that skips an outbox id it has already added; the script's
+    /// answer acknowledges it.
+    Redis {
+        /// The stream key template: `{kind}`, `{order_id}` and `{sink}` are filled in per row.
+        stream: String,
+        /// How long the script remembers an added outbox id, in seconds: a re-publish within it is dropped.
+        dedup_window_secs: u64,
+    },
+}
+
+impl SinkTransport {
+    /// The schemes a NATS sink's URL may have.
+    pub const NATS_SCHEMES: &'static [&'static str] = &["nats", "tls"];
+    /// The schemes a Redis sink's URL may have.
+    pub const REDIS_SCHEMES: &'static [&'static str] = &["redis", "rediss"];
 }
 
 /// Where alerts go: a Slack-compatible incoming webhook (`{"text": …}`) or any HTTP endpoint.

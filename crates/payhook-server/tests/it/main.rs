@@ -2,6 +2,8 @@
 
 mod admin;
 mod auth;
+mod broker_restart;
+mod brokers;
 mod dispatch;
 mod evidence;
 mod failpoints;
