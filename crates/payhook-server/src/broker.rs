@@ -1,14 +1,17 @@
-//! Broker sinks: the send of one outbox row to NATS JetStream or Redis Streams, and what acknowledges it.
+//! Broker sinks: the send of one outbox row to NATS JetStream, Redis Streams or RabbitMQ, and what acknowledges it.
 //!
 //! The dispatcher owns everything else (leases, backoff, dead rows, alerts, metrics), so a broker sink only
 //! publishes and answers [`Published`] or a [`BrokerError`]; every error is a failed attempt that the retry policy
 //! reschedules. Each sink holds one long-lived connection, opened on its first send: async-nats reconnects on its
-//! own with backoff, and redis-rs's `ConnectionManager` reconnects on the next command after a broken one. A broker
+//! own with backoff, redis-rs's `ConnectionManager` reconnects on the next command after a broken one, and a RabbitMQ
+//! sink opens a new connection and confirm channel on the attempt after it finds them closed (the retry policy is
+//! its backoff). A broker
 //! that is down leaves the rows pending until it is back or their budget is spent.
 //!
 //! Every publish carries the outbox id, which lets the broker drop a re-publish (after a dispatcher died between the
 //! broker's ack and its record): JetStream by `Nats-Msg-Id` within the stream's duplicate window, Redis by a script
-//! that adds a stream entry only for an id it has not added within `dedup_window_secs`.
+//! that adds a stream entry only for an id it has not added within `dedup_window_secs`. RabbitMQ cannot drop it: the
+//! copy carries the same `message_id`, for the consumer to recognise.
 //!
 //! A broker's URL may hold its password: errors are rendered with the full URL replaced by its redacted form.
 
@@ -63,6 +66,8 @@ pub(crate) enum Broker {
     Nats(NatsSink),
     /// Redis Streams.
     Redis(RedisSink),
+    /// RabbitMQ.
+    Amqp(AmqpSink),
 }
 
 impl Broker {
@@ -84,6 +89,13 @@ impl Broker {
                 connection: OnceCell::new(),
                 script: redis::Script::new(REDIS_XADD_ONCE),
             })),
+            SinkTransport::Amqp { exchange, routing_key } => Some(Self::Amqp(AmqpSink {
+                url: url.clone(),
+                sink: sink.to_owned(),
+                exchange: exchange.clone(),
+                routing_key: routing_key.clone(),
+                channel: tokio::sync::Mutex::new(None),
+            })),
         }
     }
 
@@ -92,11 +104,13 @@ impl Broker {
         let url = match self {
             Self::Nats(n) => &n.url,
             Self::Redis(r) => &r.url,
+            Self::Amqp(a) => &a.url,
         };
         let send = async {
             match self {
                 Self::Nats(n) => n.publish(job).await,
                 Self::Redis(r) => r.publish(job, timeout).await,
+                Self::Amqp(a) => a.publish(job).await,
             }
         };
         match tokio::time::timeout(timeout, send).await {
@@ -203,6 +217,76 @@ impl RedisSink {
             .await
             .map_err(|e| BrokerError::Publish { url: self.url.to_string(), cause: cause(&self.url, &e) })?;
         Ok(if entry.is_some() { Published::New } else { Published::Duplicate })
+    }
+}
+
+/// A RabbitMQ sink: one connection and one channel in confirm mode, replaced when found closed.
+pub(crate) struct AmqpSink {
+    url: SecretUrl,
+    sink: String,
+    exchange: String,
+    routing_key: String,
+    channel: tokio::sync::Mutex<Option<(lapin::Connection, lapin::Channel)>>,
+}
+
+impl std::fmt::Debug for AmqpSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpSink").field("url", &self.url).field("exchange", &self.exchange).finish_non_exhaustive()
+    }
+}
+
+impl AmqpSink {
+    async fn channel(&self) -> Result<lapin::Channel, BrokerError> {
+        let mut held = self.channel.lock().await;
+        if let Some((connection, channel)) = held.as_ref()
+            && connection.status().connected()
+            && channel.status().connected()
+        {
+            return Ok(channel.clone());
+        }
+        *held = None;
+        let failed = |e: lapin::Error| BrokerError::Connect { url: self.url.to_string(), cause: cause(&self.url, &e) };
+        let properties = lapin::ConnectionProperties::default()
+            .with_connection_name(format!("payhook sink {}", self.sink).as_str().into());
+        let connection = lapin::Connection::connect(self.url.expose().as_str(), properties).await.map_err(failed)?;
+        let channel = connection.create_channel().await.map_err(failed)?;
+        channel.confirm_select(lapin::options::ConfirmSelectOptions::default()).await.map_err(failed)?;
+        *held = Some((connection, channel.clone()));
+        Ok(channel)
+    }
+
+    async fn publish(&self, job: &OutboxJob) -> Result<Published, BrokerError> {
+        let channel = self.channel().await?;
+        let routing_key = render(&self.routing_key, job, &self.sink, |s| s.to_owned());
+        let properties = lapin::BasicProperties::default()
+            .with_message_id(job.id.to_string().as_str().into())
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into())
+            .with_type(job.kind.as_str().into());
+        let refused = |cause: String| BrokerError::Publish { url: self.url.to_string(), cause };
+        let failed = |e: lapin::Error| refused(cause(&self.url, &e));
+        // Mandatory: a message no queue takes comes back instead of vanishing.
+        let options = lapin::options::BasicPublishOptions { mandatory: true, ..Default::default() };
+        let confirmation = channel
+            .basic_publish(
+                self.exchange.as_str().into(),
+                routing_key.as_str().into(),
+                options,
+                job.payload.as_bytes(),
+                properties,
+            )
+            .await
+            .map_err(failed)?
+            .await
+            .map_err(failed)?;
+        match confirmation {
+            lapin::Confirmation::Ack(None) => Ok(Published::New),
+            lapin::Confirmation::Ack(Some(_)) => {
+                Err(refused(format!("no queue is bound to routing key {routing_key:?}: the message was returned")))
+            }
+            lapin::Confirmation::Nack(_) => Err(refused("the broker nacked the message".into())),
+            lapin::Confirmation::NotRequested => Err(refused("the channel is not in confirm mode".into())),
+        }
     }
 }
 

@@ -186,6 +186,15 @@ pub enum SinkTransport {
         /// How long the script remembers an added outbox id, in seconds: a re-publish within it is dropped.
         dedup_window_secs: u64,
     },
+    /// A RabbitMQ publish (`amqp://` URL) with publisher confirms: persistent, `message_id` = the outbox id,
+    /// mandatory. The broker's ack delivers the row; a nack or a returned (unroutable) message is a failed attempt.
+    /// AMQP has no deduplication: a re-publish arrives again, with the same `message_id`.
+    Amqp {
+        /// The exchange (`""`: the default exchange, which routes by queue name).
+        exchange: String,
+        /// The routing key template: `{kind}`, `{order_id}` and `{sink}` are filled in per row.
+        routing_key: String,
+    },
 }
 
 impl SinkTransport {
@@ -193,6 +202,8 @@ impl SinkTransport {
     pub const NATS_SCHEMES: &'static [&'static str] = &["nats", "tls"];
     /// The schemes a Redis sink's URL may have.
     pub const REDIS_SCHEMES: &'static [&'static str] = &["redis", "rediss"];
+    /// The schemes a RabbitMQ sink's URL may have (plain AMQP: TLS to RabbitMQ is not built in).
+    pub const AMQP_SCHEMES: &'static [&'static str] = &["amqp"];
 }
 
 /// Where alerts go: a Slack-compatible incoming webhook (`{"text": …}`) or any HTTP endpoint.

@@ -136,6 +136,9 @@ async fn run(cli: Cli) -> Result<()> {
                     SinkTransport::Http => String::new(),
                     SinkTransport::Nats { subject } => format!(" subject {subject}"),
                     SinkTransport::Redis { stream, .. } => format!(" stream {stream}"),
+                    SinkTransport::Amqp { exchange, routing_key } => {
+                        format!(" exchange {exchange:?} routing key {routing_key}")
+                    }
                 };
                 println!("  sink     {:<16} {}{via} ({})", s.name, s.url, s.kinds.join(", "));
             }

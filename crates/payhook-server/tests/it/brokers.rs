@@ -253,6 +253,7 @@ async fn a_broker_that_is_down_leaves_rows_pending_then_dead_with_an_alert() {
     let app = TestApp::spawn_with(|s, _| {
         s.sinks.push(nats_sink("nats-down", "nats://user:n4ts-PLANTED@127.0.0.1:1", "payhook.{order_id}"));
         s.sinks.push(redis_sink("redis-down", "redis://:r3dis-PLANTED@127.0.0.1:1", "payhook"));
+        s.sinks.push(crate::brokers_amqp::amqp_sink("amqp-down", "amqp://guest:amqp-PLANTED@127.0.0.1:1/%2f", "k"));
         s.dispatcher.retry = RetryPolicy { base_ms: 1_000, factor: 2, cap_ms: 60_000, jitter: 0.0, max_attempts: 2 };
         s.alerts = Some(AlertSettings {
             url: SecretUrl::parse("http://127.0.0.1:1/alerts").unwrap(),
@@ -266,7 +267,7 @@ async fn a_broker_that_is_down_leaves_rows_pending_then_dead_with_an_alert() {
     paid_order(&app, "ord_down").await;
     let t = now_ms();
     app.running.dispatcher.run_once(t).await.expect("dispatch");
-    for sink in ["nats-down", "redis-down"] {
+    for sink in ["nats-down", "redis-down", "amqp-down"] {
         let row = rows(&app, sink).await.remove(0);
         assert_eq!((row.status.as_str(), row.attempts), ("pending", 1), "{row:?}");
         let error = row.last_error.unwrap_or_default();
@@ -274,7 +275,7 @@ async fn a_broker_that_is_down_leaves_rows_pending_then_dead_with_an_alert() {
         assert!(!error.contains("PLANTED"), "the password leaked: {error}");
     }
     app.running.dispatcher.run_once(t + 60_000).await.expect("dispatch");
-    for sink in ["nats-down", "redis-down"] {
+    for sink in ["nats-down", "redis-down", "amqp-down"] {
         let row = rows(&app, sink).await.remove(0);
         assert_eq!((row.status.as_str(), row.attempts), ("dead", 2), "{row:?}");
         assert!(row.last_error.as_deref().is_some_and(|e| e.contains("budget spent")), "{row:?}");

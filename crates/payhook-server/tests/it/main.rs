@@ -4,6 +4,7 @@ mod admin;
 mod auth;
 mod broker_restart;
 mod brokers;
+mod brokers_amqp;
 mod dispatch;
 mod evidence;
 mod failpoints;

@@ -1,5 +1,5 @@
 //! The `[[sinks]]` tables: where outbox rows go. `type = "http"` (the default) POSTs them; `type = "nats"` publishes
-//! them to JetStream and `type = "redis"` adds them to a Redis stream.
+//! them to JetStream, `type = "redis"` adds them to a Redis stream and `type = "amqp"` publishes them to RabbitMQ.
 
 use super::*;
 use payhook_server::SinkTransport;
@@ -13,6 +13,7 @@ pub(super) enum SinkType {
     Http,
     Nats,
     Redis,
+    Amqp,
 }
 
 #[derive(Debug, Deserialize)]
@@ -31,6 +32,10 @@ pub(super) struct RawSink {
     stream: Option<String>,
     /// `redis`: how long a published outbox id is remembered, in seconds.
     dedup_window_secs: Option<u64>,
+    /// `amqp`: the exchange (default: the default exchange, `""`).
+    exchange: Option<String>,
+    /// `amqp`: the routing key template.
+    routing_key: Option<String>,
     #[serde(default = "default_timeout_ms")]
     timeout_ms: u64,
     #[serde(default = "default_max_in_flight")]
@@ -57,6 +62,8 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
     only("subject", s.subject.is_some() && s.kind != SinkType::Nats, "nats")?;
     only("stream", s.stream.is_some() && s.kind != SinkType::Redis, "redis")?;
     only("dedup_window_secs", s.dedup_window_secs.is_some() && s.kind != SinkType::Redis, "redis")?;
+    only("exchange", s.exchange.is_some() && s.kind != SinkType::Amqp, "amqp")?;
+    only("routing_key", s.routing_key.is_some() && s.kind != SinkType::Amqp, "amqp")?;
     only("secret", (s.secret.is_some() || s.secret_env.is_some()) && s.kind != SinkType::Http, "http")?;
     // Never echo the URL: its path, query or user info may hold the sink's token or the broker's password.
     let (url, transport) = match s.kind {
@@ -80,6 +87,14 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
                 bail!("dedup_window_secs: must be at least 1");
             }
             (url, SinkTransport::Redis { stream, dedup_window_secs })
+        }
+        SinkType::Amqp => {
+            let url = SecretUrl::parse_broker(&s.url, SinkTransport::AMQP_SCHEMES).context("url")?;
+            let routing_key = s.routing_key.context("routing_key: an amqp sink needs a routing key template")?;
+            if routing_key.len() > 255 {
+                bail!("routing_key: at most 255 bytes");
+            }
+            (url, SinkTransport::Amqp { exchange: s.exchange.unwrap_or_default(), routing_key })
         }
     };
     if s.kinds.is_empty() {

@@ -410,7 +410,13 @@ fn a_broker_sink_needs_its_destination_and_takes_only_its_own_keys() {
             "sinks[0] (bus): dedup_window_secs",
         ),
         (sink("type = \"nats\"\nurl = \"nats://h:4222\"\nsubject = \"s\"\nsecret = \"x\"\n"), "sinks[0] (bus): secret"),
-        (sink("type = \"amqp\"\nurl = \"amqp://h:5672\"\n"), "type"),
+        (sink("type = \"amqp\"\nurl = \"amqp://h:5672\"\n"), "sinks[0] (bus): routing_key"),
+        (sink("type = \"amqp\"\nurl = \"amqps://h:5671\"\nrouting_key = \"k\"\n"), "sinks[0] (bus): url"),
+        (
+            sink("type = \"redis\"\nurl = \"redis://h:6379\"\nstream = \"s\"\nexchange = \"x\"\n"),
+            "sinks[0] (bus): exchange",
+        ),
+        (sink("type = \"kafka\"\nurl = \"kafka://h:9092\"\n"), "type"),
     ] {
         let err = format!("{:#}", Config::from_toml(&text, "t", None).unwrap_err());
         assert!(err.contains(key) && !err.contains("PLANTED"), "{text}: {err}");
