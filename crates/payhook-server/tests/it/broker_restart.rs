@@ -2,6 +2,8 @@
 //! file store, `redis-server` with an fsynced append-only file), ingests orders while the dispatcher runs, kills the
 //! broker and starts it again on the same port and data directory. Nothing is lost, and nothing is doubled: the
 //! rows whose publish landed before the kill but whose ack did not are re-published and dropped by the broker.
+//! RabbitMQ is restarted in place (`rabbitmqctl stop_app`, `start_app`) with a durable queue: nothing is lost, and
+//! a copy (which AMQP cannot drop) carries the same `message_id`.
 //!
 //! Skipped with a message when the broker's binary is not installed, unless `PAYHOOK_TEST_BROKERS=1`.
 
@@ -67,6 +69,53 @@ impl BrokerProcess {
     }
 }
 
+/// A broker that can be stopped and started again on the same address and data.
+trait Restart {
+    fn stop(&mut self);
+    async fn start(&mut self);
+}
+
+impl Restart for BrokerProcess {
+    fn stop(&mut self) {
+        self.kill();
+    }
+
+    async fn start(&mut self) {
+        self.spawn().await;
+    }
+}
+
+/// The machine's RabbitMQ, its application stopped and started by `rabbitmqctl`; started again when dropped.
+struct RabbitApp {
+    stopped: bool,
+}
+
+fn rabbitmqctl(command: &str) {
+    let status = Command::new("rabbitmqctl").arg("-q").arg(command).stdout(Stdio::null()).status();
+    assert!(status.is_ok_and(|s| s.success()), "rabbitmqctl {command} failed");
+}
+
+impl Restart for RabbitApp {
+    fn stop(&mut self) {
+        rabbitmqctl("stop_app");
+        self.stopped = true;
+    }
+
+    async fn start(&mut self) {
+        rabbitmqctl("start_app");
+        self.stopped = false;
+        rabbitmqctl("await_startup");
+    }
+}
+
+impl Drop for RabbitApp {
+    fn drop(&mut self) {
+        if self.stopped {
+            rabbitmqctl("start_app");
+        }
+    }
+}
+
 impl Drop for BrokerProcess {
     fn drop(&mut self) {
         self.kill();
@@ -75,7 +124,7 @@ impl Drop for BrokerProcess {
 
 /// Ingests [`ORDERS`] paid orders while a dispatcher loop runs on real time, killing the broker after a third of
 /// them and starting it again after two thirds; then drains.
-async fn orders_through_a_restart(broker: &mut BrokerProcess, sink: SinkSettings) -> TestApp {
+async fn orders_through_a_restart(broker: &mut impl Restart, sink: SinkSettings) -> TestApp {
     let sink_name = sink.name.clone();
     let app = TestApp::spawn_with(|s, _| {
         s.sinks.push(sink);
@@ -93,12 +142,12 @@ async fn orders_through_a_restart(broker: &mut BrokerProcess, sink: SinkSettings
     });
     for i in 0..ORDERS {
         if i == ORDERS / 3 {
-            broker.kill();
+            broker.stop();
         }
         if i == 2 * ORDERS / 3 {
             // Down for longer than the sink's timeout, so that publishes in flight fail and are retried.
             tokio::time::sleep(Duration::from_millis(1_500)).await;
-            broker.spawn().await;
+            broker.start().await;
         }
         paid_order(&app, &format!("ord_{i}")).await;
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -167,4 +216,39 @@ async fn a_redis_server_killed_and_restarted_under_load_loses_and_doubles_nothin
     let app = orders_through_a_restart(&mut broker, sink).await;
     let ids: Vec<String> = redis_entries(&url, "payhook-restart").await.into_iter().map(|(id, _, _)| id).collect();
     assert_nothing_lost_or_doubled(&rows(&app, "redis-restart").await, &ids);
+}
+
+#[tokio::test]
+async fn a_rabbitmq_restarted_under_load_loses_nothing_and_its_copies_keep_their_message_id() {
+    let url = crate::brokers_amqp::amqp_url();
+    let test = "a_rabbitmq_restarted_under_load_loses_nothing_and_its_copies_keep_their_message_id";
+    if !crate::brokers::reachable(&url, test).await {
+        return;
+    }
+    let installed =
+        Command::new("rabbitmqctl").args(["-q", "status"]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    if !installed.is_ok_and(|s| s.success()) {
+        assert!(std::env::var("PAYHOOK_TEST_BROKERS").as_deref() != Ok("1"), "rabbitmqctl cannot reach RabbitMQ");
+        eprintln!("skipped {test}: rabbitmqctl cannot reach RabbitMQ");
+        return;
+    }
+    // The other RabbitMQ tests must not run while the broker is down.
+    let _alone = crate::brokers_amqp::BROKER.write().await;
+    let queue = unique("payhook-restart-");
+    let (connection, channel) = crate::brokers_amqp::declare_queue(&url, &queue).await;
+    drop((channel, connection));
+    let mut sink = crate::brokers_amqp::amqp_sink("amqp-restart", &url, &queue);
+    sink.timeout_ms = 1_000;
+    let app = orders_through_a_restart(&mut RabbitApp { stopped: false }, sink).await;
+    let (_connection, channel) = crate::brokers_amqp::declare_queue(&url, &queue).await;
+    let seen = crate::brokers_amqp::drain(&channel, &queue).await;
+    let ids: BTreeSet<String> = seen.iter().map(|(id, _, _)| id.clone()).collect();
+    let app_rows = rows(&app, "amqp-restart").await;
+    assert_eq!((app_rows.len(), ids.len()), (ORDERS, ORDERS), "every row in the queue: {seen:?}");
+    for row in &app_rows {
+        assert_eq!(row.status, "delivered", "{row:?}");
+        assert!(ids.contains(&row.id.to_string()), "row {} was lost", row.id);
+    }
+    assert!(app_rows.iter().any(|r| r.attempts > 1), "no row was retried: the broker's downtime was not felt");
+    eprintln!("{} messages for {ORDERS} rows: the copies carry their row's message_id", seen.len());
 }

@@ -13,6 +13,9 @@ use payhook_server::settings::SinkSettings;
 use payhook_server::{SecretUrl, SinkTransport, now_ms};
 use std::collections::BTreeSet;
 
+/// Taken for reading by every RabbitMQ test, for writing by the one that stops the broker.
+pub(crate) static BROKER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 pub(crate) fn amqp_url() -> String {
     std::env::var("PAYHOOK_TEST_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
@@ -31,7 +34,7 @@ pub(crate) fn amqp_sink(name: &str, url: &str, routing_key: &str) -> SinkSetting
 
 /// A durable queue of this test's own on the default exchange (routed by its name), and the connection and channel
 /// that read it.
-async fn declare_queue(url: &str, name: &str) -> (lapin::Connection, lapin::Channel) {
+pub(crate) async fn declare_queue(url: &str, name: &str) -> (lapin::Connection, lapin::Channel) {
     let connection =
         lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await.expect("connect to RabbitMQ");
     let channel = connection.create_channel().await.expect("channel");
@@ -41,7 +44,7 @@ async fn declare_queue(url: &str, name: &str) -> (lapin::Connection, lapin::Chan
 }
 
 /// Every message of the queue: (message_id, delivery mode, payload), taken off it.
-async fn drain(channel: &lapin::Channel, queue: &str) -> Vec<(String, u8, serde_json::Value)> {
+pub(crate) async fn drain(channel: &lapin::Channel, queue: &str) -> Vec<(String, u8, serde_json::Value)> {
     let mut out = Vec::new();
     while let Some(m) = channel.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.expect("basic.get") {
         let p = &m.delivery.properties;
@@ -59,6 +62,7 @@ async fn every_order_paid_reaches_the_rabbitmq_queue_once_per_order_persistent_a
     if !reachable(&url, "every_order_paid_reaches_the_rabbitmq_queue_once_per_order").await {
         return;
     }
+    let _broker = BROKER.read().await;
     let queue = unique("payhook-it-");
     let (_connection, channel) = declare_queue(&url, &queue).await;
     let app = TestApp::spawn_with(|s, _| s.sinks.push(amqp_sink("events", &url, &queue))).await;
@@ -86,6 +90,7 @@ async fn a_rabbitmq_republish_after_the_ack_carries_the_same_message_id() {
         return;
     }
     let _serial = SERIAL.lock().await;
+    let _broker = BROKER.read().await;
     let (queue, sink_name) = (unique("payhook-it-"), unique("amqp-fp-"));
     let (_connection, channel) = declare_queue(&url, &queue).await;
     let app = TestApp::spawn_with(|s, _| s.sinks.push(amqp_sink(&sink_name, &url, &queue))).await;
@@ -111,6 +116,7 @@ async fn an_unroutable_rabbitmq_message_is_returned_and_retried_not_delivered() 
     if !reachable(&url, "an_unroutable_rabbitmq_message_is_returned_and_retried_not_delivered").await {
         return;
     }
+    let _broker = BROKER.read().await;
     let nowhere = unique("payhook-it-unbound-");
     let app = TestApp::spawn_with(|s, _| s.sinks.push(amqp_sink("nowhere", &url, &nowhere))).await;
     paid_order(&app, "ord_u").await;
