@@ -9,11 +9,16 @@
 //! `RetryPolicy` (honouring `Retry-After`); any other answer is permanent. Permanent, or the budget spent: dead,
 //! with the last error kept, and an alert.
 //!
+//! Broker sinks (NATS JetStream, Redis Streams; see [`crate::broker`]) go through the same loop: only the send
+//! differs. The broker's acknowledgement delivers the row (recorded with status 0, as there is no HTTP status);
+//! any error is retried with the same policy, and the budget spent makes the row dead with an alert.
+//!
 //! A sink's URL may hold its credential, so every message about a send names it in its redacted form
 //! ([`SecretUrl`]) and renders the HTTP client's errors without their URL: what is logged, stored as the row's
 //! last error and put into an alert never holds the path, query or user info.
 
 use crate::app::now_ms;
+use crate::broker::{Broker, Published};
 use crate::metrics::DispatchMetrics;
 use crate::secret_url::{SecretUrl, redact_urls};
 use crate::settings::{ALERTS_SINK, AlertSettings, DispatcherSettings, Settings, SinkSettings};
@@ -36,6 +41,8 @@ struct Target {
     max_in_flight: usize,
     /// Alerts are rendered as Slack-compatible `{"text": …}` documents.
     alerts: bool,
+    /// The broker this sink publishes to; `None` for an HTTP sink.
+    broker: Option<Arc<Broker>>,
 }
 
 impl Target {
@@ -47,6 +54,7 @@ impl Target {
             timeout: Duration::from_millis(s.timeout_ms),
             max_in_flight: s.max_in_flight.max(1),
             alerts: false,
+            broker: Broker::for_sink(&s.transport, &s.url, &s.name).map(Arc::new),
         }
     }
 
@@ -58,6 +66,7 @@ impl Target {
             timeout: Duration::from_millis(a.timeout_ms),
             max_in_flight: 1,
             alerts: true,
+            broker: None,
         }
     }
 }
@@ -218,7 +227,8 @@ impl<S: Store> Dispatcher<S> {
                 let started = std::time::Instant::now();
                 let outcome = this.deliver(&target, &job).await;
                 this.metrics.sent(&target.name, started.elapsed());
-                if matches!(outcome, Dispatched::Delivered { .. }) && after_sink_2xx_fires(target.url.expose().as_str())
+                if matches!(outcome, Dispatched::Delivered { .. })
+                    && after_sink_2xx_fires(&target.name, target.url.expose().as_str())
                 {
                     // A dispatcher that dies after the sink's 2xx and before recording it: the row stays leased
                     // and is sent again, with the same key, once the lease expires.
@@ -281,6 +291,9 @@ impl<S: Store> Dispatcher<S> {
 
     /// Sends one row and classifies the answer.
     async fn deliver(&self, target: &Target, job: &OutboxJob) -> Dispatched {
+        if let Some(broker) = &target.broker {
+            return self.publish(target, broker, job).await;
+        }
         let body = if target.alerts { render_alert(&job.payload) } else { job.payload.clone().into_bytes() };
         let msg_id = job.id.to_string();
         let mut req = self
@@ -327,12 +340,38 @@ impl<S: Store> Dispatcher<S> {
     }
 }
 
+impl<S: Store> Dispatcher<S> {
+    /// Publishes one row to a broker sink: its acknowledgement delivers the row, anything else is retried.
+    async fn publish(&self, target: &Target, broker: &Broker, job: &OutboxJob) -> Dispatched {
+        let error = match broker.publish(job, target.timeout).await {
+            Ok(published) => {
+                if published == Published::Duplicate {
+                    tracing::info!(sink = target.name, id = job.id, "the broker dropped a re-published outbox row");
+                }
+                self.metrics.published(&target.name, published == Published::Duplicate);
+                return Dispatched::Delivered { status: 0 };
+            }
+            Err(e) => e.to_string(),
+        };
+        let attempt = job.attempts + 1;
+        let now = now_ms();
+        match self.settings.retry.next(attempt, now, fastrand::f64()) {
+            Next::RetryAt(at) => Dispatched::Retry { at_ms: at, status: None, error },
+            Next::DeadLetter => Dispatched::Dead {
+                status: None,
+                error: format!("retry budget spent after {attempt} attempts: {error}"),
+            },
+        }
+    }
+}
+
 /// Failpoint `dispatcher::after_sink_2xx` (feature `failpoints`, tests only): configured as `return(URL)`, it fires
-/// for the sinks whose URL contains `URL`, so that tests sharing the process do not trip each other.
+/// for the sinks whose URL contains `URL` or whose name is `URL`, so that tests sharing the process do not trip each
+/// other. For a broker sink it fires after the broker's acknowledgement.
 #[cfg(feature = "failpoints")]
-fn after_sink_2xx_fires(url: &str) -> bool {
+fn after_sink_2xx_fires(name: &str, url: &str) -> bool {
     match fail::eval("dispatcher::after_sink_2xx", |arg| arg) {
-        Some(Some(only)) => url.contains(only.as_str()),
+        Some(Some(only)) => url.contains(only.as_str()) || name == only,
         Some(None) => true,
         None => false,
     }
@@ -340,7 +379,7 @@ fn after_sink_2xx_fires(url: &str) -> bool {
 
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
-fn after_sink_2xx_fires(_url: &str) -> bool {
+fn after_sink_2xx_fires(_name: &str, _url: &str) -> bool {
     false
 }
 

@@ -24,6 +24,7 @@ mod admin_api;
 mod api;
 mod app;
 mod auth;
+mod broker;
 pub mod dispatcher;
 mod error;
 mod ingest;
@@ -44,5 +45,6 @@ pub use listener::TlsError;
 pub use metrics::SourceMetrics;
 pub use secret_url::SecretUrl;
 pub use settings::{
-    AuthSettings, ListenerSettings, RetentionSettings, Settings, SourceSettings, TlsSettings, WorkerSettings,
+    AuthSettings, ListenerSettings, RetentionSettings, Settings, SinkTransport, SourceSettings, TlsSettings,
+    WorkerSettings,
 };

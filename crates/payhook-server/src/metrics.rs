@@ -85,11 +85,23 @@ impl SourceMetrics {
 #[derive(Debug)]
 pub(crate) struct DispatchMetrics {
     sinks: Vec<(String, Histogram)>,
+    /// Broker acknowledgements by sink: `[new, duplicate]` (the broker dropped a re-publish).
+    published: Vec<(String, [AtomicU64; 2])>,
 }
 
 impl DispatchMetrics {
     pub(crate) fn new<'a>(sinks: impl Iterator<Item = &'a str>) -> Self {
-        Self { sinks: sinks.map(|name| (name.to_owned(), Histogram::new(LATENCY_BOUNDS_US))).collect() }
+        let sinks: Vec<(String, Histogram)> =
+            sinks.map(|name| (name.to_owned(), Histogram::new(LATENCY_BOUNDS_US))).collect();
+        let published = sinks.iter().map(|(name, _)| (name.clone(), Default::default())).collect();
+        Self { sinks, published }
+    }
+
+    /// Counts a broker's acknowledgement of a publish to `sink`, and whether it was a re-publish it dropped.
+    pub(crate) fn published(&self, sink: &str, duplicate: bool) {
+        if let Some((_, c)) = self.published.iter().find(|(name, _)| name == sink) {
+            c[usize::from(duplicate)].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Counts one attempt to deliver to `sink` (whatever its outcome) that took `elapsed`.
@@ -199,6 +211,18 @@ where
     for (name, h) in &scrape.dispatch.sinks {
         let labels = format!("sink=\"{}\"", escape(name));
         histogram(&mut out, "payhook_dispatch_duration_seconds", &labels, &h.snapshot(), 1e6);
+    }
+    family(
+        &mut out,
+        "payhook_broker_published_total",
+        "counter",
+        "Publishes a broker sink acknowledged, by sink and outcome (duplicate: the broker dropped a re-publish).",
+    );
+    for (name, c) in &scrape.dispatch.published {
+        for (i, outcome) in ["new", "duplicate"].iter().enumerate() {
+            let labels = format!("sink=\"{}\",outcome=\"{outcome}\"", escape(name));
+            sample(&mut out, "payhook_broker_published_total", &labels, c[i].load(Ordering::Relaxed));
+        }
     }
     let w = &scrape.writer;
     family(&mut out, "payhook_commit_batch_size", "histogram", "Jobs per committed write transaction.");

@@ -41,6 +41,9 @@ pub enum SecretUrlError {
     /// A URL, but not `http` or `https`.
     #[error("not an http(s) URL")]
     NotHttp,
+    /// A URL, but not of the scheme the broker takes.
+    #[error("not a {} URL", .0.join(" or "))]
+    WrongScheme(&'static [&'static str]),
 }
 
 impl SecretUrl {
@@ -50,6 +53,17 @@ impl SecretUrl {
         let url = reqwest::Url::parse(text).map_err(|e| SecretUrlError::Invalid(Box::new(e)))?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(SecretUrlError::NotHttp);
+        }
+        let shown = redact(&url);
+        Ok(Self { url, shown })
+    }
+
+    /// Parses a broker URL (`nats://`, `redis://`, …) whose scheme is one of `schemes`. It is shown in the same
+    /// redacted form: a broker URL's user info holds its password.
+    pub fn parse_broker(text: &str, schemes: &'static [&'static str]) -> Result<Self, SecretUrlError> {
+        let url = reqwest::Url::parse(text).map_err(|e| SecretUrlError::Invalid(Box::new(e)))?;
+        if !schemes.contains(&url.scheme()) || url.host_str().is_none() {
+            return Err(SecretUrlError::WrongScheme(schemes));
         }
         let shown = redact(&url);
         Ok(Self { url, shown })

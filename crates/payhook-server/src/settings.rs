@@ -162,6 +162,48 @@ pub struct SinkSettings {
     pub timeout_ms: u64,
     /// Requests in flight to this sink at most.
     pub max_in_flight: usize,
+    /// How rows travel: an HTTP POST to `url`, or a publish to the broker at `url`.
+    pub transport: SinkTransport,
+}
+
+/// How a sink's rows travel. Every transport shares the dispatcher's leases, backoff, dead rows and alerts; only
+/// the send and what counts as its acknowledgement differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkTransport {
+    /// A POST to the sink's `http(s)://` URL; a 2xx acknowledges it.
+    Http,
+    /// A JetStream publish (`nats://` URL) with `Nats-Msg-Id` = the outbox id; the stream's PubAck acknowledges it,
+    /// and the stream's duplicate window drops a re-publish.
+    Nats {
+        /// The subject template: `{kind}`, `{order_id}` and `{sink}` are filled in per row.
+        subject: String,
+    },
+    /// An `XADD` (`redis://` URL) through a script that skips an outbox id it has already added; the script's
+    /// answer acknowledges it.
+    Redis {
+        /// The stream key template: `{kind}`, `{order_id}` and `{sink}` are filled in per row.
+        stream: String,
+        /// How long the script remembers an added outbox id, in seconds: a re-publish within it is dropped.
+        dedup_window_secs: u64,
+    },
+    /// A RabbitMQ publish (`amqp://` URL) with publisher confirms: persistent, `message_id` = the outbox id,
+    /// mandatory. The broker's ack delivers the row; a nack or a returned (unroutable) message is a failed attempt.
+    /// AMQP has no deduplication: a re-publish arrives again, with the same `message_id`.
+    Amqp {
+        /// The exchange (`""`: the default exchange, which routes by queue name).
+        exchange: String,
+        /// The routing key template: `{kind}`, `{order_id}` and `{sink}` are filled in per row.
+        routing_key: String,
+    },
+}
+
+impl SinkTransport {
+    /// The schemes a NATS sink's URL may have.
+    pub const NATS_SCHEMES: &'static [&'static str] = &["nats", "tls"];
+    /// The schemes a Redis sink's URL may have.
+    pub const REDIS_SCHEMES: &'static [&'static str] = &["redis", "rediss"];
+    /// The schemes a RabbitMQ sink's URL may have (plain AMQP: TLS to RabbitMQ is not built in).
+    pub const AMQP_SCHEMES: &'static [&'static str] = &["amqp"];
 }
 
 /// Where alerts go: a Slack-compatible incoming webhook (`{"text": …}`) or any HTTP endpoint.

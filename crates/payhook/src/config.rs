@@ -10,7 +10,7 @@ use payhook_core::format::Format;
 use payhook_core::retry::RetryPolicy;
 use payhook_core::signature::{DEFAULT_REQUIRED_COMPONENTS, Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
 use payhook_postgres::PgOptions;
-use payhook_server::settings::{AlertSettings, DispatcherSettings, ReplaySettings, SinkSettings};
+use payhook_server::settings::{AlertSettings, DispatcherSettings, ReplaySettings};
 use payhook_server::{
     AuthSettings, IpRange, ListenerSettings, RetentionSettings, SecretUrl, Settings, SourceSettings, TlsSettings,
     WorkerSettings,
@@ -22,11 +22,13 @@ use std::path::{Path, PathBuf};
 
 mod retention;
 mod server;
+mod sinks;
 mod storage;
 
 use retention::{RawRetention, resolve_retention};
 pub use server::TokenOrigin;
 use server::{RawServer, resolve_api_token, resolve_auth, resolve_listener};
+use sinks::{RawSink, resolve_sink};
 use storage::{RawStorage, resolve_storage};
 
 /// The compiled-in defaults, printed by `payhook config print-default`.
@@ -107,23 +109,6 @@ fn default_alert_verification_failures() -> u32 {
 }
 fn default_timeout_ms() -> u64 {
     10_000
-}
-fn default_max_in_flight() -> usize {
-    4
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSink {
-    name: String,
-    url: String,
-    kinds: Vec<String>,
-    secret: Option<String>,
-    secret_env: Option<String>,
-    #[serde(default = "default_timeout_ms")]
-    timeout_ms: u64,
-    #[serde(default = "default_max_in_flight")]
-    max_in_flight: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -481,36 +466,6 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>, var: &dyn Fn(&str) -> Option<S
     let mut storage = storage;
     storage.set_routing(settings.routing());
     Ok(Config { file, listen, settings, storage, log_format, api_token_origin })
-}
-
-fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
-    if s.name.is_empty() || s.name.starts_with('_') {
-        bail!("name: must be non-empty and must not start with '_' (reserved)");
-    }
-    // Never echo the URL: its path or query may hold the sink's token.
-    let url = SecretUrl::parse(&s.url).context("url")?;
-    if s.kinds.is_empty() {
-        bail!("kinds: list the outbox kinds this sink takes (order.paid, order.refunded, …) or \"*\"");
-    }
-    let secret = match (s.secret, &s.secret_env) {
-        (Some(secret), _) => Some(secret),
-        (None, Some(var)) => {
-            Some(std::env::var(var).with_context(|| format!("secret_env: environment variable {var} is not set"))?)
-        }
-        (None, None) => None,
-    };
-    let signer = secret
-        .map(|secret| Verifier::new(Scheme::StandardWebhooks, &[Secret::new(secret)], 300))
-        .transpose()
-        .context("secret: a Standard Webhooks secret (whsec_ followed by base64)")?;
-    Ok(SinkSettings {
-        name: s.name,
-        url,
-        kinds: s.kinds,
-        signer,
-        timeout_ms: s.timeout_ms.max(1),
-        max_in_flight: s.max_in_flight.max(1),
-    })
 }
 
 fn resolve_source(s: RawSource) -> Result<SourceSettings> {

@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use config::{Config, LogFormat, StorageConfig, TokenOrigin};
 use payhook_postgres::PgStore;
-use payhook_server::Settings;
+use payhook_server::{Settings, SinkTransport};
 use payhook_sqlite::SqliteStore;
 use payhook_store::Store;
 use std::net::SocketAddr;
@@ -132,7 +132,15 @@ async fn run(cli: Cli) -> Result<()> {
             }
             // Sink and alert URLs are shown redacted: their paths and queries often hold a token.
             for s in &cfg.settings.sinks {
-                println!("  sink     {:<16} {} ({})", s.name, s.url, s.kinds.join(", "));
+                let via = match &s.transport {
+                    SinkTransport::Http => String::new(),
+                    SinkTransport::Nats { subject } => format!(" subject {subject}"),
+                    SinkTransport::Redis { stream, .. } => format!(" stream {stream}"),
+                    SinkTransport::Amqp { exchange, routing_key } => {
+                        format!(" exchange {exchange:?} routing key {routing_key}")
+                    }
+                };
+                println!("  sink     {:<16} {}{via} ({})", s.name, s.url, s.kinds.join(", "));
             }
             if let Some(a) = &cfg.settings.alerts {
                 println!("  alerts   {}", a.url);

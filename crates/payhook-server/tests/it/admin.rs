@@ -466,6 +466,7 @@ fn shop_sink() -> SinkSettings {
         signer: None,
         timeout_ms: 1_000,
         max_in_flight: 1,
+        transport: payhook_server::SinkTransport::Http,
     }
 }
 

@@ -126,6 +126,7 @@ fn sink(name: &str, url: String, kinds: &[&str]) -> SinkSettings {
         signer: Some(Verifier::new(Scheme::StandardWebhooks, &[Secret::new(SINK_SECRET)], 300).unwrap()),
         timeout_ms: 2_000,
         max_in_flight: 4,
+        transport: payhook_server::SinkTransport::Http,
     }
 }
 

@@ -20,13 +20,13 @@ use reqwest::StatusCode;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A failpoint set to fire for one scope (a database's temp dir, a sink's address) until dropped.
-struct Failpoint(&'static str);
+pub(crate) struct Failpoint(&'static str);
 
 impl Failpoint {
-    fn set(name: &'static str, scope: &str) -> Self {
+    pub(crate) fn set(name: &'static str, scope: &str) -> Self {
         fail::cfg(name, &format!("return({scope})")).expect("failpoint configuration");
         Self(name)
     }
@@ -152,6 +152,7 @@ async fn a_dispatcher_dying_after_the_sinks_2xx_repeats_the_delivery_with_the_sa
             signer: None,
             timeout_ms: 2_000,
             max_in_flight: 4,
+            transport: payhook_server::SinkTransport::Http,
         })
     })
     .await;

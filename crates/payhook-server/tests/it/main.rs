@@ -2,6 +2,9 @@
 
 mod admin;
 mod auth;
+mod broker_restart;
+mod brokers;
+mod brokers_amqp;
 mod dispatch;
 mod evidence;
 mod failpoints;

@@ -2,6 +2,7 @@
 
 use super::server::DEFAULT_TOKEN_ENV;
 use super::*;
+use payhook_server::SinkTransport;
 
 #[test]
 fn the_defaults_alone_resolve() {
@@ -368,5 +369,56 @@ fn trusted_proxies_and_the_throttle_are_resolved_and_checked() {
     for key in ["auth_failures_per_minute", "auth_failure_burst", "auth_throttle_max_addresses"] {
         let err = format!("{:#}", with_env(&format!("[server]\n{key} = 0\n"), &[]).unwrap_err());
         assert!(err.contains(&format!("server.{key}: must be positive")), "{err}");
+    }
+}
+
+#[test]
+fn broker_sinks_resolve_with_their_templates_and_show_their_urls_redacted() {
+    let text = "[[sinks]]\ntype = \"nats\"\nname = \"bus\"\nurl = \"nats://payhook:n4ts-PLANTED@nats.internal:4222\"\n\
+                subject = \"payhook.{kind}.{order_id}\"\nkinds = [\"order.paid\"]\n\n\
+                [[sinks]]\ntype = \"redis\"\nname = \"stream\"\nurl = \"redis://:r3dis-PLANTED@redis.internal:6379/0\"\n\
+                stream = \"payhook:{kind}\"\nkinds = [\"*\"]\n\n\
+                [[sinks]]\nname = \"shop\"\nurl = \"https://shop.example/in\"\nkinds = [\"*\"]\n";
+    let c = Config::from_toml(text, "t", None).unwrap();
+    let transports: Vec<&SinkTransport> = c.settings.sinks.iter().map(|s| &s.transport).collect();
+    assert_eq!(
+        transports,
+        [
+            &SinkTransport::Nats { subject: "payhook.{kind}.{order_id}".into() },
+            &SinkTransport::Redis { stream: "payhook:{kind}".into(), dedup_window_secs: 86_400 },
+            &SinkTransport::Http,
+        ]
+    );
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("PLANTED"), "{shown}");
+    assert!(shown.contains("nats://nats.internal:4222") && shown.contains("redis://redis.internal:6379/…"), "{shown}");
+}
+
+#[test]
+fn a_broker_sink_needs_its_destination_and_takes_only_its_own_keys() {
+    let sink = |lines: &str| format!("[[sinks]]\nname = \"bus\"\nkinds = [\"*\"]\n{lines}");
+    for (text, key) in [
+        (sink("type = \"nats\"\nurl = \"nats://h:4222\"\n"), "sinks[0] (bus): subject"),
+        (sink("type = \"redis\"\nurl = \"redis://h:6379\"\n"), "sinks[0] (bus): stream"),
+        (sink("type = \"nats\"\nurl = \"redis://p4ss-PLANTED@h:6379\"\nsubject = \"s\"\n"), "sinks[0] (bus): url"),
+        (sink("type = \"redis\"\nurl = \"https://h/x\"\nstream = \"s\"\n"), "sinks[0] (bus): url"),
+        (sink("url = \"https://h/x\"\nsubject = \"s\"\n"), "sinks[0] (bus): subject"),
+        (sink("type = \"nats\"\nurl = \"nats://h:4222\"\nsubject = \"s\"\nstream = \"s\"\n"), "sinks[0] (bus): stream"),
+        (sink("type = \"nats\"\nurl = \"nats://h:4222\"\nsubject = \"a b\"\n"), "sinks[0] (bus): subject"),
+        (
+            sink("type = \"redis\"\nurl = \"redis://h:6379\"\nstream = \"s\"\ndedup_window_secs = 0\n"),
+            "sinks[0] (bus): dedup_window_secs",
+        ),
+        (sink("type = \"nats\"\nurl = \"nats://h:4222\"\nsubject = \"s\"\nsecret = \"x\"\n"), "sinks[0] (bus): secret"),
+        (sink("type = \"amqp\"\nurl = \"amqp://h:5672\"\n"), "sinks[0] (bus): routing_key"),
+        (sink("type = \"amqp\"\nurl = \"amqps://h:5671\"\nrouting_key = \"k\"\n"), "sinks[0] (bus): url"),
+        (
+            sink("type = \"redis\"\nurl = \"redis://h:6379\"\nstream = \"s\"\nexchange = \"x\"\n"),
+            "sinks[0] (bus): exchange",
+        ),
+        (sink("type = \"kafka\"\nurl = \"kafka://h:9092\"\n"), "type"),
+    ] {
+        let err = format!("{:#}", Config::from_toml(&text, "t", None).unwrap_err());
+        assert!(err.contains(key) && !err.contains("PLANTED"), "{text}: {err}");
     }
 }

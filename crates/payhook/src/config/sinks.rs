@@ -1,0 +1,123 @@
+//! The `[[sinks]]` tables: where outbox rows go. `type = "http"` (the default) POSTs them; `type = "nats"` publishes
+//! them to JetStream, `type = "redis"` adds them to a Redis stream and `type = "amqp"` publishes them to RabbitMQ.
+
+use super::*;
+use payhook_server::SinkTransport;
+use payhook_server::settings::SinkSettings;
+
+/// How a sink's rows travel, as written in the file.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum SinkType {
+    #[default]
+    Http,
+    Nats,
+    Redis,
+    Amqp,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSink {
+    pub(super) name: String,
+    #[serde(default, rename = "type")]
+    kind: SinkType,
+    url: String,
+    kinds: Vec<String>,
+    secret: Option<String>,
+    secret_env: Option<String>,
+    /// `nats`: the subject template.
+    subject: Option<String>,
+    /// `redis`: the stream key template.
+    stream: Option<String>,
+    /// `redis`: how long a published outbox id is remembered, in seconds.
+    dedup_window_secs: Option<u64>,
+    /// `amqp`: the exchange (default: the default exchange, `""`).
+    exchange: Option<String>,
+    /// `amqp`: the routing key template.
+    routing_key: Option<String>,
+    #[serde(default = "default_timeout_ms")]
+    timeout_ms: u64,
+    #[serde(default = "default_max_in_flight")]
+    max_in_flight: usize,
+}
+
+fn default_max_in_flight() -> usize {
+    4
+}
+
+/// A Redis sink remembers a published outbox id for a day unless told otherwise: far longer than any lease.
+const DEFAULT_REDIS_DEDUP_WINDOW_SECS: u64 = 86_400;
+
+pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
+    if s.name.is_empty() || s.name.starts_with('_') {
+        bail!("name: must be non-empty and must not start with '_' (reserved)");
+    }
+    let only = |key: &str, present: bool, kind: &str| -> Result<()> {
+        if present {
+            bail!("{key}: only a type = \"{kind}\" sink takes this key");
+        }
+        Ok(())
+    };
+    only("subject", s.subject.is_some() && s.kind != SinkType::Nats, "nats")?;
+    only("stream", s.stream.is_some() && s.kind != SinkType::Redis, "redis")?;
+    only("dedup_window_secs", s.dedup_window_secs.is_some() && s.kind != SinkType::Redis, "redis")?;
+    only("exchange", s.exchange.is_some() && s.kind != SinkType::Amqp, "amqp")?;
+    only("routing_key", s.routing_key.is_some() && s.kind != SinkType::Amqp, "amqp")?;
+    only("secret", (s.secret.is_some() || s.secret_env.is_some()) && s.kind != SinkType::Http, "http")?;
+    // Never echo the URL: its path, query or user info may hold the sink's token or the broker's password.
+    let (url, transport) = match s.kind {
+        SinkType::Http => (SecretUrl::parse(&s.url).context("url")?, SinkTransport::Http),
+        SinkType::Nats => {
+            let url = SecretUrl::parse_broker(&s.url, SinkTransport::NATS_SCHEMES).context("url")?;
+            let subject = s.subject.context("subject: a nats sink needs a subject template")?;
+            if subject.is_empty() || subject.contains(char::is_whitespace) {
+                bail!("subject: must be non-empty and without whitespace");
+            }
+            (url, SinkTransport::Nats { subject })
+        }
+        SinkType::Redis => {
+            let url = SecretUrl::parse_broker(&s.url, SinkTransport::REDIS_SCHEMES).context("url")?;
+            let stream = s.stream.context("stream: a redis sink needs a stream key template")?;
+            if stream.is_empty() {
+                bail!("stream: must be non-empty");
+            }
+            let dedup_window_secs = s.dedup_window_secs.unwrap_or(DEFAULT_REDIS_DEDUP_WINDOW_SECS);
+            if dedup_window_secs == 0 {
+                bail!("dedup_window_secs: must be at least 1");
+            }
+            (url, SinkTransport::Redis { stream, dedup_window_secs })
+        }
+        SinkType::Amqp => {
+            let url = SecretUrl::parse_broker(&s.url, SinkTransport::AMQP_SCHEMES).context("url")?;
+            let routing_key = s.routing_key.context("routing_key: an amqp sink needs a routing key template")?;
+            if routing_key.len() > 255 {
+                bail!("routing_key: at most 255 bytes");
+            }
+            (url, SinkTransport::Amqp { exchange: s.exchange.unwrap_or_default(), routing_key })
+        }
+    };
+    if s.kinds.is_empty() {
+        bail!("kinds: list the outbox kinds this sink takes (order.paid, order.refunded, …) or \"*\"");
+    }
+    let secret = match (s.secret, &s.secret_env) {
+        (Some(secret), _) => Some(secret),
+        (None, Some(var)) => {
+            Some(std::env::var(var).with_context(|| format!("secret_env: environment variable {var} is not set"))?)
+        }
+        (None, None) => None,
+    };
+    let signer = secret
+        .map(|secret| Verifier::new(Scheme::StandardWebhooks, &[Secret::new(secret)], 300))
+        .transpose()
+        .context("secret: a Standard Webhooks secret (whsec_ followed by base64)")?;
+    Ok(SinkSettings {
+        name: s.name,
+        url,
+        kinds: s.kinds,
+        signer,
+        timeout_ms: s.timeout_ms.max(1),
+        max_in_flight: s.max_in_flight.max(1),
+        transport,
+    })
+}
