@@ -6,6 +6,11 @@
 //! the correction is right whatever commits meanwhile, and no lock is taken.
 
 use crate::ops::{Failure, rerun_on_conflict};
+use crate::read::with_connection;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Folded delta rows after which the store vacuums `counter_deltas` (see [`fold`]).
+const VACUUM_AFTER_ROWS: u64 = 50_000;
 use deadpool_postgres::{Object, Pool};
 use payhook_store::{COUNTED_TABLES, CounterKey, Counts, Recounted, StoreError};
 use tokio_postgres::Row;
@@ -51,15 +56,30 @@ pub(crate) fn counts(rows: &[Row]) -> Result<Counts, StoreError> {
 }
 
 /// Folds the deltas into the totals in one short transaction of its own.
-pub(crate) async fn fold(pool: &Pool) -> Result<(), StoreError> {
-    rerun_on_conflict(pool, "counter fold", || {
+pub(crate) async fn fold(pool: &Pool, folded_since_vacuum: &AtomicU64) -> Result<(), StoreError> {
+    let folded = rerun_on_conflict(pool, "counter fold", || {
         async |client: &Object| {
             let stmt = client.prepare_cached(FOLD_SQL).await?;
-            client.query_one(&stmt, &[]).await?;
-            Ok::<_, Failure>(())
+            Ok::<_, Failure>(client.query_one(&stmt, &[]).await?.get::<_, i64>(0))
         }
     })
-    .await
+    .await?;
+    let since = folded_since_vacuum.fetch_add(u64::try_from(folded).unwrap_or(0), Ordering::Relaxed);
+    if since + u64::try_from(folded).unwrap_or(0) >= VACUUM_AFTER_ROWS {
+        folded_since_vacuum.store(0, Ordering::Relaxed);
+        // Every fold leaves its rows dead in `counter_deltas`, and the next fold's `DELETE` reads them all again
+        // until a vacuum: with autovacuum off or behind, a fold (and so every scrape) would cost more with each
+        // one. The store vacuums the table itself, a few thousand live rows and what the last folds left.
+        let vacuumed = with_connection(pool, async |client: &Object| {
+            client.batch_execute("VACUUM (SKIP_LOCKED) counter_deltas").await
+        })
+        .await;
+        if let Err(e) = vacuumed {
+            tracing::warn!(error = %e, "could not vacuum counter_deltas; the next fold tries again");
+            folded_since_vacuum.store(VACUUM_AFTER_ROWS, Ordering::Relaxed);
+        }
+    }
+    Ok(())
 }
 
 /// Recounts every table, one transaction each, and appends a correcting delta for each counter that drifted.

@@ -229,6 +229,8 @@ pub struct PgStore {
     list_scan_rows: u32,
     /// Listing pages that bound stopped short.
     list_scans_stopped: std::sync::atomic::AtomicU64,
+    /// Counter deltas folded since `counter_deltas` was last vacuumed (see [`counters::fold`]).
+    folded_since_vacuum: std::sync::atomic::AtomicU64,
 }
 
 impl PgStore {
@@ -276,6 +278,7 @@ impl PgStore {
             ping_timeout: Duration::from_millis(options.connect_timeout_ms.max(1)),
             list_scan_rows: options.list_scan_rows.max(1),
             list_scans_stopped: std::sync::atomic::AtomicU64::new(0),
+            folded_since_vacuum: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -352,7 +355,7 @@ impl Store for PgStore {
 
     async fn stats(&self) -> Result<Stats, StoreError> {
         let _turn = self.turn().await?;
-        read::stats(&self.pool).await
+        read::stats(&self.pool, &self.folded_since_vacuum).await
     }
 
     async fn recount(&self) -> Result<Recounted, StoreError> {

@@ -61,7 +61,7 @@ fn orderless_outbox_sql() -> String {
 }
 
 /// Runs `query` on a pooled connection; a connection that failed is rolled back or discarded, never reused as is.
-async fn with_connection<T>(
+pub(crate) async fn with_connection<T>(
     pool: &Pool,
     query: impl AsyncFnOnce(&Object) -> std::result::Result<T, tokio_postgres::Error>,
 ) -> std::result::Result<T, PgError> {
@@ -257,8 +257,8 @@ async fn query_rows(pool: &Pool, sql: &str, params: &[&(dyn ToSql + Sync)]) -> R
 }
 
 /// Row counts from the counters and the oldest waiting work, from one snapshot, after folding the deltas.
-pub(crate) async fn stats(pool: &Pool) -> Result<Stats> {
-    crate::counters::fold(pool).await?;
+pub(crate) async fn stats(pool: &Pool, folded_since_vacuum: &std::sync::atomic::AtomicU64) -> Result<Stats> {
+    crate::counters::fold(pool, folded_since_vacuum).await?;
     let lists = with_connection(pool, async |client: &Object| {
         let mut reads = Vec::new();
         for sql in STATS_STATEMENTS {

@@ -101,3 +101,36 @@ async fn a_recount_reports_and_corrects_counters_that_drifted() {
     assert_eq!(stats(&store).await, right, "corrected");
     assert_eq!(store.recount().await.expect("recount").drift, [], "nothing left to correct");
 }
+
+/// Every fold leaves its delta rows dead; the store vacuums `counter_deltas` after enough of them, so the table (and
+/// the fold's read of it) does not grow with the history of folds, with autovacuum off as on this machine or behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folded_deltas_are_vacuumed_so_the_deltas_table_does_not_grow_with_history() {
+    let Some(url) = test_url() else { return };
+    let store = TempStore::open(&url, test_policy()).await;
+    let side = store.schema().side().await;
+    let size = async || -> i64 {
+        side.query_one("SELECT pg_relation_size('counter_deltas')", &[]).await.expect("size").get(0)
+    };
+    // Rows of a key nothing else counts, cancelling out, so the totals stay exact.
+    let add = "INSERT INTO counter_deltas SELECT 'inbox', 'vacuum-test', '', 'processed', (-1) ^ g FROM generate_series(1, 60000) g";
+    side.batch_execute(add).await.expect("deltas");
+    let one_round = size().await;
+    stats(&store).await;
+    for _ in 0..4 {
+        side.batch_execute(add).await.expect("deltas");
+        stats(&store).await;
+    }
+    let after = size().await;
+    assert!(
+        after < one_round * 2,
+        "five rounds of 60,000 folded deltas grew counter_deltas from {one_round} to {after} bytes: its dead rows are \
+         not vacuumed"
+    );
+    let total: Option<i64> = side
+        .query_one("SELECT sum(n)::bigint FROM counter_totals WHERE grp = 'vacuum-test'", &[])
+        .await
+        .expect("total")
+        .get(0);
+    assert_eq!(total, Some(0), "every delta folded once");
+}
