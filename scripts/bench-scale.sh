@@ -44,24 +44,14 @@ port=18481
 
 if [[ -n $pg ]]; then
   storage="url = \"$pg\""
-  psql "${pg%%\?*}" -qAt -c "DROP SCHEMA public CASCADE; CREATE SCHEMA public;" >/dev/null
+  [[ ${PAYHOOK_SCALE_REUSE:-} == 1 ]] ||
+    psql "${pg%%\?*}" -qAt -c "DROP SCHEMA public CASCADE; CREATE SCHEMA public;" >/dev/null
 else
   storage="url = \"sqlite://$db\""
 fi
-cat > "$work/payhook.toml" <<TOML
-[server]
-listen = "127.0.0.1:$port"
-[storage]
-$storage
+bench_config "$work/payhook.toml" "$port" "$storage
 [retention]
-enabled = false
-[[sources]]
-name = "payments"
-scheme = "hmac"
-header = "X-Webhook-Signature"
-format = "generic"
-secrets = ["whsec_bench_secret"]
-TOML
+enabled = false"
 
 stored() { # deliveries stored now, from the server-independent stats command
   "$bin" --config "$work/payhook.toml" stats --json | python3 -c '
@@ -89,9 +79,7 @@ bench_once() { # label size round
   "$bin" --config "$work/payhook.toml" serve 2>>"$work/server.log" &
   local pid=$!
   pids+=("$pid")
-  local ready=
-  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && ready=1 && break; sleep 0.1; done
-  [[ -n $ready ]] || { echo "payhook did not become ready" >&2; tail -20 "$work/server.log" >&2; exit 1; }
+  wait_ready "$port" "$work/server.log"
   local watcher=
   if [[ -z $pg ]]; then wal_watch "$out.wal" & watcher=$!; fi
   local before after
