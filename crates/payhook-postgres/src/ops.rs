@@ -1,6 +1,10 @@
 //! The write operations: what each call sends to the SQL functions of the schema, and the decisions taken in Rust
 //! with payhook-core's rules (why a guard matched nothing, when to retry).
 //!
+//! Why one file of about 1,100 lines: it holds every write operation's SQL call and the Rust decisions around
+//! it, which share the batch pipeline and the retry-on-conflict helpers; splitting it by concern (SQL constants,
+//! array building, connection retry, worker, replay) is the next step of the code-structure work.
+//!
 //! Invariant: dedup is decided by `INSERT … ON CONFLICT DO NOTHING` on a unique key, never by a SELECT before an
 //! INSERT; every state change is a guarded `UPDATE … WHERE status IN (legal predecessors)` (in `payhook_apply`).
 //! The ledger's rules live in `payhook_core::ledger` only: SQL applies a plan and reports a miss, Rust explains it.
