@@ -33,6 +33,11 @@ pub enum PgError {
     /// One delivery of a batch failed inside its own savepoint (and left nothing behind); its batch-mates went on.
     #[error("the delivery could not be recorded: {0}")]
     Savepoint(String),
+    /// The server refused a batch's writes because it is read-only (a standby, or a primary being demoted or
+    /// fenced): the batch function's savepoints caught the refusal of each delivery, so it is reported here for
+    /// the whole batch, and the connection is dropped so that the next one finds the primary.
+    #[error("the database server is read-only (a standby, or a primary being demoted)")]
+    ReadOnly,
     /// Applying a migration failed.
     #[error("migration {version} failed")]
     Migration {
@@ -67,21 +72,37 @@ impl PgError {
         self.code().is_some_and(|c| conflicts.contains(c))
     }
 
-    /// The connection it happened on cannot be trusted any more (closed, terminated, timed out mid-protocol), so
-    /// it must not go back to the pool.
+    /// The connection it happened on cannot be trusted any more (closed, terminated, timed out mid-protocol), or
+    /// leads to a server that no longer takes writes, so it must not go back to the pool.
+    ///
+    /// 25006 (`read_only_sql_transaction`) is here because of failover: a session whose server was demoted, or
+    /// fenced by a failover manager with `default_transaction_read_only`, refuses every write for the rest of its
+    /// life. Dropped, it is replaced by a new connection, and a multi-host `storage.url` with
+    /// `target_session_attrs=read-write` makes that one find the current primary.
     pub fn breaks_connection(&self) -> bool {
         match self {
             PgError::Db(e) => {
                 e.is_closed()
                     || e.code().is_none_or(|c| {
                         // Class 08 (connection exception) and 57P0x (operator intervention: terminated, shut down).
-                        c.code().starts_with("08") || c.code().starts_with("57P")
+                        c.code().starts_with("08") || c.code().starts_with("57P") || is_read_only(c)
                     })
             }
-            PgError::Timeout(_) => true,
+            PgError::Timeout(_) | PgError::ReadOnly => true,
             _ => false,
         }
     }
+}
+
+/// The server refused a write because it, or the session, is read-only (a standby, or a fenced primary).
+fn is_read_only(code: &SqlState) -> bool {
+    *code == SqlState::READ_ONLY_SQL_TRANSACTION
+}
+
+/// A savepoint's failure detail (`SQLSTATE: message`, as the batch functions write it) that says the server is
+/// read-only.
+pub(crate) fn detail_is_read_only(detail: &str) -> bool {
+    detail.starts_with(SqlState::READ_ONLY_SQL_TRANSACTION.code())
 }
 
 impl From<PgError> for StoreError {
@@ -109,5 +130,8 @@ mod tests {
         assert!(matches!(&e, StoreError::Unavailable(cause) if cause.to_string().contains("23505")), "{e:?}");
         assert!(PgError::Timeout(Duration::from_secs(1)).breaks_connection());
         assert!(!PgError::Savepoint(String::new()).is_conflict());
+        assert!(PgError::ReadOnly.breaks_connection());
+        assert!(detail_is_read_only("25006: cannot execute INSERT in a read-only transaction"));
+        assert!(!detail_is_read_only("23505: duplicate key value violates unique constraint"));
     }
 }

@@ -23,8 +23,11 @@
 //! Invariant: a job is answered only after the COMMIT of the transaction that holds its work has returned (or
 //! with an error, and then none of its work is stored). A deadlock or serialization failure rolls the whole
 //! transaction back; the batch is then run again from scratch, so nobody is answered twice or early. A lost
-//! connection before `COMMIT` was sent is retried the same way; after `COMMIT` was sent the outcome is unknown, and
-//! every job is answered 503 (the provider's retry then finds a duplicate or records the event).
+//! connection (or a server that turned read-only under it: a failover) before `COMMIT` was sent is retried the same
+//! way. After `COMMIT` was sent the outcome is unknown; the batch is run again too, which is safe because every job
+//! is idempotent (its keys are claimed `ON CONFLICT DO NOTHING`): what did commit answers `duplicate`. A rerun that
+//! cannot get a connection (the database is down, or no host of a multi-host URL is primary yet) answers every job
+//! 503, and the provider's retry finds a duplicate or records the event.
 //!
 //! Invariant (no lock cycles between batches): a batch runs its jobs sorted by [`IngestCall::lock_key`], and
 //! each job takes its order's advisory lock before any other key of that order (the schema's locking protocol),
@@ -287,6 +290,7 @@ async fn run(
 #[derive(Debug)]
 struct Failed {
     error: BatchError,
+    /// COMMIT had been sent when it failed: what the server did with it is unknown (logged with the rerun).
     commit_sent: bool,
 }
 
@@ -297,13 +301,18 @@ enum BatchError {
 }
 
 impl Failed {
-    /// Running the batch again cannot answer anyone twice: the server said it rolled the transaction back
-    /// (deadlock, serialization failure), or the connection was lost before COMMIT was sent, so nothing committed.
+    /// Running the batch again cannot apply anything twice, nor answer anyone for work that did not commit:
+    /// - the server said it rolled the transaction back (deadlock, serialization failure);
+    /// - the connection was lost (or its server turned read-only) before COMMIT was sent, so nothing committed;
+    /// - the connection was lost after COMMIT was sent, so the outcome is unknown. Every job of a batch is
+    ///   idempotent: a delivery claims its inbox key and its business key `ON CONFLICT DO NOTHING`, a
+    ///   registration of the same order is `AlreadyExists`. If the lost COMMIT did commit, the rerun finds its
+    ///   keys and answers `duplicate` (a 2xx for work that is committed), and applies nothing a second time.
+    ///
+    /// A batch past its deadline is not run again: its time is up, and its requests are answered 503.
     fn can_rerun(&self) -> bool {
         match &self.error {
-            BatchError::Pg(e) => {
-                e.is_conflict() || (!self.commit_sent && e.breaks_connection() && !matches!(e, PgError::Timeout(_)))
-            }
+            BatchError::Pg(e) => e.is_conflict() || (e.breaks_connection() && !matches!(e, PgError::Timeout(_))),
             BatchError::Corrupt(_) => false,
         }
     }
@@ -347,7 +356,12 @@ async fn run_group(pool: &Pool, mut jobs: Vec<Job>, config: &WriterConfig, count
             Ok(pending) => break Ok(pending),
             Err(failed) if failed.can_rerun() && attempt < MAX_BATCH_ATTEMPTS => {
                 counters.reruns.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(attempt, jobs = jobs.len(), error = ?failed.error, "running a rolled-back batch again");
+                if failed.commit_sent && !matches!(&failed.error, BatchError::Pg(e) if e.is_conflict()) {
+                    tracing::info!(attempt, jobs = jobs.len(), error = ?failed.error,
+                        "the connection was lost after COMMIT was sent; running the batch again (what committed answers duplicate)");
+                } else {
+                    tracing::info!(attempt, jobs = jobs.len(), error = ?failed.error, "running a rolled-back batch again");
+                }
                 // A little jitter, so that two batches that deadlocked do not meet again in the same way.
                 tokio::time::sleep(Duration::from_millis(fastrand::u64(1..=5 * u64::from(attempt)))).await;
                 attempt += 1;
@@ -487,6 +501,18 @@ async fn transact(
             Work::Ingest(call) => Pending::Ingest(call.landed(row, policy)?),
             Work::Register(order) => Pending::Register(ops::registered(order, row)?),
         });
+    }
+
+    // A read-only server (a standby the connection ended up on, a primary being demoted or fenced) fails every
+    // delivery inside its savepoint; that is the connection's fault, not the deliveries': fail the batch so that
+    // the connection is dropped and the batch run again on a new one, which finds the primary.
+    if pending.iter().any(|p| match p {
+        Pending::Ingest(Landed::Failed(detail)) | Pending::Register(Err(detail)) => {
+            crate::error::detail_is_read_only(detail)
+        }
+        _ => false,
+    }) {
+        return Err(BatchError::Pg(PgError::ReadOnly));
     }
 
     apply_billing(client, jobs, &mut pending, config).await?;

@@ -6,6 +6,8 @@
 //! * `contract`: the store contract every backend must pass (`payhook_store::contract`), with group commit and
 //!   with one commit per event.
 //! * `counters`: the counters behind `stats` are kept whoever writes, read without a scan, corrected by a recount.
+//! * `failover`: a multi-host URL whose first host is gone; a server that turns read-only under the store's
+//!   connections (a demoted or fenced primary): they are dropped, and writes resume without a restart.
 //! * `faults`: a failing delivery rolls back only its own savepoint; a deadlocked batch is run again whole; a
 //!   statement timeout answers with an error and stores nothing.
 //! * `instances`: several stores (instances) on one schema: migrations once, dedup across them, leases (deferred
@@ -26,6 +28,7 @@ mod billing;
 #[cfg(payhook_test_postgres)]
 mod contract;
 mod counters;
+mod failover;
 mod faults;
 mod instances;
 mod listings;

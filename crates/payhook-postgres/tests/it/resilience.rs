@@ -61,8 +61,9 @@ async fn terminated_connections_fail_only_work_in_flight_and_the_store_reconnect
     let mut acked = 0;
     for (id, answer) in &answers {
         if let Ok(outcome) = answer {
-            // Acknowledged means recorded: it survived the terminations.
-            assert_eq!(*outcome, Outcome::Processed, "{id}");
+            // Acknowledged means recorded: it survived the terminations. A batch whose COMMIT was cut off is run
+            // again, and what had committed answers duplicate.
+            assert!(matches!(outcome, Outcome::Processed | Outcome::Duplicate), "{id}: {outcome:?}");
             assert_eq!(event_view(&*store, id).await.status, Outcome::Processed, "{id} was acknowledged");
             acked += 1;
         }

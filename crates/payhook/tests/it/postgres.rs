@@ -457,7 +457,8 @@ async fn killing_every_database_session_under_load_answers_only_2xx_or_503_and_l
     // Every acknowledged event is in the database.
     let check = db.client().await;
     for (d, outcome) in &acked {
-        assert_eq!(outcome, "processed", "{}", d.event_id);
+        // A batch whose COMMIT was cut off is run again, and what had committed answers duplicate.
+        assert!(outcome == "processed" || outcome == "duplicate", "{}: {outcome}", d.event_id);
         let row = check
             .query_opt("SELECT status FROM inbox WHERE event_id = $1", &[&d.event_id])
             .await
