@@ -44,7 +44,9 @@
 //!
 //! A 2xx is sent only after `COMMIT` returned, so it is as durable as the server's `synchronous_commit` makes a
 //! commit (`on`, PostgreSQL's default: flushed to the WAL on disk; with synchronous replicas, on them too).
-//! payhook does not change that setting.
+//! payhook does not change that setting. [`Store::replication`] reads what it is and whether a synchronous standby
+//! is connected (on the probe's connection); the store logs it when it opens (a warning when a 2xx would not be on
+//! a standby), and with [`PgOptions::require_sync_standby`] `/readyz` is not ready unless it is.
 
 mod billing;
 mod counters;
@@ -124,12 +126,15 @@ pub struct PgOptions {
     /// Rows a listing page examines at most when no index serves its whole filter (a reason substring, two
     /// filters at once); the page then says where it stopped, and the caller pages on.
     pub list_scan_rows: u32,
+    /// `/readyz` is not ready unless a 2xx is acknowledged on a standby: a synchronous standby is connected and
+    /// `synchronous_commit` waits for it (see [`payhook_store::Replication::ready`]).
+    pub require_sync_standby: bool,
 }
 
 impl PgOptions {
     /// Defaults for `url`: a pool of 16 with 4 writers, group commit of up to [`MAX_BATCH`] jobs, a queue of
     /// 4096, 5 s statement and connect timeouts, 1 s for a partition's lock, listing pages that examine at most
-    /// 10,000 rows; `sslmode=prefer` unless the string says otherwise. A `sslrootcert` file is read here, so that a
+    /// 10,000 rows, no synchronous standby required; `sslmode=prefer` unless the string says otherwise. A `sslrootcert` file is read here, so that a
     /// missing or empty one is found before anything starts.
     pub fn new(url: &str) -> Result<Self, PgError> {
         let split = tls::split(url)?;
@@ -151,6 +156,7 @@ impl PgOptions {
             retry: RetryPolicy::default(),
             routing: payhook_store::Routing::default(),
             list_scan_rows: 10_000,
+            require_sync_standby: false,
         })
     }
 
@@ -231,6 +237,8 @@ pub struct PgStore {
     list_scans_stopped: std::sync::atomic::AtomicU64,
     /// Counter deltas folded since `counter_deltas` was last vacuumed (see [`counters::fold`]).
     folded_since_vacuum: std::sync::atomic::AtomicU64,
+    /// See [`PgOptions::require_sync_standby`].
+    require_sync_standby: bool,
 }
 
 impl PgStore {
@@ -267,7 +275,7 @@ impl PgStore {
                 ctx: Arc::clone(&ctx),
             },
         );
-        Ok(Self {
+        let store = Self {
             pool,
             writer,
             others: Arc::new(Semaphore::new((pool_size - writers).max(1))),
@@ -279,7 +287,44 @@ impl PgStore {
             list_scan_rows: options.list_scan_rows.max(1),
             list_scans_stopped: std::sync::atomic::AtomicU64::new(0),
             folded_since_vacuum: std::sync::atomic::AtomicU64::new(0),
-        })
+            require_sync_standby: options.require_sync_standby,
+        };
+        store.log_replication().await;
+        Ok(store)
+    }
+
+    /// Says once, at start, whether a 2xx will survive the loss of this database machine. Not reading it is no
+    /// reason to refuse to start: `/readyz` reads it again (and is not ready without it when it is required).
+    async fn log_replication(&self) {
+        match read::replication(&self.probe, self.ping_timeout, self.require_sync_standby).await {
+            Ok(r) => match r.problem() {
+                None => tracing::info!(
+                    synchronous_commit = %r.synchronous_commit,
+                    synchronous_standby_names = %r.synchronous_standby_names,
+                    sync_standbys = ?r.sync_standbys,
+                    streaming_standbys = ?r.streaming_standbys,
+                    required = r.required,
+                    "postgres replication: a 2xx is acknowledged on a synchronous standby"
+                ),
+                Some(problem) => tracing::warn!(
+                    synchronous_commit = %r.synchronous_commit,
+                    synchronous_standby_names = %r.synchronous_standby_names,
+                    sync_standbys = ?r.sync_standbys,
+                    streaming_standbys = ?r.streaming_standbys,
+                    in_recovery = r.in_recovery,
+                    required = r.required,
+                    problem = %problem,
+                    "postgres replication: a 2xx survives the loss of this database machine only with a synchronous \
+                     standby"
+                ),
+            },
+            Err(e) => tracing::warn!(
+                error = %e,
+                cause = ?std::error::Error::source(&e),
+                required = self.require_sync_standby,
+                "postgres replication: its state could not be read"
+            ),
+        }
     }
 
     /// Creates the inbox partitions of the day of `now_ms` and of the next day if they are missing, as the store
@@ -447,6 +492,15 @@ impl Store for PgStore {
     /// queries and batches hold every pooled connection.
     async fn ping(&self) -> Result<(), StoreError> {
         read::ping(&self.probe, self.ping_timeout).await
+    }
+
+    /// On the probe's connection and within the ping's bound, like [`PgStore::ping`], in one round trip.
+    async fn replication(&self) -> Result<Option<payhook_store::Replication>, StoreError> {
+        read::replication(&self.probe, self.ping_timeout, self.require_sync_standby).await.map(Some)
+    }
+
+    fn requires_sync_standby(&self) -> bool {
+        self.require_sync_standby
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {

@@ -295,6 +295,53 @@ pub(crate) async fn next_outbox_due(pool: &Pool, sink: &str) -> Result<Option<i6
     rows.first().map_or(Ok(None), |r| get(r, 0, "next outbox due"))
 }
 
+/// The replication state, in one statement (simple protocol: one round trip, nothing prepared). Who may see
+/// `pg_stat_replication`'s details is checked the way the server does it (superuser, or the privileges of
+/// `pg_read_all_stats`, which `pg_monitor` includes): to anyone else `sync_state` and `state` read NULL, and
+/// counting them would say "no standby" when there may be several.
+const REPLICATION_SQL: &str = "SELECT current_setting('synchronous_commit'),
+       current_setting('synchronous_standby_names'),
+       pg_is_in_recovery(),
+       current_setting('is_superuser') = 'on' OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'),
+       (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')),
+       (SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming')";
+
+/// The primary's replication as this store's sessions see it, within `within` (the ping's bound). Read on the
+/// probe pool: the sessions of the main pool are made with the same options, so their `synchronous_commit` is the
+/// same.
+pub(crate) async fn replication(pool: &Pool, within: Duration, required: bool) -> Result<payhook_store::Replication> {
+    let answered = tokio::time::timeout(
+        within,
+        with_connection(pool, async |client: &Object| client.simple_query(REPLICATION_SQL).await),
+    )
+    .await;
+    let messages = match answered {
+        Ok(result) => result?,
+        Err(_) => return Err(PgError::Timeout(within).into()),
+    };
+    let row = messages
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        })
+        .ok_or_else(|| corrupt("replication", "no row"))?;
+    let text = |i: usize| -> Result<&str> {
+        row.try_get(i).map_err(|e| corrupt("replication", e))?.ok_or_else(|| corrupt("replication", "NULL"))
+    };
+    let flag = |i: usize| -> Result<bool> { Ok(text(i)? == "t") };
+    let count = |i: usize| -> Result<u32> { text(i)?.parse().map_err(|e| corrupt("replication count", e)) };
+    let visible = flag(3)?;
+    Ok(payhook_store::Replication {
+        synchronous_commit: text(0)?.to_owned(),
+        synchronous_standby_names: text(1)?.to_owned(),
+        in_recovery: flag(2)?,
+        sync_standbys: if visible { Some(count(4)?) } else { None },
+        streaming_standbys: if visible { Some(count(5)?) } else { None },
+        required,
+    })
+}
+
 /// Checks that a connection can be had and answers, within `within`.
 pub(crate) async fn ping(pool: &Pool, within: Duration) -> Result<()> {
     let answered = tokio::time::timeout(

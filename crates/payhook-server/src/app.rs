@@ -170,10 +170,12 @@ pub(crate) async fn healthz() -> &'static str {
 
 /// Readiness: the database answers, the store's writer takes work, and the enabled background tasks run. Each
 /// part is `"ok"` or says what is wrong (`"stopped"`, `"disabled"`, the database error); 503 unless all are well.
+/// `replication` (PostgreSQL; null on SQLite) says whether a 2xx is acknowledged on a synchronous standby; it
+/// makes the answer 503 only when `storage.require_sync_standby` is set and it is not (or cannot be read).
 #[utoipa::path(get, path = "/readyz", tag = "operations", responses(
     (status = 200, description = "Ready", body = crate::openapi::Readiness),
-    (status = 503, description = "The database does not answer, or the writer or a background task stopped",
-        body = crate::openapi::Readiness)))]
+    (status = 503, description = "The database does not answer, the writer or a background task stopped, or a \
+        synchronous standby is required and a 2xx would not be acknowledged on one", body = crate::openapi::Readiness)))]
 pub(crate) async fn readyz<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
     let database = match state.store.ping().await {
         Ok(()) => Ok("ok".to_owned()),
@@ -189,15 +191,57 @@ pub(crate) async fn readyz<S: Store>(State(state): State<Arc<AppState<S>>>) -> i
         Some(_) => Ok("ok".to_owned()),
     };
     let (worker, dispatcher) = (task(&state.worker_task), task(&state.dispatcher_task));
-    let ready = [&database, &writer, &worker, &dispatcher].iter().all(|p| p.is_ok());
+    let (replication_ready, replication) = replication_part(&*state.store).await;
+    let ready = [&database, &writer, &worker, &dispatcher].iter().all(|p| p.is_ok()) && replication_ready;
     let text = |p: Result<String, String>| p.unwrap_or_else(|e| e);
     let body = serde_json::json!({
         "database": text(database),
         "writer": text(writer),
         "worker": text(worker),
         "dispatcher": text(dispatcher),
+        "replication": replication,
     });
     (if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, axum::Json(body))
+}
+
+/// `/readyz`'s `replication` part: whether it lets the answer be ready, and its JSON (null for a store without
+/// replication). Not being able to read it is not-ready only when a synchronous standby is required; otherwise it
+/// is logged and shown, and readiness is left to the other parts.
+async fn replication_part<S: Store>(store: &S) -> (bool, serde_json::Value) {
+    let required = store.requires_sync_standby();
+    match store.replication().await {
+        Ok(None) => (true, serde_json::Value::Null),
+        Ok(Some(r)) => {
+            let ready = r.ready();
+            if !ready {
+                tracing::warn!(problem = ?r.problem(), "readiness: a synchronous standby is required");
+            }
+            let body = serde_json::json!({
+                "synchronous_commit": r.synchronous_commit,
+                "synchronous_standby_names": r.synchronous_standby_names,
+                "sync_standbys": r.sync_standbys,
+                "streaming_standbys": r.streaming_standbys,
+                "in_recovery": r.in_recovery,
+                "acknowledged_on_standby": r.acknowledged_on_standby(),
+                "required": r.required,
+                // Only what makes this part not ready is a problem; with no standby required, the fields above
+                // say it all.
+                "problem": if ready { None } else { r.problem() },
+            });
+            (ready, body)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, cause = ?std::error::Error::source(&e), required,
+                "readiness: the database's replication could not be read");
+            let problem = format!("the replication state could not be read: {e}");
+            let body = serde_json::json!({
+                "required": required,
+                "error": e.to_string(),
+                "problem": required.then_some(problem),
+            });
+            (!required, body)
+        }
+    }
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "operations", security(("bearer" = [])), responses(
@@ -211,6 +255,14 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
             None
         }
     };
+    // Read at every scrape (one round trip on the probe's connection), so the gauge is never older than the scrape.
+    let replication = match state.store.replication().await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: the database's replication could not be read");
+            None
+        }
+    };
     let mut names: Vec<&String> = state.sources.keys().collect();
     names.sort();
     let body = metrics::render(metrics::Scrape {
@@ -220,6 +272,7 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
         reads: state.store.read_metrics(),
         auth: state.auth.snapshot(),
         stats,
+        replication,
         now_ms: now_ms(),
     });
     let mut body = body;

@@ -161,6 +161,8 @@ pub(crate) struct Scrape<'a, I> {
     pub(crate) auth: AuthSnapshot,
     /// `None` when the database could not be read: the in-memory families are rendered all the same.
     pub(crate) stats: Option<Stats>,
+    /// The database's replication (PostgreSQL); `None` for a store without one, or when it could not be read.
+    pub(crate) replication: Option<payhook_store::Replication>,
     pub(crate) now_ms: i64,
 }
 
@@ -244,6 +246,9 @@ where
     }
     if let Some(p) = &w.partitions {
         render_partitions(&mut out, p);
+    }
+    if let Some(r) = &scrape.replication {
+        render_replication(&mut out, r);
     }
 
     family(
@@ -448,6 +453,20 @@ fn render_partitions(out: &mut String, p: &payhook_store::metrics::PartitionMetr
     sample(out, "payhook_postgres_partition_lock_timeouts_total", "", p.lock_timeouts);
 }
 
+/// The synchronous standbys the primary counts, when payhook's role may see them (see
+/// [`payhook_store::Replication::sync_standbys`]): nothing is rendered rather than a 0 that would be a guess.
+fn render_replication(out: &mut String, r: &payhook_store::Replication) {
+    let Some(n) = r.sync_standbys else { return };
+    family(
+        out,
+        "payhook_postgres_sync_standbys",
+        "gauge",
+        "Standbys the primary counts as synchronous (pg_stat_replication sync_state sync or quorum); a 2xx is on a \
+         standby only when this is above 0 and synchronous_commit waits for it.",
+    );
+    sample(out, "payhook_postgres_sync_standbys", "", u64::from(n));
+}
+
 fn render_wal(out: &mut String, wal: &payhook_store::metrics::WalMetrics) {
     family(out, "payhook_sqlite_wal_bytes", "gauge", "Size of the SQLite WAL file after the latest checkpoint.");
     sample(out, "payhook_sqlite_wal_bytes", "", wal.wal_bytes);
@@ -538,6 +557,27 @@ mod tests {
         ] {
             assert!(out.lines().any(|l| l == line), "{line} is missing from:\n{out}");
         }
+    }
+
+    #[test]
+    fn sync_standbys_are_a_gauge_rendered_only_when_the_role_may_see_them() {
+        let mut r = payhook_store::Replication {
+            synchronous_commit: "on".to_owned(),
+            synchronous_standby_names: "*".to_owned(),
+            sync_standbys: Some(2),
+            streaming_standbys: Some(3),
+            in_recovery: false,
+            required: false,
+        };
+        let mut out = String::new();
+        render_replication(&mut out, &r);
+        for line in ["# TYPE payhook_postgres_sync_standbys gauge", "payhook_postgres_sync_standbys 2"] {
+            assert!(out.lines().any(|l| l == line), "{line} is missing from:\n{out}");
+        }
+        r.sync_standbys = None;
+        let mut out = String::new();
+        render_replication(&mut out, &r);
+        assert_eq!(out, "", "nothing is known, nothing is rendered");
     }
 
     #[test]

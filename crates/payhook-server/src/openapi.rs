@@ -29,7 +29,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
         crate::app::metrics_text,
         crate::app::openapi_json,
     ),
-    components(schemas(ErrorBody, WebhookAnswer, Readiness, crate::admin::EventDetail, crate::admin::BodyEncoding,
+    components(schemas(ErrorBody, WebhookAnswer, Readiness, ReplicationPart, crate::admin::EventDetail, crate::admin::BodyEncoding,
         crate::admin::EventPage, crate::admin::OutboxPage)),
     modifiers(&BearerToken),
 )]
@@ -66,6 +66,34 @@ pub(crate) struct Readiness {
     worker: String,
     /// `ok`, `disabled` or `stopped`.
     dispatcher: String,
+    /// The database's replication (PostgreSQL); null for SQLite.
+    replication: Option<ReplicationPart>,
+}
+
+/// `/readyz`'s `replication`: whether a 2xx is acknowledged on a synchronous standby. When it could not be read,
+/// only `required`, `error` and `problem` are given.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ReplicationPart {
+    /// The session's `synchronous_commit`: `on`, `remote_apply`, `remote_write`, `local` or `off`.
+    synchronous_commit: Option<String>,
+    /// The primary's `synchronous_standby_names` (empty: no standby can be synchronous).
+    synchronous_standby_names: Option<String>,
+    /// Standbys the primary counts as synchronous; null when payhook's role may not see `pg_stat_replication`'s
+    /// details (grant `pg_monitor`).
+    sync_standbys: Option<u32>,
+    /// Standbys streaming, synchronous or not; null as `sync_standbys`.
+    streaming_standbys: Option<u32>,
+    /// The server is a standby in recovery, not the primary.
+    in_recovery: Option<bool>,
+    /// A synchronous standby is connected and `synchronous_commit` waits for it: a 2xx survives the loss of the
+    /// database machine.
+    acknowledged_on_standby: Option<bool>,
+    /// `storage.require_sync_standby`: without a 2xx acknowledged on a standby, `/readyz` answers 503.
+    required: bool,
+    /// Why this part makes `/readyz` not ready (only when `required`), e.g. `no synchronous standby is connected`.
+    problem: Option<String>,
+    /// The error reading the replication state, when it could not be read.
+    error: Option<String>,
 }
 
 /// `/v1` takes `Authorization: Bearer <token>`.

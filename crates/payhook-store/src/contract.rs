@@ -282,6 +282,16 @@ macro_rules! delegate_store {
                 self.$field.ping()
             }
 
+            fn replication(
+                &self,
+            ) -> impl ::std::future::Future<Output = Result<Option<$crate::Replication>, $crate::StoreError>> + Send {
+                self.$field.replication()
+            }
+
+            fn requires_sync_standby(&self) -> bool {
+                self.$field.requires_sync_standby()
+            }
+
             fn writer_metrics(&self) -> $crate::metrics::WriterMetrics {
                 self.$field.writer_metrics()
             }

@@ -9,6 +9,8 @@
 //!   JSON form (read in its older form too).
 //! - [`metrics`]: the writer's queue and batch sizes, the read connections' use, read by the server's `/metrics`
 //!   and `/readyz`.
+//! - [`replication`]: [`Replication`], the database's replication as payhook sees it (PostgreSQL), and whether a
+//!   2xx is acknowledged on a standby.
 //! - [`StoreError`]: the one error type every backend maps its failures to.
 //! - [`checker`] (feature `contract`): payhook's promise checked on a final store, for every end-to-end test.
 //! - [`contract`] (feature `contract`): the behaviour every backend must show, as a test suite they all run.
@@ -23,9 +25,11 @@ mod headers;
 pub mod listing;
 pub mod metrics;
 pub mod model;
+pub mod replication;
 
 pub use listing::Listing;
 pub use model::*;
+pub use replication::Replication;
 
 /// A boxed error cause, kept as the `source()` of a [`StoreError`].
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;
@@ -173,6 +177,20 @@ pub trait Store: Send + Sync + 'static {
     /// Checks that the database answers, on a connection of its own where the backend has one: a readiness probe
     /// must not wait behind slow reads.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The database's replication as seen from the primary (synchronous standbys, `synchronous_commit`), read on
+    /// the same connection of its own as [`Store::ping`] and as quickly bounded. `None` from a backend without
+    /// replication (SQLite).
+    fn replication(&self) -> impl Future<Output = Result<Option<Replication>, StoreError>> + Send {
+        std::future::ready(Ok(None))
+    }
+
+    /// Whether the configuration requires a synchronous standby (`storage.require_sync_standby`): then a
+    /// [`Store::replication`] that is not [`Replication::ready`], or that cannot be read, makes `/readyz` not
+    /// ready. Known without the database, so that a failed read is judged by it too.
+    fn requires_sync_standby(&self) -> bool {
+        false
+    }
 
     /// The writer's state: running, queue depth, committed batch sizes. Cheap (atomics), never waits.
     fn writer_metrics(&self) -> metrics::WriterMetrics;

@@ -19,6 +19,8 @@
 //!   deferred events moved to the held partition survive and can be replayed, keys go with their day, counters
 //!   stay exact; two instances prune at once while deliveries arrive.
 //! * `probe`: the ping answers on a connection of its own while every pooled connection is held.
+//! * `replication`: the primary's replication as the store reports it (no standby on the test server: 0
+//!   synchronous ones, or unknown to a role without pg_monitor), read on the probe's connection.
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
 //! * `tls`: each `sslmode` against a server of its own with `ssl = on` that rejects plaintext: `require` and
 //!   `prefer` connect, `verify-full` needs the right CA and host name, `verify-ca` only the CA, `disable` is refused.
@@ -35,6 +37,7 @@ mod listings;
 mod order_retention;
 mod partitions;
 mod probe;
+mod replication;
 mod resilience;
 mod tls;
 mod upgrade;

@@ -23,6 +23,7 @@ pub(super) struct RawStorage {
     pub(super) statement_timeout_ms: u64,
     pub(super) connect_timeout_ms: u64,
     pub(super) partition_lock_timeout_ms: u64,
+    pub(super) require_sync_standby: bool,
 }
 
 /// The smallest scan bound: a listing page of the most rows (`MAX_LIMIT`, plus the one that says whether more
@@ -102,5 +103,6 @@ pub(super) fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<Sto
     options.queue_depth = raw.queue_depth;
     options.retry = retry;
     options.list_scan_rows = raw.list_scan_rows;
+    options.require_sync_standby = raw.require_sync_standby;
     Ok(StorageConfig::Postgres(options))
 }

@@ -190,6 +190,20 @@ fn a_postgres_url_selects_postgres_with_the_pool_keys() {
 }
 
 #[test]
+fn a_synchronous_standby_is_not_required_by_default_and_may_be_for_postgres() {
+    let url = "[storage]\nurl = \"postgres://payhook@db.internal/hooks\"\n";
+    let c = Config::from_toml(url, "t", None).unwrap();
+    assert!(!postgres(&c).require_sync_standby);
+    assert!(!c.storage.describe().contains("synchronous standby"), "{}", c.storage.describe());
+    let c = Config::from_toml(&format!("{url}require_sync_standby = true\n"), "t", None).unwrap();
+    assert!(postgres(&c).require_sync_standby);
+    assert!(c.storage.describe().ends_with(", synchronous standby required)"), "{}", c.storage.describe());
+    // Like every PostgreSQL key, ignored for SQLite (which has no standby to wait for).
+    let c = Config::from_toml("[storage]\nrequire_sync_standby = true\n", "t", None).unwrap();
+    sqlite(&c);
+}
+
+#[test]
 fn the_postgres_tls_mode_comes_from_the_url_and_is_shown_with_the_storage() {
     let text = "[storage]\nurl = \"postgres://payhook:s3cret@db.example/payhook?sslmode=verify-full\"\n";
     let c = Config::from_toml(text, "t", None).unwrap();

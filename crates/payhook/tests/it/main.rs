@@ -9,5 +9,6 @@ mod hostile;
 mod postgres;
 mod powercut;
 mod provider;
+mod replication;
 mod secrets;
 mod serve;
