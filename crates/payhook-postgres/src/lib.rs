@@ -40,6 +40,21 @@
 //! sources are forwarded and where alerts go. It is passed into the SQL functions with each call rather than
 //! stored in the database, so every instance applies its own configuration, in the effect's transaction.
 //!
+//! # Reads on a standby
+//!
+//! With [`PgOptions::read`] (`storage.read_url`), listings (`list_events`, `list_outbox`) and the counts of
+//! `stats` are read from a pool of their own there, a standby typically. They may lag the primary by the
+//! replication delay, which an operator's page can afford. Everything else stays on the primary: every write, the
+//! claims and leases, and the reads that must see a write just made (an order, an event, a subscription, one
+//! outbox row after its retry: [`Store::outbox_row`]). The fold of the counters' deltas is a write and runs on the
+//! primary; the counts read on the standby sum the totals with the deltas not folded yet, so they are right
+//! whatever the fold has reached there.
+//!
+//! Bounds: batches hold at most `writers` of the main pool's `pool_size` connections and everything else on the
+//! primary at most the rest (`others`); the read pool holds at most `read_pool_size`, and a read routed there
+//! waits for one of its connections (at most `pool_wait_ms`, then 503), never for a turn on the primary; the
+//! probe has one connection.
+//!
 //! # Durability
 //!
 //! A 2xx is sent only after `COMMIT` returned, so it is as durable as the server's `synchronous_commit` makes a
@@ -129,19 +144,75 @@ pub struct PgOptions {
     /// `/readyz` is not ready unless a 2xx is acknowledged on a standby: a synchronous standby is connected and
     /// `synchronous_commit` waits for it (see [`payhook_store::Replication::ready`]).
     pub require_sync_standby: bool,
+    /// Where listings and the counts of `stats` are read, when not on `config` (a standby, typically reached with
+    /// `target_session_attrs=read-only`): a pool of [`PgOptions::read_pool_size`] connections of its own.
+    /// Everything else, and every read that must see a write just made, stays on `config`.
+    pub read: Option<ReadTarget>,
+    /// Connections of the `read` pool; its own bound, beside `pool_size` (reads routed there wait for one of
+    /// these, at most `pool_wait_ms`, and take no turn of the main pool's).
+    pub read_pool_size: usize,
 }
 
-impl PgOptions {
-    /// Defaults for `url`: a pool of 16 with 4 writers, group commit of up to [`MAX_BATCH`] jobs, a queue of
-    /// 4096, 5 s statement and connect timeouts, 1 s for a partition's lock, listing pages that examine at most
-    /// 10,000 rows, no synchronous standby required; `sslmode=prefer` unless the string says otherwise. A `sslrootcert` file is read here, so that a
-    /// missing or empty one is found before anything starts.
+/// A second place to read from (`storage.read_url`): the connection string parsed as `storage.url` is, TLS
+/// included.
+#[derive(Debug, Clone)]
+pub struct ReadTarget {
+    /// Where to connect. Its `Debug` hides the password.
+    pub config: tokio_postgres::Config,
+    /// How to use TLS: `sslmode` and `sslrootcert` of the same string.
+    pub tls: TlsOptions,
+}
+
+impl ReadTarget {
+    /// Parses `url` as [`PgOptions::new`] does (`sslmode=prefer` unless it says otherwise; a `sslrootcert` file is
+    /// read here).
     pub fn new(url: &str) -> Result<Self, PgError> {
         let split = tls::split(url)?;
         let mut config: tokio_postgres::Config = split.rest.parse().map_err(PgError::Url)?;
         let mode = split.mode.as_deref().map(SslMode::parse).transpose()?.unwrap_or(SslMode::Prefer);
         let tls = TlsOptions::new(mode, split.root_cert.map(std::path::PathBuf::from))?;
         config.ssl_mode(mode.wire());
+        Ok(Self { config, tls })
+    }
+
+    /// Where it connects, for logs and messages: user, hosts and database, never the password.
+    pub fn target(&self) -> String {
+        target(&self.config)
+    }
+
+    /// The TLS it uses, for logs and messages, as [`PgOptions::tls_summary`].
+    pub fn tls_summary(&self) -> String {
+        if tls::unix_sockets_only(&self.config) { "off (Unix socket)".to_owned() } else { self.tls.to_string() }
+    }
+}
+
+/// User, hosts and database of `c`, never the password.
+fn target(c: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let ports = c.get_ports();
+    let hosts: Vec<String> = c
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match host {
+                Host::Tcp(name) => format!("{name}:{port}"),
+                Host::Unix(dir) => format!("{}:{port}", dir.display()),
+            }
+        })
+        .collect();
+    format!("postgres://{}@{}/{}", c.get_user().unwrap_or(""), hosts.join(","), c.get_dbname().unwrap_or(""))
+}
+
+impl PgOptions {
+    /// Defaults for `url`: a pool of 16 with 4 writers, group commit of up to [`MAX_BATCH`] jobs, a queue of
+    /// 4096, 5 s statement and connect timeouts, 1 s for a partition's lock, listing pages that examine at most
+    /// 10,000 rows, no synchronous standby required, every read on `url`; `sslmode=prefer` unless the string says
+    /// otherwise. A `sslrootcert` file is read here, so that a missing or empty one is found before anything
+    /// starts.
+    pub fn new(url: &str) -> Result<Self, PgError> {
+        let ReadTarget { config, tls } = ReadTarget::new(url)?;
         Ok(Self {
             config,
             tls,
@@ -157,6 +228,8 @@ impl PgOptions {
             routing: payhook_store::Routing::default(),
             list_scan_rows: 10_000,
             require_sync_standby: false,
+            read: None,
+            read_pool_size: 8,
         })
     }
 
@@ -171,22 +244,19 @@ impl PgOptions {
 
     /// Where it connects, for logs and messages: user, hosts and database, never the password.
     pub fn target(&self) -> String {
-        use tokio_postgres::config::Host;
-        let c = &self.config;
-        let ports = c.get_ports();
-        let hosts: Vec<String> = c
-            .get_hosts()
-            .iter()
-            .enumerate()
-            .map(|(i, host)| {
-                let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
-                match host {
-                    Host::Tcp(name) => format!("{name}:{port}"),
-                    Host::Unix(dir) => format!("{}:{port}", dir.display()),
-                }
-            })
-            .collect();
-        format!("postgres://{}@{}/{}", c.get_user().unwrap_or(""), hosts.join(","), c.get_dbname().unwrap_or(""))
+        target(&self.config)
+    }
+
+    /// Reads listings and the counts of `stats` from `url` (see [`PgOptions::read`]).
+    pub fn set_read_url(&mut self, url: &str) -> Result<(), PgError> {
+        self.read = Some(ReadTarget::new(url)?);
+        Ok(())
+    }
+
+    /// Where listings and the counts of `stats` are read, for logs and messages (never the password): the read
+    /// URL's target, or `None` when they are read where everything else is.
+    pub fn read_target(&self) -> Option<String> {
+        self.read.as_ref().map(ReadTarget::target)
     }
 
     /// The TLS it uses, for logs and messages: the mode and the roots file (`verify-full with sslrootcert
@@ -226,6 +296,8 @@ pub struct PgStore {
     /// `ping`'s own pool of one connection, opened when first needed and re-created after a failure: a probe never
     /// waits behind queries and batches for one of `pool`'s.
     probe: Pool,
+    /// The pool of [`PgOptions::read`], bounded by its own size; `None` when every read is on `pool`.
+    read_pool: Option<Pool>,
     /// See [`PgOptions::partition_lock_timeout_ms`].
     partition_lock_timeout_ms: i32,
     /// What pruning did with the inbox's partitions, for the metrics.
@@ -248,6 +320,16 @@ impl PgStore {
         options.retry.validate().map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         let pool = pool::build(&options)?;
         let probe = pool::build(&PgOptions { pool_size: 1, ..options.clone() })?;
+        // The same session settings (statement timeout, application_name, connect timeout), on the read target.
+        let read_pool = match &options.read {
+            Some(read) => Some(pool::build(&PgOptions {
+                config: read.config.clone(),
+                tls: read.tls.clone(),
+                pool_size: options.read_pool_size.max(1),
+                ..options.clone()
+            })?),
+            None => None,
+        };
         let pool_size = options.pool_size.max(1);
         let writers = options.writers.clamp(1, pool_size);
         let mut client = pool::get(&pool).await?;
@@ -281,6 +363,7 @@ impl PgStore {
             others: Arc::new(Semaphore::new((pool_size - writers).max(1))),
             ctx,
             probe,
+            read_pool,
             partition_lock_timeout_ms,
             partitions,
             ping_timeout: Duration::from_millis(options.connect_timeout_ms.max(1)),
@@ -290,6 +373,14 @@ impl PgStore {
             require_sync_standby: options.require_sync_standby,
         };
         store.log_replication().await;
+        if let Some(read) = &options.read {
+            tracing::info!(
+                target = %read.target(),
+                tls = %read.tls_summary(),
+                read_pool_size = options.read_pool_size.max(1),
+                "postgres: listings and stats counts are read from the read URL"
+            );
+        }
         Ok(store)
     }
 
@@ -353,11 +444,23 @@ impl PgStore {
         self.others.close();
         self.pool.close();
         self.probe.close();
+        if let Some(read) = &self.read_pool {
+            read.close();
+        }
     }
 
     /// A turn for an operation other than a batch (see `PgStore::others`).
     async fn turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, StoreError> {
         self.others.acquire().await.map_err(|_| StoreError::ShuttingDown)
+    }
+
+    /// Where a read that may lag the primary runs (see *Reads on a standby*): the read pool, which bounds itself,
+    /// or the main pool with a turn of `others`.
+    async fn lagging_read(&self) -> Result<(&Pool, Option<tokio::sync::SemaphorePermit<'_>>), StoreError> {
+        match &self.read_pool {
+            Some(read) => Ok((read, None)),
+            None => Ok((&self.pool, Some(self.turn().await?))),
+        }
     }
 
     /// Counts a listing page the scan bound stopped short.
@@ -399,8 +502,16 @@ impl Store for PgStore {
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
-        let _turn = self.turn().await?;
-        read::stats(&self.pool, &self.folded_since_vacuum).await
+        let turn = self.turn().await?;
+        // A write, so on the primary whatever `read_pool` is.
+        counters::fold(&self.pool, &self.folded_since_vacuum).await?;
+        match &self.read_pool {
+            Some(read) => {
+                drop(turn);
+                read::stats(read).await
+            }
+            None => read::stats(&self.pool).await,
+        }
     }
 
     async fn recount(&self) -> Result<Recounted, StoreError> {
@@ -434,15 +545,24 @@ impl Store for PgStore {
     }
 
     async fn list_outbox(&self, filter: OutboxFilter) -> Result<Listing<OutboxView>, StoreError> {
-        let _turn = self.turn().await?;
-        let page = listing::list_outbox(&self.pool, &filter, self.list_scan_rows).await?;
+        let (pool, _turn) = self.lagging_read().await?;
+        let page = listing::list_outbox(pool, &filter, self.list_scan_rows).await?;
         self.count_stop(&page);
         Ok(page)
     }
 
-    async fn list_events(&self, filter: EventFilter) -> Result<Listing<EventSummary>, StoreError> {
+    /// On the primary, whatever `read_pool` is: it is read right after the row was re-queued.
+    async fn outbox_row(&self, id: i64) -> Result<Option<OutboxView>, StoreError> {
+        let Some(before) = id.checked_add(1) else { return Ok(None) };
+        let filter = OutboxFilter { before: Some(before), limit: 1, ..OutboxFilter::default() };
         let _turn = self.turn().await?;
-        let page = listing::list_events(&self.pool, &filter, self.list_scan_rows).await?;
+        let page = listing::list_outbox(&self.pool, &filter, self.list_scan_rows).await?;
+        Ok(page.rows.into_iter().next().filter(|row| row.id == id))
+    }
+
+    async fn list_events(&self, filter: EventFilter) -> Result<Listing<EventSummary>, StoreError> {
+        let (pool, _turn) = self.lagging_read().await?;
+        let page = listing::list_events(pool, &filter, self.list_scan_rows).await?;
         self.count_stop(&page);
         Ok(page)
     }

@@ -256,9 +256,10 @@ async fn query_rows(pool: &Pool, sql: &str, params: &[&(dyn ToSql + Sync)]) -> R
     .await?)
 }
 
-/// Row counts from the counters and the oldest waiting work, from one snapshot, after folding the deltas.
-pub(crate) async fn stats(pool: &Pool, folded_since_vacuum: &std::sync::atomic::AtomicU64) -> Result<Stats> {
-    crate::counters::fold(pool, folded_since_vacuum).await?;
+/// Row counts from the counters and the oldest waiting work, from one snapshot. Read-only, so it may run on a
+/// standby; the caller folds the deltas on the primary first (the counts are right without that too: the totals
+/// are summed with the deltas not folded yet).
+pub(crate) async fn stats(pool: &Pool) -> Result<Stats> {
     let lists = with_connection(pool, async |client: &Object| {
         let mut reads = Vec::new();
         for sql in STATS_STATEMENTS {

@@ -480,11 +480,9 @@ pub async fn retry_outbox<S: Store>(store: &S, id: i64, now_ms: i64) -> Result<O
     if requeued { Ok(row) } else { Err(AdminError::OutboxNotDead { id, status: row.status }) }
 }
 
-/// One outbox row by id: the newest row older than `id + 1`, if it is that row.
+/// One outbox row by id, as it is after the re-queue just made (never from a standby that may lag).
 async fn outbox_row<S: Store>(store: &S, id: i64) -> Result<Option<OutboxView>, AdminError> {
-    let Some(before) = id.checked_add(1) else { return Ok(None) };
-    let filter = OutboxFilter { before: Some(before), limit: 1, ..OutboxFilter::default() };
-    let mut row = store.list_outbox(filter).await?.rows.into_iter().next().filter(|row| row.id == id);
+    let mut row = store.outbox_row(id).await?;
     row.iter_mut().for_each(redact_outbox_row);
     Ok(row)
 }

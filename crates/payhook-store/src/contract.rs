@@ -225,6 +225,13 @@ macro_rules! delegate_store {
                 self.$field.list_outbox(filter)
             }
 
+            fn outbox_row(
+                &self,
+                id: i64,
+            ) -> impl ::std::future::Future<Output = Result<Option<$crate::OutboxView>, $crate::StoreError>> + Send {
+                self.$field.outbox_row(id)
+            }
+
             fn list_events(
                 &self,
                 filter: $crate::EventFilter,

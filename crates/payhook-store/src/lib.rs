@@ -132,6 +132,17 @@ pub trait Store: Send + Sync + 'static {
     fn list_outbox(&self, filter: OutboxFilter)
     -> impl Future<Output = Result<Listing<OutboxView>, StoreError>> + Send;
 
+    /// One outbox row by id, as it is now: read where the latest writes are (never on a standby that may lag), so
+    /// that it shows a re-queue just made. By default the newest row below `id + 1` through
+    /// [`Store::list_outbox`], if it is that row.
+    fn outbox_row(&self, id: i64) -> impl Future<Output = Result<Option<OutboxView>, StoreError>> + Send {
+        async move {
+            let Some(before) = id.checked_add(1) else { return Ok(None) };
+            let filter = OutboxFilter { before: Some(before), limit: 1, ..OutboxFilter::default() };
+            Ok(self.list_outbox(filter).await?.rows.into_iter().next().filter(|row| row.id == id))
+        }
+    }
+
     /// Recorded deliveries, newest first, read down an index matching the filter; a filter no index serves whole
     /// examines at most the scan bound of rows and says where it stopped ([`Listing`]).
     fn list_events(

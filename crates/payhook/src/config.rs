@@ -182,14 +182,20 @@ impl StorageConfig {
                 format!("sqlite://{} (batch_max {}, fsync {:?})", o.path.display(), o.batch_max, o.sync)
             }
             StorageConfig::Postgres(o) => format!(
-                "{} (tls: {}, pool_size {}, writers {}, batch_max {}, statement_timeout_ms {}{})",
+                "{} (tls: {}, pool_size {}, writers {}, batch_max {}, statement_timeout_ms {}{}{})",
                 o.target(),
                 o.tls_summary(),
                 o.pool_size,
                 o.writers,
                 o.batch_max,
                 o.statement_timeout_ms,
-                if o.require_sync_standby { ", synchronous standby required" } else { "" }
+                if o.require_sync_standby { ", synchronous standby required" } else { "" },
+                o.read.as_ref().map_or_else(String::new, |r| format!(
+                    "; listings and stats read from {} (tls: {}, read_pool_size {})",
+                    r.target(),
+                    r.tls_summary(),
+                    o.read_pool_size
+                ))
             ),
         }
     }

@@ -19,6 +19,8 @@
 //!   deferred events moved to the held partition survive and can be replayed, keys go with their day, counters
 //!   stay exact; two instances prune at once while deliveries arrive.
 //! * `probe`: the ping answers on a connection of its own while every pooled connection is held.
+//! * `read_routing`: with a read URL, listings and stats come from it (another schema here), point reads and
+//!   writes from the primary, and a listing there waits for nothing of the primary's pool.
 //! * `replication`: the primary's replication as the store reports it (no standby on the test server: 0
 //!   synchronous ones, or unknown to a role without pg_monitor), read on the probe's connection.
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
@@ -37,6 +39,7 @@ mod listings;
 mod order_retention;
 mod partitions;
 mod probe;
+mod read_routing;
 mod replication;
 mod resilience;
 mod tls;

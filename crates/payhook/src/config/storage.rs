@@ -24,6 +24,8 @@ pub(super) struct RawStorage {
     pub(super) connect_timeout_ms: u64,
     pub(super) partition_lock_timeout_ms: u64,
     pub(super) require_sync_standby: bool,
+    pub(super) read_url: Option<String>,
+    pub(super) read_pool_size: usize,
 }
 
 /// The smallest scan bound: a listing page of the most rows (`MAX_LIMIT`, plus the one that says whether more
@@ -45,7 +47,15 @@ pub(super) fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<Sto
     if raw.list_scan_rows < MIN_LIST_SCAN_ROWS {
         bail!("storage.list_scan_rows: must be at least {MIN_LIST_SCAN_ROWS}, the largest page a listing returns");
     }
+    // An empty read_url (an environment override clearing it) is no read_url.
+    let read_url = raw.read_url.as_deref().filter(|u| !u.is_empty());
     if let Some(path) = raw.url.strip_prefix("sqlite://") {
+        if read_url.is_some() {
+            // Refused rather than ignored: whoever sets it expects the reads to go elsewhere.
+            bail!(
+                "storage.read_url: only for PostgreSQL; storage.url is sqlite://, whose reads have connections of their own (storage.read_connections)"
+            );
+        }
         if path.is_empty() {
             bail!("storage.url: sqlite:// needs a path");
         }
@@ -104,5 +114,17 @@ pub(super) fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<Sto
     options.retry = retry;
     options.list_scan_rows = raw.list_scan_rows;
     options.require_sync_standby = raw.require_sync_standby;
+    if let Some(read_url) = read_url {
+        if !(read_url.starts_with("postgres://") || read_url.starts_with("postgresql://")) {
+            // Never echo the URL: it may hold a password.
+            bail!("storage.read_url: unsupported scheme; use postgres://USER@HOST:PORT/DATABASE");
+        }
+        // The parser's message names the problem without repeating the URL.
+        options.set_read_url(read_url).context("storage.read_url")?;
+        if raw.read_pool_size == 0 {
+            bail!("storage.read_pool_size must be positive");
+        }
+        options.read_pool_size = raw.read_pool_size;
+    }
     Ok(StorageConfig::Postgres(options))
 }

@@ -204,6 +204,67 @@ fn a_synchronous_standby_is_not_required_by_default_and_may_be_for_postgres() {
 }
 
 #[test]
+fn a_read_url_sends_listings_and_stats_to_a_pool_of_its_own_shown_without_its_password() {
+    let url = "[storage]\nurl = \"postgres://payhook:s3cret@primary.internal/hooks\"\n";
+    let c = Config::from_toml(url, "t", None).unwrap();
+    assert!(postgres(&c).read.is_none() && postgres(&c).read_target().is_none(), "unset by default");
+    assert!(!c.storage.describe().contains("read from"), "{}", c.storage.describe());
+    let text = format!(
+        "{url}read_url = \"postgres://reader:r34d-PLANTED@standby.internal:6432/hooks?target_session_attrs=read-only\
+         &sslmode=require&options=-csearch_path%3Dph\"\n"
+    );
+    let c = Config::from_toml(&text, "t", None).unwrap();
+    let o = postgres(&c);
+    assert_eq!(o.read_pool_size, 8, "the defaults file's read_pool_size");
+    let read = o.read.as_ref().expect("a read target");
+    assert_eq!(read.tls.mode(), payhook_postgres::SslMode::Require);
+    assert_eq!(read.config.get_target_session_attrs(), tokio_postgres::config::TargetSessionAttrs::ReadOnly);
+    assert_eq!(read.config.get_options(), Some("-csearch_path=ph"));
+    assert_eq!(o.read_target().as_deref(), Some("postgres://reader@standby.internal:6432/hooks"));
+    let shown = format!("{} {c:?}", c.storage.describe());
+    assert!(
+        shown.contains(
+            "; listings and stats read from postgres://reader@standby.internal:6432/hooks (tls: require, \
+                        read_pool_size 8)"
+        ),
+        "{shown}"
+    );
+    assert!(!shown.contains("r34d-PLANTED") && !shown.contains("s3cret"), "{shown}");
+    let c = Config::from_toml(&format!("{text}read_pool_size = 3\n"), "t", None).unwrap();
+    assert_eq!(postgres(&c).read_pool_size, 3);
+    // An environment override that empties it is no read URL.
+    let env = [("PAYHOOK_STORAGE__READ_URL".to_owned(), String::new())];
+    let c = Config::from_toml_and_env(&text, "t", None, env).unwrap();
+    assert!(postgres(&c).read.is_none());
+}
+
+#[test]
+fn a_read_url_without_a_postgres_url_is_refused() {
+    let text = "[storage]\nread_url = \"postgres://reader:pw@standby.internal/hooks\"\n";
+    let err = format!("{:#}", Config::from_toml(text, "t", None).unwrap_err());
+    assert!(err.contains("storage.read_url: only for PostgreSQL; storage.url is sqlite://"), "{err}");
+    assert!(!err.contains("pw@"), "{err}");
+}
+
+#[test]
+fn a_bad_read_url_is_named_without_echoing_its_password() {
+    let url = "url = \"postgres://u:pw@h/d\"\n";
+    for (text, key) in [
+        ("read_url = \"mysql://u:r34d-PLANTED@h/d\"", "storage.read_url: unsupported scheme"),
+        ("read_url = \"postgres://u:r34d-PLANTED@h:notaport/d\"", "storage.read_url"),
+        ("read_url = \"postgres://u:r34d-PLANTED@h/d?sslmode=verfy-full\"", "storage.read_url: sslmode \"verfy-full\""),
+        (
+            "read_url = \"postgres://u:r34d-PLANTED@h/d?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem\"",
+            "/nonexistent/ca.pem",
+        ),
+        ("read_url = \"postgres://u:r34d-PLANTED@h/d\"\nread_pool_size = 0", "storage.read_pool_size must be positive"),
+    ] {
+        let err = format!("{:#}", Config::from_toml(&format!("[storage]\n{url}{text}\n"), "t", None).unwrap_err());
+        assert!(err.contains(key) && !err.contains("r34d-PLANTED") && !err.contains("pw@"), "{text}: {err}");
+    }
+}
+
+#[test]
 fn the_postgres_tls_mode_comes_from_the_url_and_is_shown_with_the_storage() {
     let text = "[storage]\nurl = \"postgres://payhook:s3cret@db.example/payhook?sslmode=verify-full\"\n";
     let c = Config::from_toml(text, "t", None).unwrap();
