@@ -25,10 +25,8 @@ async fn a_multi_host_url_skips_a_host_that_is_gone_and_finds_the_primary() {
     let user = base.get_user().unwrap_or("postgres");
     let db = base.get_dbname().unwrap_or("postgres");
     let port = base.get_ports().first().copied().unwrap_or(5432);
-    let multi = format!(
-        "postgres://{user}@127.0.0.1:{},127.0.0.1:{port}/{db}?target_session_attrs=read-write",
-        closed_port()
-    );
+    let multi =
+        format!("postgres://{user}@127.0.0.1:{},127.0.0.1:{port}/{db}?target_session_attrs=read-write", closed_port());
     options.config = PgOptions::new(&multi).expect("the multi-host URL parses").config;
     options.config.options(&search_path);
     options.config.application_name(&app);

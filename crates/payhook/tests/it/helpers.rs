@@ -3,19 +3,22 @@
 //! - [`TestDir`]: a temp dir holding the configs, the database (`payhook.db`, a relative `sqlite://` url resolved
 //!   against the dir, which is every child's working directory) and the servers' logs.
 //! - [`Server`]: `payhook --config FILE serve` on a free port; killed on drop, [`Server::stop`] for SIGTERM.
+//! - [`Recorder`]: a local HTTP endpoint that keeps what it received (a sink, an alert receiver).
 //! - Signing with `payhook_core` for the configured secret, exactly as `payhook send` does.
 
 use payhook_core::event::OrderAction;
 use payhook_core::format::{Format, Outgoing};
 use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
 use payhook_sqlite::{SqliteOptions, SqliteStore};
-use payhook_store::checker::{self, Acked, Checked, Evidence, Violations};
+use payhook_store::checker::{self, Acked, Checked, Evidence, SinkReceipt, Violations};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const API_TOKEN: &str = "it-api-token-0123456789abcdef";
 pub const SECRET: &str = "whsec_test";
@@ -367,4 +370,74 @@ pub async fn check_db(path: &Path, acked: impl IntoIterator<Item = impl AsRef<st
     let store = SqliteStore::open(SqliteOptions::new(path)).expect("open the database as a store");
     let acked = acked.into_iter().map(|id| Acked::new(SOURCE, id.as_ref())).collect();
     checker::check(&store, &Evidence { acked, sink: None }).await
+}
+
+/// A local HTTP endpoint (a sink, an alert receiver) that answers every request with one status and keeps what it
+/// received: each request's `Idempotency-Key` and body.
+pub struct Recorder {
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    received: Arc<Mutex<Vec<SinkReceipt>>>,
+}
+
+impl Recorder {
+    pub async fn start(status: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind recorder");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&received);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let kept = Arc::clone(&kept);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    // The head, then as much body as Content-Length says.
+                    let (head_end, length, key) = loop {
+                        let Ok(n) = stream.read(&mut chunk).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                            let length = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            let key = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("idempotency-key:"))
+                                .map(|v| v.trim().to_owned())
+                                .unwrap_or_default();
+                            break (end + 4, length, key);
+                        }
+                    };
+                    while buf.len() < head_end + length {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let payload = buf[head_end..head_end + length].to_vec();
+                    kept.lock().expect("recorder lock").push(SinkReceipt { idempotency_key: key, payload });
+                    let answer =
+                        format!("HTTP/1.1 {status} Scripted\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        Self { addr, received }
+    }
+
+    /// The bodies received so far, as text.
+    pub fn bodies(&self) -> Vec<String> {
+        self.receipts().iter().map(|r| String::from_utf8_lossy(&r.payload).into_owned()).collect()
+    }
+
+    /// Everything received so far, for the invariant checker.
+    pub fn receipts(&self) -> Vec<SinkReceipt> {
+        self.received.lock().expect("recorder lock").clone()
+    }
 }

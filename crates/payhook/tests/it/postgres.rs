@@ -125,7 +125,7 @@ secrets = ["{SECRET}"]
 }
 
 /// `payhook serve` on PostgreSQL, as a child process. Killed on drop.
-struct PgServer {
+pub(crate) struct PgServer {
     child: Option<Child>,
     port: u16,
     config: std::path::PathBuf,
@@ -134,12 +134,12 @@ struct PgServer {
 }
 
 impl PgServer {
-    async fn start(dir: &TestDir, db_url: &str) -> Self {
+    pub(crate) async fn start(dir: &TestDir, db_url: &str) -> Self {
         Self::start_with(dir, db_url, "").await
     }
 
     /// With `extra` TOML after the test configuration.
-    async fn start_with(dir: &TestDir, db_url: &str, extra: &str) -> Self {
+    pub(crate) async fn start_with(dir: &TestDir, db_url: &str, extra: &str) -> Self {
         for _ in 0..3 {
             let port = free_port();
             let config = dir.write(&format!("pg-{port}.toml"), &format!("{}{extra}", pg_config(port, db_url)));
@@ -178,41 +178,41 @@ impl PgServer {
         panic!("payhook serve could not find a free port in 3 attempts");
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
-    fn webhook_url(&self) -> String {
+    pub(crate) fn webhook_url(&self) -> String {
         self.url(&format!("/webhooks/{SOURCE}"))
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| c.try_wait().expect("try_wait").is_none())
     }
 
-    async fn register_order(&self, id: &str) -> StatusCode {
+    pub(crate) async fn register_order(&self, id: &str) -> StatusCode {
         let body = serde_json::json!({ "id": id, "amount": AMOUNT, "currency": CURRENCY });
         let resp = self.client.post(self.url("/v1/orders")).bearer_auth(API_TOKEN).json(&body).send().await;
         resp.expect("POST /v1/orders").status()
     }
 
-    async fn readyz(&self) -> StatusCode {
+    pub(crate) async fn readyz(&self) -> StatusCode {
         self.readyz_body().await.0
     }
 
     /// `/readyz` with its JSON answer (`database`, `writer`, `worker`, `dispatcher`).
-    async fn readyz_body(&self) -> (StatusCode, serde_json::Value) {
+    pub(crate) async fn readyz_body(&self) -> (StatusCode, serde_json::Value) {
         let resp = self.client.get(self.url("/readyz")).send().await.expect("GET /readyz");
         let status = resp.status();
         (status, resp.json().await.expect("/readyz answers JSON"))
     }
 
     /// SIGTERM, and insist on a clean exit.
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         let mut child = self.child.take().expect("child");
         let status = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
         assert!(status.expect("run kill").success());

@@ -64,10 +64,12 @@ impl Workload {
 }
 
 /// Sends one delivery until payhook acknowledges it, as a provider does: retry on 5xx and on connection errors
-/// (payhook is being killed), never on 4xx (which would be a bug here). Returns the acknowledged outcome.
+/// (payhook is being killed), never on 4xx (which would be a bug here). Client `client_no` sends to its own one of
+/// `urls` (several instances behind a load balancer). Returns the acknowledged outcome.
 pub async fn deliver_until_acked(
     client: &reqwest::Client,
-    url: &RwLock<String>,
+    urls: &RwLock<Vec<String>>,
+    client_no: usize,
     order_id: &str,
     d: &Delivery,
     deadline: Instant,
@@ -83,7 +85,10 @@ pub async fn deliver_until_acked(
     let headers = signer().sign(&body, 0, &d.event_id);
     loop {
         assert!(Instant::now() < deadline, "{} was never acknowledged", d.event_id);
-        let target = url.read().expect("url lock").clone();
+        let target = {
+            let urls = urls.read().expect("url lock");
+            urls[client_no % urls.len()].clone()
+        };
         let mut req = client.post(&target).header("content-type", "application/json").body(body.clone());
         for (name, value) in &headers {
             req = req.header(name, value);
@@ -112,22 +117,36 @@ pub type AckedOutcomes = HashMap<String, Vec<String>>;
 #[derive(Debug)]
 pub struct Load {
     tasks: tokio::task::JoinSet<()>,
-    url: Arc<RwLock<String>>,
+    urls: Arc<RwLock<Vec<String>>>,
     next: Arc<AtomicUsize>,
     total: usize,
     acked: Arc<Mutex<AckedOutcomes>>,
+    /// Acknowledgements so far (repeats included).
+    answered: Arc<AtomicUsize>,
 }
 
 impl Load {
     /// `clients` clients, each pausing `pace` after every acknowledged delivery, all done by `deadline`.
     pub fn start(workload: &Arc<Workload>, url: String, clients: usize, pace: Duration, deadline: Instant) -> Self {
-        let url = Arc::new(RwLock::new(url));
+        Self::start_on(workload, vec![url], clients, pace, deadline)
+    }
+
+    /// The same, the clients spread over several instances' `urls`.
+    pub fn start_on(
+        workload: &Arc<Workload>,
+        urls: Vec<String>,
+        clients: usize,
+        pace: Duration,
+        deadline: Instant,
+    ) -> Self {
+        let urls = Arc::new(RwLock::new(urls));
         let acked: Arc<Mutex<AckedOutcomes>> = Arc::default();
         let next = Arc::new(AtomicUsize::new(0));
+        let answered = Arc::new(AtomicUsize::new(0));
         let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..clients {
-            let (workload, url, acked, next) =
-                (Arc::clone(workload), Arc::clone(&url), Arc::clone(&acked), Arc::clone(&next));
+        for client_no in 0..clients {
+            let (workload, urls, acked, next, answered) =
+                (Arc::clone(workload), Arc::clone(&urls), Arc::clone(&acked), Arc::clone(&next), Arc::clone(&answered));
             tasks.spawn(async move {
                 let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("client");
                 loop {
@@ -135,18 +154,24 @@ impl Load {
                     let Some(&u) = workload.plan.get(k) else { return };
                     let d = &workload.unique[u];
                     let order_id = workload.order_id(d.order);
-                    let outcome = deliver_until_acked(&client, &url, &order_id, d, deadline).await;
+                    let outcome = deliver_until_acked(&client, &urls, client_no, &order_id, d, deadline).await;
                     acked.lock().expect("acked lock").entry(d.event_id.clone()).or_default().push(outcome);
+                    answered.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(pace).await;
                 }
             });
         }
-        Self { tasks, url, next, total: workload.plan.len(), acked }
+        Self { tasks, urls, next, total: workload.plan.len(), acked, answered }
     }
 
     /// Points every client at a restarted server.
     pub fn set_url(&self, url: String) {
-        *self.url.write().expect("url lock") = url;
+        *self.urls.write().expect("url lock") = vec![url];
+    }
+
+    /// Deliveries acknowledged so far, repeats included.
+    pub fn answered(&self) -> usize {
+        self.answered.load(Ordering::Relaxed)
     }
 
     /// The events acknowledged so far.

@@ -3,70 +3,11 @@
 //! it: text and JSON logs, `config check`, the API, the dashboard and the alerts themselves; the redacted form
 //! (scheme, host, port, first path segment) does, so the checks cannot pass by showing nothing.
 
-use crate::helpers::{AMOUNT, API_TOKEN, SOURCE, Server, TestDir, free_port, payment, post, text};
+use crate::helpers::{AMOUNT, API_TOKEN, Recorder, SOURCE, Server, TestDir, free_port, payment, post, text};
 use serde_json::Value;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PLANTED: &str = "s3cr3t-PLANTED-token";
-
-/// A local HTTP endpoint that answers every request with one status and keeps the bodies it received.
-struct Recorder {
-    /// `127.0.0.1:PORT`.
-    addr: String,
-    bodies: Arc<Mutex<Vec<String>>>,
-}
-
-impl Recorder {
-    async fn start(status: u16) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind recorder");
-        let addr = listener.local_addr().expect("addr").to_string();
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let kept = Arc::clone(&bodies);
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let kept = Arc::clone(&kept);
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    // The head, then as much body as Content-Length says.
-                    let (head_end, length) = loop {
-                        let Ok(n) = stream.read(&mut chunk).await else { return };
-                        if n == 0 {
-                            return;
-                        }
-                        buf.extend_from_slice(&chunk[..n]);
-                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                            let length = head
-                                .lines()
-                                .find_map(|l| l.strip_prefix("content-length:"))
-                                .and_then(|v| v.trim().parse::<usize>().ok())
-                                .unwrap_or(0);
-                            break (end + 4, length);
-                        }
-                    };
-                    while buf.len() < head_end + length {
-                        match stream.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    kept.lock().unwrap().push(String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned());
-                    let answer =
-                        format!("HTTP/1.1 {status} Scripted\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
-                    let _ = stream.write_all(answer.as_bytes()).await;
-                });
-            }
-        });
-        Self { addr, bodies }
-    }
-
-    fn bodies(&self) -> Vec<String> {
-        self.bodies.lock().unwrap().clone()
-    }
-}
 
 /// `GET` on the API with the token, as text.
 async fn api(server: &Server, path: &str) -> String {
