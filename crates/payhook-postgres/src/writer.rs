@@ -48,6 +48,17 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_postgres::types::ToSql;
 
+/// Every batch transaction takes a transaction id at once, so that its COMMIT writes a commit record and waits
+/// like any write: for the WAL flush (`synchronous_commit = on`) and for the synchronous standbys. Without it, a
+/// batch of nothing but duplicates (whose keys are found, `ON CONFLICT DO NOTHING` writing nothing) would commit
+/// without waiting for anything and answer 2xx at once. That is wrong when the delivery it found is committed on
+/// the primary but not yet on the standby: a session terminated while its COMMIT waits for the standby leaves its
+/// work visible ("committed locally, but might not have been replicated"), and the batch's rerun or the provider's
+/// retry would then answer `duplicate` for a delivery that dies with the primary. With a transaction id, the
+/// duplicate's COMMIT comes later in the WAL than the original's, so when the standby acknowledges it, it holds
+/// both (`failover::a_commit_cut_off_while_it_waits_for_the_synchronous_standby_…`).
+const BEGIN_SQL: &str = "BEGIN; SELECT pg_current_xact_id()";
+
 /// How often a batch is run again after a deadlock, a serialization failure or a connection lost before COMMIT.
 const MAX_BATCH_ATTEMPTS: u32 = 5;
 
@@ -489,7 +500,7 @@ async fn transact(
     let (ingest_params, register_params) = (ingests.params(), registers.params());
     let params: &[&(dyn ToSql + Sync)] = if registering { &register_params } else { &ingest_params };
     let (begun, answers, _) =
-        pipeline(Some(client.batch_execute("BEGIN")), vec![client.query(&statement, params)], none()).await;
+        pipeline(Some(client.batch_execute(BEGIN_SQL)), vec![client.query(&statement, params)], none()).await;
     begun.expect("first was given")?;
     let rows = answers.into_iter().next().expect("one call was sent")?;
     if rows.len() != jobs.len() {

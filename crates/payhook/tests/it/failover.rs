@@ -93,6 +93,8 @@ struct DelayLink {
     port: u16,
     pipes: Arc<Mutex<tokio::task::JoinSet<()>>>,
     accept: tokio::task::JoinHandle<()>,
+    /// While set, nothing is forwarded (it waits on the link): a network that stopped delivering.
+    stalled: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DelayLink {
@@ -100,7 +102,8 @@ impl DelayLink {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the link");
         let port = listener.local_addr().expect("link address").port();
         let pipes: Arc<Mutex<tokio::task::JoinSet<()>>> = Arc::default();
-        let spawn_into = Arc::clone(&pipes);
+        let stalled: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let (spawn_into, stall) = (Arc::clone(&pipes), Arc::clone(&stalled));
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream_port)).await else { continue };
@@ -108,15 +111,20 @@ impl DelayLink {
                 let (client_read, client_write) = client.into_split();
                 let (server_read, server_write) = server.into_split();
                 let mut pipes = spawn_into.lock().expect("link lock");
-                pipes.spawn(Self::pipe(client_read, server_write, delay));
-                pipes.spawn(Self::pipe(server_read, client_write, delay));
+                pipes.spawn(Self::pipe(client_read, server_write, delay, Arc::clone(&stall)));
+                pipes.spawn(Self::pipe(server_read, client_write, delay, Arc::clone(&stall)));
             }
         });
-        Self { port, pipes, accept }
+        Self { port, pipes, accept, stalled }
     }
 
     /// Copies `from` to `to`, each chunk `delay` after it was read.
-    async fn pipe(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, delay: Duration) {
+    async fn pipe(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        delay: Duration,
+        stalled: Arc<std::sync::atomic::AtomicBool>,
+    ) {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<(tokio::time::Instant, Vec<u8>)>(4096);
         let read = async move {
             let mut buf = vec![0u8; 64 * 1024];
@@ -129,6 +137,9 @@ impl DelayLink {
         let write = async move {
             while let Some((at, chunk)) = rx.recv().await {
                 tokio::time::sleep_until(at).await;
+                while stalled.load(std::sync::atomic::Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
                 if to.write_all(&chunk).await.is_err() {
                     break;
                 }
@@ -138,8 +149,14 @@ impl DelayLink {
         tokio::join!(read, write);
     }
 
+    /// Stops delivering anything, without closing a connection: the other side waits.
+    fn stall(&self) {
+        self.stalled.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Closes every connection on the link at once, dropping what was still on its way.
     fn cut(&self) {
+        self.stalled.store(false, std::sync::atomic::Ordering::Relaxed);
         self.pipes.lock().expect("link lock").abort_all();
     }
 }
@@ -619,4 +636,54 @@ async fn the_control_with_asynchronous_replication_sees_acknowledged_deliveries_
         run.answer_violations.len()
     );
     assert!(lost > 0, "asynchronous replication lost nothing: the harness cannot see a loss");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_cut_off_while_it_waits_for_the_synchronous_standby_is_not_answered_2xx_before_the_standby_has_it() {
+    if !enabled() {
+        return;
+    }
+    // A session terminated while its COMMIT waits for the synchronous standby leaves that commit visible on the
+    // primary ("committed locally, but might not have been replicated"). The batch is run again (its outcome is
+    // unknown) and the provider retries: either finds the delivery's keys. A `duplicate` answered then, before the
+    // standby holds the original, is a 2xx that dies with the primary.
+    let mut cluster = Cluster::build(true, Duration::from_millis(1)).await;
+    let dir = TestDir::new();
+    let server = PgServer::start_configured(&dir, &cluster.url(), "", "").await;
+    register(&server, "stall-1").await;
+    cluster.standby_caught_up().await;
+
+    cluster.links[cluster.primary].stall();
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+    let delivery = crate::helpers::payment("evt-stall-1", "stall-1");
+    let url = server.webhook_url();
+    let answer = tokio::spawn(async move { crate::helpers::post(&client, &url, &delivery).await });
+    let primary = cluster.primary_client().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let terminated = loop {
+        let rows = primary
+            .query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'", &[])
+            .await
+            .expect("terminate the session waiting for the standby");
+        if !rows.is_empty() {
+            break rows.len();
+        }
+        assert!(Instant::now() < deadline, "no COMMIT waited for the synchronous standby");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    eprintln!("{terminated} session(s) terminated while waiting for the standby");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Then the primary's machine is lost, whatever was answered, and the standby is promoted.
+    cluster.fail_over(Duration::from_millis(100)).await;
+    let (status, body) = answer.await.expect("the request task").expect("an answer");
+    let on_the_standby = cluster
+        .primary_client()
+        .await
+        .query_opt("SELECT status FROM inbox WHERE event_id = 'evt-stall-1'", &[])
+        .await
+        .expect("the inbox")
+        .is_some();
+    eprintln!("answered {status} {body}; on the last primary: {on_the_standby}");
+    assert!(!status.is_success() || on_the_standby, "answered {status} {body}, and the new primary does not hold it");
+    server.stop();
 }

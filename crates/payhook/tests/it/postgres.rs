@@ -140,9 +140,15 @@ impl PgServer {
 
     /// With `extra` TOML after the test configuration.
     pub(crate) async fn start_with(dir: &TestDir, db_url: &str, extra: &str) -> Self {
+        Self::start_configured(dir, db_url, "", extra).await
+    }
+
+    /// With `storage` lines added to its `[storage]` table and `extra` TOML after the test configuration.
+    pub(crate) async fn start_configured(dir: &TestDir, db_url: &str, storage: &str, extra: &str) -> Self {
         for _ in 0..3 {
             let port = free_port();
-            let config = dir.write(&format!("pg-{port}.toml"), &format!("{}{extra}", pg_config(port, db_url)));
+            let base = pg_config(port, db_url).replacen("pool_size = 8\n", &format!("pool_size = 8\n{storage}"), 1);
+            let config = dir.write(&format!("pg-{port}.toml"), &format!("{base}{extra}"));
             let log = dir.path().join(format!("pg-{port}.log"));
             let file = std::fs::File::create(&log).expect("create log");
             let child = dir
