@@ -325,10 +325,16 @@ impl Cluster {
             std::os::unix::fs::chown(standby.data.join(file), Some(uid), Some(gid)).expect("chown");
         }
         standby.start(&self.bin);
-        let primary = self.primary_client().await;
         if self.sync {
-            synchronous_standby_names(&primary, "*").await;
+            synchronous_standby_names(&self.primary_client().await, "*").await;
         }
+        self.wait_standby_state().await;
+    }
+
+    /// Waits until the standby streams, and is counted as synchronous with `sync` (asynchronous without).
+    async fn wait_standby_state(&self) {
+        let standby = &self.nodes[self.standby()];
+        let primary = self.primary_client().await;
         let want = if self.sync { "sync" } else { "async" };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -494,6 +500,12 @@ async fn run(sync: bool, kills: usize, settle: bool) -> Run {
         PgServer::start_with(&dir, &cluster.url(), &extra).await,
         PgServer::start_with(&dir, &cluster.url(), &extra).await,
     ]);
+
+    // Each instance tells whether its 2xx is on a standby.
+    let (status, readiness) = servers[0].readyz_body().await;
+    assert_eq!(status, StatusCode::OK, "{readiness}");
+    assert_eq!(readiness["replication"]["acknowledged_on_standby"], sync, "{readiness}");
+    assert_eq!(readiness["replication"]["sync_standbys"], u32::from(sync), "{readiness}");
 
     // One order in ten is registered only after the first failover: its early payments are deferred meanwhile,
     // and the retry worker applies them once it exists.
@@ -686,4 +698,71 @@ async fn a_commit_cut_off_while_it_waits_for_the_synchronous_standby_is_not_answ
     eprintln!("answered {status} {body}; on the last primary: {on_the_standby}");
     assert!(!status.is_success() || on_the_standby, "answered {status} {body}, and the new primary does not hold it");
     server.stop();
+}
+
+/// One `payhook bench` run (the project's own benchmark) against the two instances; its acknowledged deliveries
+/// per second.
+fn bench(dir: &TestDir, servers: &[PgServer; 2], orders: usize) -> f64 {
+    let urls = format!("{},{}", servers[0].url(""), servers[1].url(""));
+    let out = dir
+        .payhook()
+        .arg("--config")
+        .arg(servers[0].config_path())
+        .args(["bench", "--url", &urls, "--source", SOURCE, "--orders", &orders.to_string()])
+        .args(["--shuffle", "--concurrency", "64", "--json"])
+        .output()
+        .expect("run payhook bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "payhook bench failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).expect("bench --json prints one object");
+    result["acked_per_s"].as_f64().expect("acked_per_s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throughput_with_a_synchronous_standby_against_without_one() {
+    if !enabled() {
+        return;
+    }
+    if std::env::var("PAYHOOK_FAILOVER_BENCH").is_err() {
+        eprintln!("skipped: PAYHOOK_FAILOVER_BENCH=1 not set (a benchmark, not a check)");
+        return;
+    }
+    let delay = Duration::from_millis(env_u64("PAYHOOK_FAILOVER_DELAY_MS").unwrap_or(0));
+    let rounds = env_u64("PAYHOOK_FAILOVER_BENCH_ROUNDS").unwrap_or(3) as usize;
+    let orders = env_u64("PAYHOOK_FAILOVER_BENCH_ORDERS").unwrap_or(20_000) as usize;
+    let mut cluster = Cluster::build(true, delay).await;
+    let dir = TestDir::new();
+    let servers =
+        [PgServer::start_with(&dir, &cluster.url(), "").await, PgServer::start_with(&dir, &cluster.url(), "").await];
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        // Interleaved, and each round starts with the other mode, so that drift on a shared machine hits both.
+        let order = if round % 2 == 0 { [true, false] } else { [false, true] };
+        for sync in order {
+            cluster.sync = sync;
+            let primary = cluster.primary_client().await;
+            synchronous_standby_names(&primary, if sync { "*" } else { "" }).await;
+            cluster.wait_standby_state().await;
+            let rate = tokio::task::block_in_place(|| bench(&dir, &servers, orders));
+            eprintln!(
+                "round {}: {} standby: {rate:.0} acked/s",
+                round + 1,
+                if sync { "synchronous" } else { "asynchronous" }
+            );
+            if sync { with.push(rate) } else { without.push(rate) }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (w, wo) = (median(&mut with), median(&mut without));
+    eprintln!(
+        "median acked/s: {w:.0} with a synchronous standby, {wo:.0} without (asynchronous); ratio {:.2} \
+         (link delay {delay:?}, {orders} orders, 64 in flight, {rounds} interleaved rounds)",
+        w / wo
+    );
+    for server in servers {
+        server.stop();
+    }
 }

@@ -188,6 +188,11 @@ impl PgServer {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
+    /// Its configuration file.
+    pub(crate) fn config_path(&self) -> &std::path::Path {
+        &self.config
+    }
+
     pub(crate) fn webhook_url(&self) -> String {
         self.url(&format!("/webhooks/{SOURCE}"))
     }
