@@ -48,16 +48,20 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_postgres::types::ToSql;
 
-/// Every batch transaction takes a transaction id at once, so that its COMMIT writes a commit record and waits
-/// like any write: for the WAL flush (`synchronous_commit = on`) and for the synchronous standbys. Without it, a
-/// batch of nothing but duplicates (whose keys are found, `ON CONFLICT DO NOTHING` writing nothing) would commit
-/// without waiting for anything and answer 2xx at once. That is wrong when the delivery it found is committed on
-/// the primary but not yet on the standby: a session terminated while its COMMIT waits for the standby leaves its
-/// work visible ("committed locally, but might not have been replicated"), and the batch's rerun or the provider's
-/// retry would then answer `duplicate` for a delivery that dies with the primary. With a transaction id, the
-/// duplicate's COMMIT comes later in the WAL than the original's, so when the standby acknowledges it, it holds
-/// both (`failover::a_commit_cut_off_while_it_waits_for_the_synchronous_standby_…`).
-const BEGIN_SQL: &str = "BEGIN; SELECT pg_current_xact_id()";
+/// Every batch transaction writes a WAL record first (a transactional logical-decoding message with the prefix
+/// `payhook` and no content, which also gives it a transaction id), so that its COMMIT waits like any write: for
+/// the WAL flush (`synchronous_commit = on`) and for the synchronous standbys. PostgreSQL waits for neither when a
+/// transaction wrote no WAL before its commit record, which is what a batch of nothing but duplicates (its keys
+/// found, `ON CONFLICT DO NOTHING` writing nothing) would be: it would answer 2xx at once. That is wrong when the
+/// delivery it found is committed on the primary but not yet on the standby: a session terminated while its
+/// COMMIT waits for the standby leaves its work visible ("committed locally, but might not have been
+/// replicated"), and the batch's rerun or the provider's retry would then answer `duplicate` for a delivery that
+/// dies with the primary. With the record, the duplicate's COMMIT comes later in the WAL than the original's, so
+/// when the standby acknowledges it, it holds both (`failover::a_commit_cut_off_while_it_waits_for_the_…`). A
+/// transaction id alone (`pg_current_xact_id()`) is not enough: the commit waits only if WAL was written before
+/// it. Any role may call `pg_logical_emit_message`, at any `wal_level`; logical decoding consumers see the
+/// messages under the prefix `payhook` and may ignore them.
+const BEGIN_SQL: &str = "BEGIN; SELECT pg_logical_emit_message(true, 'payhook', '')";
 
 /// How often a batch is run again after a deadlock, a serialization failure or a connection lost before COMMIT.
 const MAX_BATCH_ATTEMPTS: u32 = 5;

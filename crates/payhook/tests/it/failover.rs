@@ -18,8 +18,9 @@
 //! promotion until the rebuilt one streams, and the next kill waits until that one is synchronous again.
 //!
 //! `PAYHOOK_TEST_FAILOVER=1` runs these tests (`.ci/run` sets it); `PAYHOOK_FAILOVER_KILLS` sets the number of
-//! kills (5 by default), `PAYHOOK_FAILOVER_SEED` replays a run's workload and schedule. Each kill prints the time
-//! from the kill and from the promotion to the first 2xx on the new primary.
+//! kills (5 by default), `PAYHOOK_FAILOVER_SEED` replays a run's workload and schedule, `PAYHOOK_FAILOVER_DELAY_MS`
+//! sets the link's delay (the control: `PAYHOOK_FAILOVER_CONTROL_KILLS`, 3, and `PAYHOOK_FAILOVER_CONTROL_DELAY_MS`,
+//! 50). Each kill prints the time from the kill and from the promotion to the first 2xx on the new primary.
 
 use crate::helpers::{Recorder, SOURCE, TestDir, free_port};
 use crate::postgres::PgServer;
@@ -53,19 +54,28 @@ fn bindir() -> PathBuf {
 
 /// Runs one of the server binaries as the `postgres` user (initdb and the server refuse to run as root).
 fn as_postgres(bin: &Path, tool: &str, args: &[&str]) {
+    if let Err(e) = try_as_postgres(bin, tool, args) {
+        panic!("{e}");
+    }
+}
+
+/// The same, with the failure as a message.
+fn try_as_postgres(bin: &Path, tool: &str, args: &[&str]) -> Result<(), String> {
     let out = Command::new("runuser")
         .current_dir("/tmp")
         .args(["-u", "postgres", "--"])
         .arg(bin.join(tool))
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("run {tool}: {e}"));
-    assert!(
-        out.status.success(),
+        .map_err(|e| format!("run {tool}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
         "{tool} {args:?} failed: {}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
-    );
+    ))
 }
 
 /// The uid and gid of the `postgres` user.
@@ -182,8 +192,18 @@ impl Node {
     }
 
     fn start(&self, bin: &Path) {
+        // A killed postmaster leaves its socket's lock file, naming its pid; where nothing reaps the dead
+        // postmaster, that pid still "exists" (a zombie) and the next start would refuse the socket.
+        let sockets = self.data.parent().expect("the cluster's directory");
+        for stale in [format!(".s.PGSQL.{}.lock", self.port), format!(".s.PGSQL.{}", self.port)] {
+            let _ = std::fs::remove_file(sockets.join(stale));
+        }
         let (data, log) = (self.data.to_string_lossy(), self.log.to_string_lossy());
-        as_postgres(bin, "pg_ctl", &["-D", &data, "-l", &log, "-w", "-t", "120", "start"]);
+        if let Err(e) = try_as_postgres(bin, "pg_ctl", &["-D", &data, "-l", &log, "-w", "-t", "120", "start"]) {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            panic!("{e}\n{} log:\n{}", self.name, tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        }
     }
 
     /// The postmaster's pid, from its pid file, while it runs.
@@ -486,9 +506,8 @@ struct Run {
 
 /// The harness: a cluster, two instances, the provider's load, `kills` failovers, then the checker on the last
 /// primary. With `settle`, waits first until no event is deferred and every outbox row reached the sink.
-async fn run(sync: bool, kills: usize, settle: bool) -> Run {
+async fn run(sync: bool, kills: usize, settle: bool, delay: Duration) -> Run {
     let seed = env_u64("PAYHOOK_FAILOVER_SEED").unwrap_or_else(|| fastrand::u64(..));
-    let delay = Duration::from_millis(env_u64("PAYHOOK_FAILOVER_DELAY_MS").unwrap_or(10));
     let mode = if sync { "synchronous" } else { "asynchronous" };
     eprintln!("failover test ({mode}): {kills} kills, link delay {delay:?}, seed {seed} (PAYHOOK_FAILOVER_SEED)");
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -624,7 +643,8 @@ async fn killing_the_primary_under_load_loses_no_acknowledged_delivery_with_a_sy
         return;
     }
     let kills = env_u64("PAYHOOK_FAILOVER_KILLS").unwrap_or(5) as usize;
-    let run = within_limit(run(true, kills, true)).await;
+    let delay = Duration::from_millis(env_u64("PAYHOOK_FAILOVER_DELAY_MS").unwrap_or(10));
+    let run = within_limit(run(true, kills, true, delay)).await;
     assert_eq!(run.timings.len(), kills);
     assert_eq!(run.answer_violations, Vec::<String>::new());
     assert!(run.violations.is_empty(), "{} violations: {:#?}", run.violations.len(), run.violations);
@@ -638,8 +658,11 @@ async fn the_control_with_asynchronous_replication_sees_acknowledged_deliveries_
     if !enabled() {
         return;
     }
-    let kills = env_u64("PAYHOOK_FAILOVER_CONTROL_KILLS").unwrap_or(2) as usize;
-    let run = within_limit(run(false, kills, false)).await;
+    // A longer link than the real test's, so that every kill finds acknowledged commits on the wire: about 12 at
+    // this load (at 10 ms, a run of two kills once lost only one).
+    let kills = env_u64("PAYHOOK_FAILOVER_CONTROL_KILLS").unwrap_or(3) as usize;
+    let delay = Duration::from_millis(env_u64("PAYHOOK_FAILOVER_CONTROL_DELAY_MS").unwrap_or(50));
+    let run = within_limit(run(false, kills, false, delay)).await;
     let lost = run.violations.iter().filter(|v| matches!(v, Violation::Lost(_))).count();
     eprintln!(
         "control: {lost} acknowledged deliveries lost over {kills} kills of an asynchronously replicated primary \
