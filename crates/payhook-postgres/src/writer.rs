@@ -219,6 +219,10 @@ impl Writer {
             batch_sizes: self.counters.batch_sizes.snapshot(),
             wal: None,
             partitions: None,
+            batches: Some(payhook_store::metrics::BatchOutcomes {
+                reruns: self.counters.reruns.load(Ordering::Relaxed),
+                failed: self.counters.failed_batches.load(Ordering::Relaxed),
+            }),
         }
     }
 

@@ -247,6 +247,9 @@ where
     if let Some(p) = &w.partitions {
         render_partitions(&mut out, p);
     }
+    if let Some(b) = &w.batches {
+        render_batches(&mut out, b);
+    }
     if let Some(r) = &scrape.replication {
         render_replication(&mut out, r);
     }
@@ -453,6 +456,19 @@ fn render_partitions(out: &mut String, p: &payhook_store::metrics::PartitionMetr
     sample(out, "payhook_postgres_partition_lock_timeouts_total", "", p.lock_timeouts);
 }
 
+/// Batch transactions run again, and given up (their requests answered 503): a failover shows as both.
+fn render_batches(out: &mut String, b: &payhook_store::metrics::BatchOutcomes) {
+    family(
+        out,
+        "payhook_postgres_batch_reruns_total",
+        "counter",
+        "Batch transactions run again: deadlock, serialization failure, connection lost, read-only server.",
+    );
+    sample(out, "payhook_postgres_batch_reruns_total", "", b.reruns);
+    family(out, "payhook_postgres_batches_failed_total", "counter", "Batch transactions given up, answered 503.");
+    sample(out, "payhook_postgres_batches_failed_total", "", b.failed);
+}
+
 /// The synchronous standbys the primary counts, when payhook's role may see them (see
 /// [`payhook_store::Replication::sync_standbys`]): nothing is rendered rather than a 0 that would be a guess.
 fn render_replication(out: &mut String, r: &payhook_store::Replication) {
@@ -554,6 +570,20 @@ mod tests {
             "payhook_postgres_partitions_total{action=\"dropped\"} 2",
             "# TYPE payhook_postgres_partition_lock_timeouts_total counter",
             "payhook_postgres_partition_lock_timeouts_total 1",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} is missing from:\n{out}");
+        }
+    }
+
+    #[test]
+    fn batch_reruns_and_failures_are_rendered_as_counters() {
+        let mut out = String::new();
+        render_batches(&mut out, &payhook_store::metrics::BatchOutcomes { reruns: 4, failed: 2 });
+        for line in [
+            "# TYPE payhook_postgres_batch_reruns_total counter",
+            "payhook_postgres_batch_reruns_total 4",
+            "# TYPE payhook_postgres_batches_failed_total counter",
+            "payhook_postgres_batches_failed_total 2",
         ] {
             assert!(out.lines().any(|l| l == line), "{line} is missing from:\n{out}");
         }

@@ -108,6 +108,7 @@ impl WriterHandle {
             batch_sizes: self.batch_sizes.snapshot(),
             wal: None,
             partitions: None,
+            batches: None,
         }
     }
 

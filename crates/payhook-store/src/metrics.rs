@@ -76,6 +76,19 @@ pub struct WriterMetrics {
     pub wal: Option<WalMetrics>,
     /// The inbox's day partitions (PostgreSQL); `None` for a store without them.
     pub partitions: Option<PartitionMetrics>,
+    /// Batch transactions run again or given up (PostgreSQL); `None` for a store that never reruns a batch.
+    pub batches: Option<BatchOutcomes>,
+}
+
+/// Batch transactions that did not commit on their first attempt, since the store opened (PostgreSQL). A failover
+/// shows here: connections lost, a server turned read-only, then batches that could get no connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchOutcomes {
+    /// Attempts run again: after a deadlock or a serialization failure, a connection lost (before or after
+    /// COMMIT was sent), or a read-only server.
+    pub reruns: u64,
+    /// Batches given up, every job of which was answered 503.
+    pub failed: u64,
 }
 
 /// What retention did with the inbox's day partitions since the store opened (PostgreSQL).

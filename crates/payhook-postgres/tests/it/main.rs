@@ -193,6 +193,52 @@ pub async fn waiting_for_locks(side: &tokio_postgres::Client, application_name: 
     .get(0)
 }
 
+/// Every pooled connection of a store (of `pool_size` 2 with one writer) held: a query and a batch wait for a lock
+/// that a session of the test holds on `orders`. [`FullPool::release`] lets them finish and checks that they did.
+#[derive(Debug)]
+pub struct FullPool {
+    side: tokio_postgres::Client,
+    /// A session that watches `pg_stat_activity` (read once per transaction, so not `side`).
+    watch: tokio_postgres::Client,
+    name: String,
+    read: tokio::task::JoinHandle<Result<Option<payhook_store::OrderView>, payhook_store::StoreError>>,
+    write: tokio::task::JoinHandle<Result<payhook_store::Registered, payhook_store::StoreError>>,
+}
+
+impl FullPool {
+    /// Registers `ord_p`, locks `orders`, and waits until a read of it and a registration of `ord_q` wait.
+    pub async fn hold(store: &std::sync::Arc<TempStore>) -> Self {
+        use payhook_store::Store;
+        use payhook_store::contract::{T0, new_order, register_new};
+        register_new(&**store, new_order("ord_p", 100, T0)).await;
+        let side = store.schema().side().await;
+        let watch = store.schema().side().await;
+        side.batch_execute("BEGIN; LOCK TABLE orders IN ACCESS EXCLUSIVE MODE").await.expect("lock the orders");
+        let read = tokio::spawn({
+            let store = std::sync::Arc::clone(store);
+            async move { store.order(&payhook_core::event::OrderId::parse("ord_p").expect("order id")).await }
+        });
+        let write = tokio::spawn({
+            let store = std::sync::Arc::clone(store);
+            async move { store.register_order(new_order("ord_q", 100, T0)).await }
+        });
+        let name = store.schema().name().to_owned();
+        eventually("a query and a batch wait for the lock", Duration::from_secs(10), async || {
+            waiting_for_locks(&watch, &name).await >= 2
+        })
+        .await;
+        Self { side, watch, name, read, write }
+    }
+
+    /// Checks that the query and the batch still wait, unlocks, and checks that both complete.
+    pub async fn release(self) {
+        assert_eq!(waiting_for_locks(&self.watch, &self.name).await, 2, "the pool was full throughout");
+        self.side.batch_execute("ROLLBACK").await.expect("unlock the orders");
+        assert!(self.read.await.expect("read task").expect("the read completes").is_some());
+        self.write.await.expect("write task").expect("the registration completes");
+    }
+}
+
 /// A TCP proxy in front of the test server, standing in for the network or the server going away and coming back
 /// (the server itself is shared with other tests and must not be restarted).
 #[derive(Debug)]

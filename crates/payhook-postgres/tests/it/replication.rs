@@ -2,10 +2,9 @@
 //! which has no standby: 0 synchronous standbys for a role that may see them, nothing known for one that may not,
 //! the session's own `synchronous_commit`, and the answer on the probe's connection while the pool is full.
 
-use crate::{TempSchema, TempStore, connect, eventually, test_url, waiting_for_locks};
-use payhook_core::event::OrderId;
+use crate::{FullPool, TempSchema, TempStore, connect, test_url};
 use payhook_postgres::PgStore;
-use payhook_store::contract::{T0, new_order, register_new, test_policy};
+use payhook_store::contract::test_policy;
 use payhook_store::{Replication, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,32 +92,12 @@ async fn the_replication_is_read_on_the_probes_connection_while_a_query_and_a_ba
         })
         .await,
     );
-    register_new(&*store, new_order("ord_p", 100, T0)).await;
-    let side = store.schema().side().await;
-    let watch = store.schema().side().await;
-    side.batch_execute("BEGIN; LOCK TABLE orders IN ACCESS EXCLUSIVE MODE").await.expect("lock the orders");
-    let read = tokio::spawn({
-        let store = Arc::clone(&store);
-        async move { store.order(&OrderId::parse("ord_p").expect("order id")).await }
-    });
-    let write = tokio::spawn({
-        let store = Arc::clone(&store);
-        async move { store.register_order(new_order("ord_q", 100, T0)).await }
-    });
-    let name = store.schema().name().to_owned();
-    eventually("a query and a batch wait for the lock", Duration::from_secs(10), async || {
-        waiting_for_locks(&watch, &name).await >= 2
-    })
-    .await;
+    let full = FullPool::hold(&store).await;
 
     let start = Instant::now();
     let r = replication(&*store).await;
     let took = start.elapsed();
     assert!(took < Duration::from_millis(500), "the replication took {took:?} while the pool was full");
     assert_eq!(r.sync_standbys, Some(0));
-    assert_eq!(waiting_for_locks(&watch, &name).await, 2, "the pool was full throughout");
-
-    side.batch_execute("ROLLBACK").await.expect("unlock the orders");
-    assert!(read.await.expect("read task").expect("the read completes").is_some());
-    write.await.expect("write task").expect("the registration completes");
+    full.release().await;
 }

@@ -23,7 +23,7 @@
 //! 50). Each kill prints the time from the kill and from the promotion to the first 2xx on the new primary.
 
 use crate::helpers::{Recorder, SOURCE, TestDir, free_port};
-use crate::postgres::PgServer;
+use crate::postgres::{PgServer, connect};
 use crate::provider::{AckedOutcomes, Load, Workload, env_u64};
 use payhook_postgres::{PgOptions, PgStore};
 use payhook_store::checker::{self, Acked, Evidence, Violation};
@@ -85,16 +85,6 @@ fn postgres_ids() -> (u32, u32) {
         String::from_utf8_lossy(&out.stdout).trim().parse().expect("a numeric id")
     };
     (id("-u"), id("-g"))
-}
-
-/// A plain connection, its connection task spawned.
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) =
-        tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap_or_else(|e| panic!("connect {url}: {e}"));
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
 }
 
 /// A TCP link that delays every chunk by `delay` in each direction, and can be cut: the network between the two
@@ -684,7 +674,8 @@ async fn a_commit_cut_off_while_it_waits_for_the_synchronous_standby_is_not_answ
     // standby holds the original, is a 2xx that dies with the primary.
     let mut cluster = Cluster::build(true, Duration::from_millis(1)).await;
     let dir = TestDir::new();
-    let server = PgServer::start_configured(&dir, &cluster.url(), "", "").await;
+    // A statement timeout far below the wait, which must not cut it short either.
+    let server = PgServer::start_configured(&dir, &cluster.url(), "statement_timeout_ms = 300\n", "").await;
     register(&server, "stall-1").await;
     cluster.standby_caught_up().await;
 

@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 
 const URL_VAR: &str = "PAYHOOK_TEST_POSTGRES_URL";
 
-fn test_url() -> Option<String> {
+pub(crate) fn test_url() -> Option<String> {
     match std::env::var(URL_VAR) {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
@@ -26,7 +26,7 @@ fn test_url() -> Option<String> {
     }
 }
 
-async fn connect(url: &str) -> tokio_postgres::Client {
+pub(crate) async fn connect(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
     tokio::spawn(async move {
         let _ = connection.await;
@@ -41,18 +41,18 @@ fn with_param(url: &str, param: &str) -> String {
 
 /// Where a test's payhook instances keep their data: a schema of the test database, or a database of its own.
 /// Dropped when this is dropped.
-struct TestDb {
+pub(crate) struct TestDb {
     /// The admin URL (the test database).
     admin: String,
     /// What the instances connect to.
-    url: String,
+    pub(crate) url: String,
     /// `DROP SCHEMA … CASCADE` or `DROP DATABASE … WITH (FORCE)`.
     drop: String,
 }
 
 impl TestDb {
     /// A fresh schema in the test database.
-    async fn schema(admin: &str) -> Self {
+    pub(crate) async fn schema(admin: &str) -> Self {
         let name = format!("payhook_it_{:016x}", fastrand::u64(..));
         connect(admin).await.batch_execute(&format!("CREATE SCHEMA {name}")).await.expect("create schema");
         let url =

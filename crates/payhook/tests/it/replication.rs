@@ -5,70 +5,13 @@
 //! test says it was skipped and passes.
 
 use crate::helpers::*;
+use crate::postgres::{TestDb, test_url};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-const URL_VAR: &str = "PAYHOOK_TEST_POSTGRES_URL";
-
-fn test_url() -> Option<String> {
-    match std::env::var(URL_VAR) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            eprintln!("skipped: {URL_VAR} not set");
-            None
-        }
-    }
-}
-
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
-
-/// A schema of the test database for one test's payhook, dropped when this is dropped.
-struct Schema {
-    admin: String,
-    name: String,
-}
-
-impl Schema {
-    async fn create(admin: &str) -> Self {
-        let name = format!("payhook_it_{:016x}", fastrand::u64(..));
-        connect(admin).await.batch_execute(&format!("CREATE SCHEMA {name}")).await.expect("create schema");
-        Self { admin: admin.to_owned(), name }
-    }
-
-    /// `storage.url` for it.
-    fn url(&self) -> String {
-        let sep = if self.admin.contains('?') { '&' } else { '?' };
-        format!("{}{sep}options=-csearch_path%3D{}", self.admin, self.name)
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let (admin, name) = (self.admin.clone(), self.name.clone());
-        // Drop runs inside the test's runtime, which cannot be blocked on; a thread with its own runtime can.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            runtime.block_on(async {
-                if let Err(e) =
-                    connect(&admin).await.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE")).await
-                {
-                    eprintln!("could not drop the test schema {name}: {e}");
-                }
-            });
-        });
-        let _ = dropped.join();
-    }
-}
-
-/// `payhook serve` on `schema` with `require_sync_standby` as given.
-async fn serve(dir: &TestDir, schema: &Schema, required: bool) -> Server {
-    let storage = format!("url = \"{}\"\nrequire_sync_standby = {required}", schema.url());
+/// `payhook serve` on `db` with `require_sync_standby` as given.
+async fn serve(dir: &TestDir, db: &TestDb, required: bool) -> Server {
+    let storage = format!("url = \"{}\"\nrequire_sync_standby = {required}", db.url);
     Server::start_edited(dir, |config| config.replace(&format!("url = \"sqlite://{DB_FILE}\""), &storage)).await
 }
 
@@ -87,7 +30,7 @@ async fn metrics(server: &Server) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_synchronous_standby_required_and_none_connected_readyz_answers_503_and_says_why() {
     let Some(url) = test_url() else { return };
-    let schema = Schema::create(&url).await;
+    let schema = TestDb::schema(&url).await;
     let dir = TestDir::new();
     let server = serve(&dir, &schema, true).await;
     let (status, body) = readyz(&server).await;
@@ -109,7 +52,7 @@ async fn with_a_synchronous_standby_required_and_none_connected_readyz_answers_5
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_requirement_readyz_answers_200_and_reports_no_synchronous_standby() {
     let Some(url) = test_url() else { return };
-    let schema = Schema::create(&url).await;
+    let schema = TestDb::schema(&url).await;
     let dir = TestDir::new();
     let server = serve(&dir, &schema, false).await;
     let (status, body) = readyz(&server).await;
