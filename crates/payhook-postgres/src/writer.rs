@@ -48,20 +48,21 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_postgres::types::ToSql;
 
-/// Every batch transaction writes a WAL record first (a transactional logical-decoding message with the prefix
-/// `payhook` and no content, which also gives it a transaction id), so that its COMMIT waits like any write: for
-/// the WAL flush (`synchronous_commit = on`) and for the synchronous standbys. PostgreSQL waits for neither when a
-/// transaction wrote no WAL before its commit record, which is what a batch of nothing but duplicates (its keys
-/// found, `ON CONFLICT DO NOTHING` writing nothing) would be: it would answer 2xx at once. That is wrong when the
-/// delivery it found is committed on the primary but not yet on the standby: a session terminated while its
-/// COMMIT waits for the standby leaves its work visible ("committed locally, but might not have been
+/// The COMMIT of a batch that wrote nothing: a WAL record first (a transactional logical-decoding message with the
+/// prefix `payhook` and no content, which also gives it a transaction id), so that its COMMIT waits like any
+/// write's: for the WAL flush (`synchronous_commit = on`) and for the synchronous standbys. PostgreSQL waits for
+/// neither when a transaction wrote no WAL before its commit record, which is what a batch of nothing but
+/// duplicates (its keys found, `ON CONFLICT DO NOTHING` writing nothing) is: it would answer 2xx at once. That is
+/// wrong when the delivery it found is committed on the primary but not yet on the standby: a session terminated
+/// while its COMMIT waits for the standby leaves its work visible ("committed locally, but might not have been
 /// replicated"), and the batch's rerun or the provider's retry would then answer `duplicate` for a delivery that
 /// dies with the primary. With the record, the duplicate's COMMIT comes later in the WAL than the original's, so
 /// when the standby acknowledges it, it holds both (`failover::a_commit_cut_off_while_it_waits_for_the_…`). A
 /// transaction id alone (`pg_current_xact_id()`) is not enough: the commit waits only if WAL was written before
 /// it. Any role may call `pg_logical_emit_message`, at any `wal_level`; logical decoding consumers see the
-/// messages under the prefix `payhook` and may ignore them.
-const BEGIN_SQL: &str = "BEGIN; SELECT pg_logical_emit_message(true, 'payhook', '')";
+/// messages under the prefix `payhook` and may ignore them. A batch that wrote anything waits anyway and commits
+/// plainly.
+const QUIET_COMMIT_SQL: &str = "SELECT pg_logical_emit_message(true, 'payhook', ''); COMMIT";
 
 /// How often a batch is run again after a deadlock, a serialization failure or a connection lost before COMMIT.
 const MAX_BATCH_ATTEMPTS: u32 = 5;
@@ -159,6 +160,19 @@ struct Job {
 enum Pending {
     Ingest(Landed),
     Register(Result<Registered, String>),
+}
+
+impl Pending {
+    /// Whether the job wrote anything (so that its transaction's COMMIT waits for the flush and the standbys).
+    /// A failed savepoint may have written WAL too, but is not counted on.
+    fn wrote(&self) -> bool {
+        match self {
+            Pending::Ingest(Landed::Done { inserted, .. }) => *inserted,
+            Pending::Ingest(Landed::Settle(..) | Landed::Billing { .. }) => true,
+            Pending::Ingest(Landed::Failed(_)) => false,
+            Pending::Register(registered) => matches!(registered, Ok(Registered::Created)),
+        }
+    }
 }
 
 /// The sending side of the batcher, and the means to stop it.
@@ -508,7 +522,7 @@ async fn transact(
     let (ingest_params, register_params) = (ingests.params(), registers.params());
     let params: &[&(dyn ToSql + Sync)] = if registering { &register_params } else { &ingest_params };
     let (begun, answers, _) =
-        pipeline(Some(client.batch_execute(BEGIN_SQL)), vec![client.query(&statement, params)], none()).await;
+        pipeline(Some(client.batch_execute("BEGIN")), vec![client.query(&statement, params)], none()).await;
     begun.expect("first was given")?;
     let rows = answers.into_iter().next().expect("one call was sent")?;
     if rows.len() != jobs.len() {
@@ -552,7 +566,8 @@ async fn transact(
     let settle_params = settlements.params();
     let settling = if settlements.is_empty() { vec![] } else { vec![client.query_one(&settle, &settle_params)] };
     *commit_sent = true;
-    let (_, settled, committed) = pipeline(none(), settling, Some(client.batch_execute("COMMIT"))).await;
+    let commit = if settling.is_empty() && !pending.iter().any(Pending::wrote) { QUIET_COMMIT_SQL } else { "COMMIT" };
+    let (_, settled, committed) = pipeline(none(), settling, Some(client.batch_execute(commit))).await;
     // A failed settlement aborted the transaction, and the COMMIT after it rolled back: report the settlement.
     for s in settled {
         s?;
