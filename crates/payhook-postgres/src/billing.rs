@@ -26,7 +26,7 @@
 use crate::error::corrupt;
 use crate::ops::{Ctx, Failure, order_lock, sinks_of};
 use crate::pipeline::{none, pipeline};
-use deadpool_postgres::{Object, Pool};
+use crate::pool::{Object, Pool};
 use payhook_core::billing::{
     self, ENTITLEMENT_GRANTED, ENTITLEMENT_REVOKED, EntitlementStatus, INVOICE_PAYMENT_FAILED, InvoiceChange,
     InvoiceDecision, SUBSCRIPTION_UPDATED, SubscriptionChange, SubscriptionDecision, SubscriptionSnapshot,

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Folded delta rows after which the store vacuums `counter_deltas` (see [`fold`]).
 const VACUUM_AFTER_ROWS: u64 = 50_000;
-use deadpool_postgres::{Object, Pool};
+use crate::pool::{Object, Pool};
 use payhook_store::{COUNTED_TABLES, CounterKey, Counts, Recounted, StoreError};
 use tokio_postgres::Row;
 

@@ -24,6 +24,10 @@ pub enum PgError {
     /// busy for longer than the pool's wait timeout.
     #[error("no database connection available")]
     Pool(#[source] deadpool_postgres::PoolError),
+    /// Opening a connection failed a moment ago and the next attempt is not due yet (see `pool`): the database
+    /// is down, or no host of the connection string is primary yet.
+    #[error("no database connection: reconnecting, the next attempt is not due yet")]
+    Reconnecting,
     /// A statement failed, or the connection broke while it ran.
     #[error("database error")]
     Db(#[from] tokio_postgres::Error),

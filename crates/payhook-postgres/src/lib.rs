@@ -85,7 +85,7 @@ pub use read::STATS_STATEMENTS;
 pub use tls::{SslMode, TlsConfigError, TlsError, TlsOptions, TlsProblem};
 pub use writer::{BatchFailed, BatchStats};
 
-use deadpool_postgres::Pool;
+use crate::pool::Pool;
 use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, SubscriptionId};
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
@@ -151,6 +151,9 @@ pub struct PgOptions {
     /// Connections of the `read` pool; its own bound, beside `pool_size` (reads routed there wait for one of
     /// these, at most `pool_wait_ms`, and take no turn of the main pool's).
     pub read_pool_size: usize,
+    /// The longest wait between two attempts to open a connection while they fail (see `pool`): requests that
+    /// need a new connection meanwhile are answered [`StoreError::Unavailable`] at once.
+    pub reconnect_backoff_max_ms: u64,
 }
 
 /// A second place to read from (`storage.read_url`): the connection string parsed as `storage.url` is, TLS
@@ -230,6 +233,7 @@ impl PgOptions {
             require_sync_standby: false,
             read: None,
             read_pool_size: 8,
+            reconnect_backoff_max_ms: 1_000,
         })
     }
 
@@ -630,7 +634,17 @@ impl Store for PgStore {
             dropped: p.dropped.load(Ordering::Relaxed),
             lock_timeouts: p.lock_timeouts.load(Ordering::Relaxed),
         };
-        payhook_store::metrics::WriterMetrics { partitions: Some(partitions), ..self.writer.metrics() }
+        let mut connects = self.pool.connect_metrics();
+        for pool in std::iter::once(&self.probe).chain(&self.read_pool) {
+            let m = pool.connect_metrics();
+            (connects.failures, connects.held_back) =
+                (connects.failures + m.failures, connects.held_back + m.held_back);
+        }
+        payhook_store::metrics::WriterMetrics {
+            partitions: Some(partitions),
+            connects: Some(connects),
+            ..self.writer.metrics()
+        }
     }
 
     fn read_metrics(&self) -> payhook_store::metrics::ReadMetrics {

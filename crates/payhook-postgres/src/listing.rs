@@ -15,7 +15,7 @@
 
 use crate::error::{PgError, corrupt};
 use crate::pool;
-use deadpool_postgres::{Object, Pool};
+use crate::pool::{Object, Pool};
 use payhook_store::listing::{Check, Column, Path, Route, event_route, outbox_route};
 use payhook_store::{EventFilter, EventSummary, Listing, OutboxFilter, OutboxView, Outcome, StoreError};
 use tokio_postgres::Row;

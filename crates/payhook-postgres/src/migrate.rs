@@ -5,7 +5,7 @@
 //! in the connection's current schema (the first existing schema of its `search_path`).
 
 use crate::error::PgError;
-use deadpool_postgres::Object;
+use crate::pool::Object;
 
 /// The migrations in order; migration `i` moves the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[

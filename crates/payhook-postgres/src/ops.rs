@@ -16,7 +16,7 @@ use crate::billing;
 use crate::error::{PgError, corrupt};
 use crate::pipeline::{none, pipeline};
 use crate::pool;
-use deadpool_postgres::{Object, Pool};
+use crate::pool::{Object, Pool};
 use payhook_core::event::{Currency, Effect, Event, EventId, Money, SourceName};
 use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Plan, Unapplied};
 use payhook_core::retry::{Next, RetryPolicy};

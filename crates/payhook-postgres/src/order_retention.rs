@@ -20,7 +20,7 @@
 //! outbox rows never change status: what the step reads stays true until it commits.
 
 use crate::ops::{Failure, order_lock, rerun_on_conflict};
-use deadpool_postgres::{Object, Pool};
+use crate::pool::{Object, Pool};
 use payhook_core::event::OrderAction;
 use payhook_core::ledger::OrderStatus;
 use payhook_store::{PruneRequest, Pruned, StoreError};

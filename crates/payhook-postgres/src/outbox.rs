@@ -6,7 +6,7 @@
 
 use crate::error::corrupt;
 use crate::ops::{Ctx, Failure, rerun_on_conflict};
-use deadpool_postgres::{Object, Pool};
+use crate::pool::{Object, Pool};
 use payhook_store::{ALERT_KIND, Alert, Claim, Dispatched, OutboxJob, StoreError};
 
 const CLAIM_SQL: &str = "WITH due AS (

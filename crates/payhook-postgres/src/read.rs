@@ -5,7 +5,7 @@ use crate::error::{PgError, corrupt};
 use crate::ops::{money, parse_status};
 use crate::pipeline::{none, pipeline};
 use crate::pool;
-use deadpool_postgres::{Object, Pool};
+use crate::pool::{Object, Pool};
 use payhook_core::event::{Effect, EventId, OrderId, SourceName};
 use payhook_store::{
     AttemptEntry, AuditEntry, BillingChange, EventView, OrderView, OutboxView, Outcome, ReceivedHeaders, Stats,

@@ -8,7 +8,7 @@
 //! before. The partition steps serialize on an advisory lock; the row steps skip rows another instance is pruning.
 
 use crate::ops::rerun_on_conflict;
-use deadpool_postgres::{Object, Pool};
+use crate::pool::{Object, Pool};
 use payhook_store::{PruneRequest, Pruned, StoreError};
 
 /// Creates the partitions of today and tomorrow (as of `$1`), waiting at most `$2` ms for the lock.

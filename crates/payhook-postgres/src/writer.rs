@@ -38,7 +38,7 @@ use crate::error::PgError;
 use crate::ops::{self, IngestCall, Landed};
 use crate::pipeline::{none, pipeline};
 use crate::pool;
-use deadpool_postgres::{Object, Pool};
+use crate::pool::{Object, Pool};
 use payhook_store::metrics::{BATCH_SIZE_BOUNDS, Histogram, WriterMetrics};
 use payhook_store::{NewOrder, Recorded, Registered, StoreError};
 use std::sync::Arc;
@@ -237,6 +237,7 @@ impl Writer {
                 reruns: self.counters.reruns.load(Ordering::Relaxed),
                 failed: self.counters.failed_batches.load(Ordering::Relaxed),
             }),
+            connects: None,
         }
     }
 

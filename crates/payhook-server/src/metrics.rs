@@ -250,6 +250,9 @@ where
     if let Some(b) = &w.batches {
         render_batches(&mut out, b);
     }
+    if let Some(c) = &w.connects {
+        render_connects(&mut out, c);
+    }
     if let Some(r) = &scrape.replication {
         render_replication(&mut out, r);
     }
@@ -469,6 +472,24 @@ fn render_batches(out: &mut String, b: &payhook_store::metrics::BatchOutcomes) {
     sample(out, "payhook_postgres_batches_failed_total", "", b.failed);
 }
 
+/// Failed connection attempts, and requests refused by the reconnect backoff: a database down, or a failover.
+fn render_connects(out: &mut String, c: &payhook_store::metrics::ConnectMetrics) {
+    family(
+        out,
+        "payhook_postgres_connect_failures_total",
+        "counter",
+        "Attempts to open a database connection that failed.",
+    );
+    sample(out, "payhook_postgres_connect_failures_total", "", c.failures);
+    family(
+        out,
+        "payhook_postgres_connects_held_back_total",
+        "counter",
+        "Requests answered 503 at once while the next connection attempt was not due (storage.reconnect_backoff_max_ms).",
+    );
+    sample(out, "payhook_postgres_connects_held_back_total", "", c.held_back);
+}
+
 /// The synchronous standbys the primary counts, when payhook's role may see them (see
 /// [`payhook_store::Replication::sync_standbys`]): nothing is rendered rather than a 0 that would be a guess.
 fn render_replication(out: &mut String, r: &payhook_store::Replication) {
@@ -585,6 +606,15 @@ mod tests {
             "# TYPE payhook_postgres_batches_failed_total counter",
             "payhook_postgres_batches_failed_total 2",
         ] {
+            assert!(out.lines().any(|l| l == line), "{line} is missing from:\n{out}");
+        }
+    }
+
+    #[test]
+    fn connect_failures_and_held_back_requests_are_rendered_as_counters() {
+        let mut out = String::new();
+        render_connects(&mut out, &payhook_store::metrics::ConnectMetrics { failures: 7, held_back: 40 });
+        for line in ["payhook_postgres_connect_failures_total 7", "payhook_postgres_connects_held_back_total 40"] {
             assert!(out.lines().any(|l| l == line), "{line} is missing from:\n{out}");
         }
     }

@@ -109,6 +109,7 @@ impl WriterHandle {
             wal: None,
             partitions: None,
             batches: None,
+            connects: None,
         }
     }
 

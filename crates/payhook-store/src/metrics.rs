@@ -78,6 +78,18 @@ pub struct WriterMetrics {
     pub partitions: Option<PartitionMetrics>,
     /// Batch transactions run again or given up (PostgreSQL); `None` for a store that never reruns a batch.
     pub batches: Option<BatchOutcomes>,
+    /// Attempts to open a database connection that failed, and requests refused while the next attempt was not
+    /// due (PostgreSQL); `None` for a store that opens no connections.
+    pub connects: Option<ConnectMetrics>,
+}
+
+/// Connection attempts since the store opened (PostgreSQL).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectMetrics {
+    /// Attempts to open a connection that failed (no host up, or none primary).
+    pub failures: u64,
+    /// Requests answered 503 at once because the next attempt was not due yet (the reconnect backoff).
+    pub held_back: u64,
 }
 
 /// Batch transactions that did not commit on their first attempt, since the store opened (PostgreSQL). A failover

@@ -1,12 +1,15 @@
-//! What a failover looks like from one store: a multi-host URL whose first host is gone, and a server that turns
-//! read-only under the store's open connections (a demoted or fenced primary). The full failover, with a primary
+//! What a failover looks like from one store: a multi-host URL whose first host is gone, a server that turns
+//! read-only under the store's open connections (a demoted or fenced primary), and the reconnect backoff while no
+//! host takes connections. The full failover, with a primary
 //! killed and its synchronous standby promoted, is the binary's `failover` test.
 
-use crate::{TempSchema, connect, eventually, test_url};
+use crate::{Proxy, TempSchema, connect, eventually, server_addr, test_url};
 use payhook_postgres::{PgOptions, PgStore};
 use payhook_store::contract::{T0, event_view, ingest, new_order, pay, processed, register_new, test_policy};
 use payhook_store::{Outcome, Store, StoreError};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// A local port nothing listens on (bound, then released).
 fn closed_port() -> u16 {
@@ -81,4 +84,65 @@ async fn connections_to_a_server_that_turned_read_only_are_dropped_and_writes_re
     if let Err(e) = admin.batch_execute(&format!("DROP ROLE {role}")).await {
         eprintln!("could not drop the test role {role}: {e}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_no_host_takes_connections_the_store_tries_a_few_times_a_second_not_once_per_request() {
+    let Some(url) = test_url() else { return };
+    let schema = TempSchema::create(&url).await;
+    let mut proxy = Proxy::start(server_addr(&url)).await;
+    let mut options = schema.options(test_policy());
+    let search_path = options.config.get_options().expect("search_path").to_owned();
+    options.config = proxy.url(&url).parse().expect("proxy URL");
+    options.config.options(search_path);
+    (options.connect_timeout_ms, options.pool_wait_ms, options.reconnect_backoff_max_ms) = (1_000, 1_000, 1_000);
+    let store = Arc::new(PgStore::open(options).await.expect("open through the proxy"));
+    register_new(&*store, new_order("ord_b", 100, T0)).await;
+
+    // The host is up but takes no session (it closes every connection at once): each attempt to open one costs
+    // the server a connection, as a standby refusing read-write sessions does.
+    proxy.stop().await;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", proxy.port())).await.expect("take the proxy's port");
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let counting = tokio::spawn({
+        let attempts = Arc::clone(&attempts);
+        async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                attempts.fetch_add(1, Ordering::Relaxed);
+                drop(stream);
+            }
+        }
+    });
+    let until = Instant::now() + Duration::from_secs(1);
+    let mut requests = tokio::task::JoinSet::new();
+    for k in 0..8 {
+        let store = Arc::clone(&store);
+        requests.spawn(async move {
+            let mut refused = 0;
+            while Instant::now() < until {
+                let answer = store.ingest(pay(&format!("evt_b{k}"), "ord_b", 100, T0 + 1)).await;
+                assert!(matches!(answer, Err(StoreError::Unavailable(_))), "{answer:?}");
+                refused += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            refused
+        });
+    }
+    let mut refused = 0;
+    while let Some(n) = requests.join_next().await {
+        refused += n.expect("request task");
+    }
+    let tried = attempts.load(Ordering::Relaxed);
+    eprintln!("{refused} requests refused in a second, {tried} connection attempts");
+    assert!(refused > 200, "the requests were answered slowly: {refused} in a second");
+    assert!(tried <= 15, "{tried} connection attempts for {refused} requests in a second: no backoff");
+
+    counting.abort();
+    let _ = counting.await;
+    proxy.restart().await;
+    eventually("writes go through again", Duration::from_secs(10), async || {
+        store.ingest(pay("evt_b0", "ord_b", 100, T0 + 1)).await.is_ok()
+    })
+    .await;
+    store.shutdown().await;
 }

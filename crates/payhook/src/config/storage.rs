@@ -23,6 +23,7 @@ pub(super) struct RawStorage {
     pub(super) statement_timeout_ms: u64,
     pub(super) connect_timeout_ms: u64,
     pub(super) partition_lock_timeout_ms: u64,
+    pub(super) reconnect_backoff_max_ms: u64,
     pub(super) require_sync_standby: bool,
     pub(super) read_url: Option<String>,
     pub(super) read_pool_size: usize,
@@ -109,6 +110,10 @@ pub(super) fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<Sto
         bail!("storage.partition_lock_timeout_ms must be between 1 and {}", i32::MAX);
     }
     options.partition_lock_timeout_ms = raw.partition_lock_timeout_ms;
+    if raw.reconnect_backoff_max_ms == 0 || raw.reconnect_backoff_max_ms > 60_000 {
+        bail!("storage.reconnect_backoff_max_ms must be between 1 and 60000");
+    }
+    options.reconnect_backoff_max_ms = raw.reconnect_backoff_max_ms;
     options.batch_max = batch_max;
     options.queue_depth = raw.queue_depth;
     options.retry = retry;
