@@ -497,3 +497,16 @@ fn a_broker_sink_needs_its_destination_and_takes_only_its_own_keys() {
         assert!(err.contains(key) && !err.contains("PLANTED"), "{text}: {err}");
     }
 }
+
+#[test]
+fn the_reconnect_backoff_is_one_second_by_default_and_a_bound_out_of_range_is_refused() {
+    let url = "[storage]\nurl = \"postgres://u@h/d\"\n";
+    let config = Config::from_toml(url, "t", None).expect("the defaults are valid");
+    let StorageConfig::Postgres(o) = &config.storage else { panic!("a PostgreSQL url") };
+    assert_eq!(o.reconnect_backoff_max_ms, 1_000);
+    for bad in ["0", "60001"] {
+        let text = format!("{url}reconnect_backoff_max_ms = {bad}\n");
+        let err = format!("{:#}", Config::from_toml(&text, "t", None).unwrap_err());
+        assert!(err.contains("storage.reconnect_backoff_max_ms must be between 1 and 60000"), "{err}");
+    }
+}
