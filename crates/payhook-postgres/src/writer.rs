@@ -64,7 +64,8 @@ use tokio_postgres::types::ToSql;
 /// plainly.
 const QUIET_COMMIT_SQL: &str = "SELECT pg_logical_emit_message(true, 'payhook', ''); COMMIT";
 
-/// How often a batch is run again after a deadlock, a serialization failure or a connection lost before COMMIT.
+/// How often a batch is run at most: again after a deadlock, a serialization failure, a read-only server or a lost
+/// connection (see `Failed::can_rerun`).
 const MAX_BATCH_ATTEMPTS: u32 = 5;
 
 /// How the batcher runs.
