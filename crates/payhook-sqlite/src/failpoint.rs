@@ -12,6 +12,7 @@
 //! | `sqlite::outbox_insert` | an outbox row is about to be inserted | same |
 //! | `sqlite::after_commit` | the batch committed (and synced), before the answers | 503 for a stored delivery: the retry is a duplicate |
 //! | `sqlite::fsync` | the syncer's `fdatasync` of the WAL | fails: 503 for every batch it covered |
+//! | `sqlite::fsync_stall` | the syncer, before its `fdatasync` | it waits until the point is removed (at most [`STALL_LIMIT`]), as on a disk that stopped answering: the writer stops once its hand-off is full, and requests are shed |
 //! | `sqlite::answer_before_commit` | the control run: answers 2xx, then rolls the batch back | acknowledged deliveries are lost |
 //! | `sqlite::stats_stall` | the stats read, on its pooled connection | it holds the connection until the point is removed (at most [`STALL_LIMIT`]) |
 //! | `sqlite::stats_runaway` | the stats read, on its pooled connection | it runs a query of many seconds, which the read time limit stops first |
@@ -46,13 +47,18 @@ pub(crate) fn injected(point: &str) -> payhook_store::StoreError {
 /// The longest a stalled read holds its connection, so that a test that forgets to remove its point still ends.
 pub(crate) const STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// While `point` is set for the database at `scope`, sleeps, at most [`STALL_LIMIT`].
+pub(crate) fn stall_while_set(point: &str, scope: &str) {
+    let start = std::time::Instant::now();
+    while cfg!(feature = "failpoints") && fires(point, scope) && start.elapsed() < STALL_LIMIT {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// While `point` is set for the database `conn` reads, sleeps (holding `conn`, as a read blocked on a slow disk
 /// would), at most [`STALL_LIMIT`]. The read time limit cannot stop this: it only stops SQLite's own work.
 pub(crate) fn stall_while(point: &str, conn: &rusqlite::Connection) {
-    let start = std::time::Instant::now();
-    while fires_on(point, conn) && start.elapsed() < STALL_LIMIT {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    stall_while_set(point, conn.path().unwrap_or_default());
 }
 
 /// When `point` is set for the database `conn` reads, runs a query that counts to 20 million (many seconds of

@@ -294,17 +294,24 @@ fn answer(replies: Vec<Reply>, outcome: Option<BatchError>, scope: &str) {
     }
 }
 
-type Syncer = (std::sync::mpsc::Sender<Settled>, std::thread::JoinHandle<()>);
+type Syncer = (std::sync::mpsc::SyncSender<Settled>, std::thread::JoinHandle<()>);
+
+/// Committed batches waiting for the syncer's next `fdatasync`, at most. The syncer takes all of them at once, so
+/// a few are enough to keep it busy; the bound is what makes a stalled `fdatasync` stop the writer, so that its own
+/// bounded queue fills and requests are shed with 503 (`storage.queue_depth`, `payhook_writer_queue_depth`)
+/// instead of waiting, in an unbounded hand-off, for a disk that does not answer.
+const SYNC_QUEUE_BATCHES: usize = 8;
 
 /// The syncer: takes every batch committed since its last sync, syncs the WAL once for all of them, answers them.
 fn start_syncer(wal: std::fs::File, scope: String) -> std::io::Result<Syncer> {
-    let (tx, rx) = std::sync::mpsc::channel::<Settled>();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Settled>(SYNC_QUEUE_BATCHES);
     let join = std::thread::Builder::new().name("sqlite-syncer".into()).spawn(move || {
         while let Ok(first) = rx.recv() {
             let mut group = vec![first];
             group.extend(rx.try_iter());
             let synced = if group.iter().any(|s| s.outcome.is_none()) {
                 let started = std::time::Instant::now();
+                crate::failpoint::stall_while_set("sqlite::fsync_stall", &scope);
                 let r = if fires("sqlite::fsync", &scope) {
                     Err(std::io::Error::other("failpoint sqlite::fsync"))
                 } else if cfg!(feature = "mutant-skip-fdatasync") {

@@ -210,3 +210,62 @@ async fn the_checker_reports_acknowledged_deliveries_that_a_writer_answering_bef
     let lost: Vec<&str> = violations.lost().iter().map(|a| a.event_id.as_str()).collect();
     assert_eq!(lost, ["evt_lost0", "evt_lost1", "evt_lost2"], "{violations}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_wal_fsync_stalls_deliveries_are_shed_with_503_and_every_200_is_durable() {
+    let _serial = SERIAL.lock().await;
+    let app = TestApp::spawn_with(|_, storage| {
+        storage.sync = payhook_sqlite::CommitSync::Pipelined;
+        storage.queue_depth = 16;
+        storage.batch_max = 4;
+    })
+    .await;
+    let stall = Failpoint::set("sqlite::fsync_stall", &scope(&app));
+    let ids: Vec<String> = (0..300).map(|i| format!("evt_stall_{i}")).collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in &ids {
+        let body = app.encode("payments", &event(id, Pay, &format!("ord_{id}"), 100));
+        let headers = app.sign("payments", &body, now_secs());
+        let (client, url, id) = (app.client.clone(), app.url("/webhooks/payments"), id.clone());
+        tasks.spawn(async move {
+            let mut req = client.post(url).body(body);
+            for (k, v) in &headers {
+                req = req.header(k.as_str(), v.as_str());
+            }
+            (id, crate::helpers::read_json(req.send().await.expect("POST")).await, std::time::Instant::now())
+        });
+    }
+    // The disk does not answer: nothing can be acknowledged, and the queue in front of the stopped writer fills, so
+    // the rest is refused at once rather than left waiting (a writer that kept handing batches to the syncer would
+    // keep draining its queue, and nobody would be answered until the disk came back).
+    let stalled_at = std::time::Instant::now();
+    let mut answered = Vec::new();
+    // At most (1 + 8 + 1) batches of 4 wait on the disk, the writer holds one more, and 16 wait in the queue.
+    while answered.len() < ids.len() - 100 {
+        let joined = tokio::time::timeout(std::time::Duration::from_secs(10), tasks.join_next())
+            .await
+            .expect("requests are answered while the fsync stalls")
+            .expect("a task is left");
+        answered.push(joined.expect("request task"));
+    }
+    let during = stalled_at.elapsed();
+    for (id, reply, _) in &answered {
+        assert_retry_later(reply, "fsync_stall");
+        assert_eq!(reply.json["error"], "overloaded", "{id}: {}", reply.json);
+    }
+    eprintln!("{} deliveries shed with 503 within {during:?} of a stalled fsync", answered.len());
+
+    drop(stall);
+    let mut acked = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        let (id, reply, _) = joined.expect("request task");
+        if reply.status == StatusCode::OK {
+            acked.push(id);
+        } else {
+            assert_eq!(reply.json["error"], "overloaded", "{id}: {}", reply.json);
+        }
+    }
+    assert!(!acked.is_empty(), "what was queued is answered once the disk is back");
+    let acked: Vec<&str> = acked.iter().map(String::as_str).collect();
+    check(&app, &acked, None).await;
+}
