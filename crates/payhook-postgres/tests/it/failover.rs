@@ -3,7 +3,7 @@
 //! host takes connections. The full failover, with a primary
 //! killed and its synchronous standby promoted, is the binary's `failover` test.
 
-use crate::{Proxy, TempSchema, connect, eventually, server_addr, test_url};
+use crate::{Proxy, RoleSchema, TempSchema, connect, eventually, server_addr, test_url};
 use payhook_postgres::{PgOptions, PgStore};
 use payhook_store::contract::{T0, event_view, ingest, new_order, pay, processed, register_new, test_policy};
 use payhook_store::{Outcome, Store, StoreError};
@@ -45,13 +45,10 @@ async fn a_multi_host_url_skips_a_host_that_is_gone_and_finds_the_primary() {
 async fn connections_to_a_server_that_turned_read_only_are_dropped_and_writes_resume_without_a_restart() {
     let Some(url) = test_url() else { return };
     // A role of the test's own, so that making its sessions read-only touches no other test.
-    let role = format!("payhook_ro_{:016x}", fastrand::u64(..));
+    let owner = RoleSchema::create(&url, "payhook_ro").await;
+    let role = owner.role();
     let admin = connect(&url).await;
-    admin.batch_execute(&format!("CREATE ROLE {role} LOGIN")).await.expect("create the role");
-    let schema = TempSchema::create(&url).await;
-    admin.batch_execute(&format!("ALTER SCHEMA {} OWNER TO {role}", schema.name())).await.expect("schema owner");
-    let mut options = schema.options(test_policy());
-    options.config.user(&role);
+    let mut options = owner.options(test_policy());
     options.connect_timeout_ms = 1_000;
     options.pool_wait_ms = 1_000;
     let store = PgStore::open(options).await.expect("open as the test's role");
@@ -79,11 +76,6 @@ async fn connections_to_a_server_that_turned_read_only_are_dropped_and_writes_re
     .await;
     assert_eq!(event_view(&store, "evt_s").await.status, Outcome::Processed);
     store.shutdown().await;
-    drop(store);
-    drop(schema);
-    if let Err(e) = admin.batch_execute(&format!("DROP ROLE {role}")).await {
-        eprintln!("could not drop the test role {role}: {e}");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -137,6 +137,56 @@ pub async fn connect(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// A login role of the test's own that owns a fresh schema, for tests that change what one role may do or see
+/// (make its sessions read-only, grant it `pg_monitor`) without touching any other test. The schema, then the
+/// role, are dropped when this is dropped.
+#[derive(Debug)]
+pub struct RoleSchema {
+    schema: Option<TempSchema>,
+    url: String,
+    role: String,
+}
+
+impl RoleSchema {
+    /// Creates `<prefix>_<random>` and a schema it owns.
+    pub async fn create(url: &str, prefix: &str) -> Self {
+        let role = format!("{prefix}_{:016x}", fastrand::u64(..));
+        let admin = connect(url).await;
+        admin.batch_execute(&format!("CREATE ROLE {role} LOGIN")).await.expect("create the role");
+        let schema = TempSchema::create(url).await;
+        admin.batch_execute(&format!("ALTER SCHEMA {} OWNER TO {role}", schema.name())).await.expect("schema owner");
+        Self { schema: Some(schema), url: url.to_owned(), role }
+    }
+
+    /// The role's name.
+    pub fn role(&self) -> &str {
+        &self.role
+    }
+
+    /// Store options that connect as the role, in its schema.
+    pub fn options(&self, policy: RetryPolicy) -> PgOptions {
+        let mut options = self.schema.as_ref().expect("the schema lives until drop").options(policy);
+        options.config.user(&self.role);
+        options
+    }
+}
+
+impl Drop for RoleSchema {
+    fn drop(&mut self) {
+        drop(self.schema.take());
+        let (url, role) = (self.url.clone(), self.role.clone());
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async {
+                if let Err(e) = connect(&url).await.batch_execute(&format!("DROP ROLE IF EXISTS {role}")).await {
+                    eprintln!("could not drop the test role {role}: {e}");
+                }
+            });
+        });
+        let _ = dropped.join();
+    }
+}
+
 /// A PostgreSQL store in a schema of its own; the schema is dropped after the store.
 #[derive(Debug)]
 pub struct TempStore {

@@ -2,7 +2,7 @@
 //! which has no standby: 0 synchronous standbys for a role that may see them, nothing known for one that may not,
 //! the session's own `synchronous_commit`, and the answer on the probe's connection while the pool is full.
 
-use crate::{FullPool, TempSchema, TempStore, connect, test_url};
+use crate::{FullPool, RoleSchema, TempStore, connect, test_url};
 use payhook_postgres::PgStore;
 use payhook_store::contract::test_policy;
 use payhook_store::{Replication, Store};
@@ -53,13 +53,10 @@ async fn the_synchronous_commit_reported_is_the_one_of_the_stores_own_sessions()
 async fn a_role_without_pg_monitor_is_told_it_cannot_see_the_standbys_rather_than_shown_none() {
     let Some(url) = test_url() else { return };
     // A role of the test's own, neither superuser nor a member of pg_read_all_stats.
-    let role = format!("payhook_nomon_{:016x}", fastrand::u64(..));
+    let owner = RoleSchema::create(&url, "payhook_nomon").await;
+    let role = owner.role();
     let admin = connect(&url).await;
-    admin.batch_execute(&format!("CREATE ROLE {role} LOGIN")).await.expect("create the role");
-    let schema = TempSchema::create(&url).await;
-    admin.batch_execute(&format!("ALTER SCHEMA {} OWNER TO {role}", schema.name())).await.expect("schema owner");
-    let mut options = schema.options(test_policy());
-    options.config.user(&role);
+    let mut options = owner.options(test_policy());
     options.require_sync_standby = true;
     let store = PgStore::open(options).await.expect("open as the test's role");
     let r = replication(&store).await;
@@ -76,11 +73,6 @@ async fn a_role_without_pg_monitor_is_told_it_cannot_see_the_standbys_rather_tha
     let r = replication(&store).await;
     assert_eq!((r.sync_standbys, r.streaming_standbys), (Some(0), Some(0)), "pg_monitor sees them: {r:?}");
     store.shutdown().await;
-    drop(store);
-    drop(schema);
-    if let Err(e) = admin.batch_execute(&format!("DROP ROLE {role}")).await {
-        eprintln!("could not drop the test role {role}: {e}");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
