@@ -323,7 +323,7 @@ impl PgStore {
     pub async fn open(options: PgOptions) -> Result<Self, StoreError> {
         options.retry.validate().map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         let pool = pool::build(&options)?;
-        let probe = pool::build(&PgOptions { pool_size: 1, ..options.clone() })?;
+        let probe = pool::build_beside(&PgOptions { pool_size: 1, ..options.clone() }, &pool)?;
         // The same session settings (statement timeout, application_name, connect timeout), on the read target.
         let read_pool = match &options.read {
             Some(read) => Some(pool::build(&PgOptions {
@@ -635,8 +635,9 @@ impl Store for PgStore {
             lock_timeouts: p.lock_timeouts.load(Ordering::Relaxed),
         };
         let mut connects = self.pool.connect_metrics();
-        for pool in std::iter::once(&self.probe).chain(&self.read_pool) {
-            let m = pool.connect_metrics();
+        // The probe shares the main pool's backoff and its counters; the read pool has its own.
+        if let Some(read) = &self.read_pool {
+            let m = read.connect_metrics();
             (connects.failures, connects.held_back) =
                 (connects.failures + m.failures, connects.held_back + m.held_back);
         }

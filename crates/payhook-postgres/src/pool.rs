@@ -10,7 +10,8 @@
 //! answered 503) until the next attempt is due, 25 ms later and doubling up to `storage.reconnect_backoff_max_ms`;
 //! then one request tries again for all. In a failover, the standby being promoted (which a read-write connection
 //! string still reaches and refuses after authentication) therefore sees a few connection attempts a second, not
-//! one per request. Connections already open are handed out as before.
+//! one per request. Connections already open are handed out as before. The readiness probe's pool shares the main
+//! pool's backoff, so that once `/readyz` has connected again, requests do not wait out a backoff of their own.
 
 use crate::PgOptions;
 use crate::error::PgError;
@@ -110,6 +111,22 @@ impl Backoff {
 
 /// Builds the pool. No connection is opened yet.
 pub(crate) fn build(options: &PgOptions) -> Result<Pool, PgError> {
+    let backoff = Backoff {
+        max: Duration::from_millis(options.reconnect_backoff_max_ms.max(1)),
+        state: std::sync::Mutex::default(),
+        failures: AtomicU64::new(0),
+        held_back: AtomicU64::new(0),
+    };
+    build_with(options, Arc::new(backoff))
+}
+
+/// Builds a pool to the same server as `beside` (the readiness probe's, beside the main pool), sharing its
+/// reconnect backoff: a connection either of them opens shows the server is back, and the other tries at once.
+pub(crate) fn build_beside(options: &PgOptions, beside: &Pool) -> Result<Pool, PgError> {
+    build_with(options, Arc::clone(&beside.backoff))
+}
+
+fn build_with(options: &PgOptions, backoff: Arc<Backoff>) -> Result<Pool, PgError> {
     let mut config = options.config.clone();
     // Per-session settings travel in the startup packet, so every connection the pool (re)creates has them.
     let mut startup = config.get_options().unwrap_or_default().to_owned();
@@ -144,13 +161,7 @@ pub(crate) fn build(options: &PgOptions) -> Result<Pool, PgError> {
         .recycle_timeout(Some(connect))
         .build()
         .map_err(PgError::Build)?;
-    let backoff = Backoff {
-        max: Duration::from_millis(options.reconnect_backoff_max_ms.max(1)),
-        state: std::sync::Mutex::default(),
-        failures: AtomicU64::new(0),
-        held_back: AtomicU64::new(0),
-    };
-    Ok(Pool { inner, backoff: Arc::new(backoff) })
+    Ok(Pool { inner, backoff })
 }
 
 /// A connection from the pool. A new connection that failed because of TLS is a [`PgError::Tls`] saying why;
