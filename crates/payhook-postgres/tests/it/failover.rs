@@ -83,11 +83,8 @@ async fn while_no_host_takes_connections_the_store_tries_a_few_times_a_second_no
     let Some(url) = test_url() else { return };
     let schema = TempSchema::create(&url).await;
     let mut proxy = Proxy::start(server_addr(&url)).await;
-    let mut options = schema.options(test_policy());
-    let search_path = options.config.get_options().expect("search_path").to_owned();
-    options.config = proxy.url(&url).parse().expect("proxy URL");
-    options.config.options(search_path);
-    (options.connect_timeout_ms, options.pool_wait_ms, options.reconnect_backoff_max_ms) = (1_000, 1_000, 1_000);
+    let mut options = schema.options_through(&proxy, test_policy());
+    options.reconnect_backoff_max_ms = 1_000;
     let store = Arc::new(PgStore::open(options).await.expect("open through the proxy"));
     register_new(&*store, new_order("ord_b", 100, T0)).await;
 

@@ -102,6 +102,17 @@ impl TempSchema {
         options
     }
 
+    /// Store options like [`TempSchema::options`] that connect through `proxy` (which a test can stop and restart:
+    /// the server going away), with 1 s connect and pool waits so that failures come quickly.
+    pub fn options_through(&self, proxy: &Proxy, policy: RetryPolicy) -> PgOptions {
+        let mut options = self.options(policy);
+        let search_path = options.config.get_options().expect("search_path").to_owned();
+        options.config = proxy.url(&self.url).parse().expect("proxy URL");
+        options.config.options(search_path);
+        (options.connect_timeout_ms, options.pool_wait_ms) = (1_000, 1_000);
+        options
+    }
+
     /// A connection of the test's own in the schema, as an operator (or a fault) would open one.
     pub async fn side(&self) -> tokio_postgres::Client {
         let client = connect(&self.url).await;
@@ -256,6 +267,15 @@ pub struct FullPool {
 }
 
 impl FullPool {
+    /// A fresh store whose pool a [`FullPool`] can fill: two connections, one of them the writers', and 1 s waits.
+    pub async fn store(url: &str) -> std::sync::Arc<TempStore> {
+        let store = TempStore::open_with(url, payhook_store::contract::test_policy(), |o| {
+            (o.pool_size, o.writers, o.pool_wait_ms, o.connect_timeout_ms) = (2, 1, 1_000, 1_000);
+        })
+        .await;
+        std::sync::Arc::new(store)
+    }
+
     /// Registers `ord_p`, locks `orders`, and waits until a read of it and a registration of `ord_q` wait.
     pub async fn hold(store: &std::sync::Arc<TempStore>) -> Self {
         use payhook_store::Store;

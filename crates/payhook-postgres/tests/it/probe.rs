@@ -3,21 +3,14 @@
 //! The pool is filled with a side session holding `LOCK TABLE orders`: an order read and an order registration
 //! each wait for it on a pooled connection, and a pool of two has none left.
 
-use crate::{FullPool, TempStore, test_url};
+use crate::{FullPool, test_url};
 use payhook_store::Store;
-use payhook_store::contract::test_policy;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ping_answers_at_once_while_a_query_and_a_batch_hold_every_pooled_connection() {
     let Some(url) = test_url() else { return };
-    let store = Arc::new(
-        TempStore::open_with(&url, test_policy(), |o| {
-            (o.pool_size, o.writers, o.pool_wait_ms, o.connect_timeout_ms) = (2, 1, 1_000, 1_000);
-        })
-        .await,
-    );
+    let store = FullPool::store(&url).await;
     let full = FullPool::hold(&store).await;
 
     for _ in 0..10 {

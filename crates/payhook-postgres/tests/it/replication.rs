@@ -6,7 +6,6 @@ use crate::{FullPool, RoleSchema, TempStore, connect, test_url};
 use payhook_postgres::PgStore;
 use payhook_store::contract::test_policy;
 use payhook_store::{Replication, Store};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The store's replication, which a PostgreSQL store always has.
@@ -78,12 +77,7 @@ async fn a_role_without_pg_monitor_is_told_it_cannot_see_the_standbys_rather_tha
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replication_is_read_on_the_probes_connection_while_a_query_and_a_batch_hold_every_pooled_one() {
     let Some(url) = test_url() else { return };
-    let store = Arc::new(
-        TempStore::open_with(&url, test_policy(), |o| {
-            (o.pool_size, o.writers, o.pool_wait_ms, o.connect_timeout_ms) = (2, 1, 1_000, 1_000);
-        })
-        .await,
-    );
+    let store = FullPool::store(&url).await;
     let full = FullPool::hold(&store).await;
 
     let start = Instant::now();

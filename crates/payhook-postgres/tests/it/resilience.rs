@@ -90,13 +90,7 @@ async fn while_the_server_is_unreachable_ping_and_writes_fail_fast_and_the_store
     let Some(url) = test_url() else { return };
     let schema = TempSchema::create(&url).await;
     let mut proxy = Proxy::start(server_addr(&url)).await;
-    let mut options = schema.options(test_policy());
-    let search_path = options.config.get_options().expect("search_path").to_owned();
-    options.config = proxy.url(&url).parse().expect("proxy URL");
-    options.config.options(search_path);
-    options.connect_timeout_ms = 1_000;
-    options.pool_wait_ms = 1_000;
-    let store = PgStore::open(options).await.expect("open through the proxy");
+    let store = PgStore::open(schema.options_through(&proxy, test_policy())).await.expect("open through the proxy");
     register_new(&store, new_order("ord_u", 100, T0)).await;
 
     proxy.stop().await;
