@@ -6,6 +6,7 @@ use crate::error::ApiError;
 use crate::listener::{ConnectionMetrics, Listener, TlsError, TlsReloader};
 use crate::metrics::{self, DispatchMetrics, SourceMetrics};
 use crate::settings::{Settings, SourceSettings};
+use crate::task::{Panicked, Task};
 use crate::worker::RetryWorker;
 use crate::{admin_api, api, ingest, ui};
 use axum::Router;
@@ -19,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 /// Milliseconds since the Unix epoch.
@@ -303,12 +304,12 @@ pub struct Running<S> {
     /// The outbox dispatcher, to drive by hand when the background one is disabled.
     pub dispatcher: Dispatcher<S>,
     cancel: CancellationToken,
-    server: JoinHandle<std::io::Result<()>>,
-    metrics_server: Option<JoinHandle<std::io::Result<()>>>,
+    server: Task<std::io::Result<()>>,
+    metrics_server: Option<Task<std::io::Result<()>>>,
     tls: Option<Arc<TlsReloader>>,
-    worker_task: Option<JoinHandle<()>>,
-    dispatcher_task: Option<JoinHandle<()>>,
-    prune_task: Option<JoinHandle<()>>,
+    worker_task: Option<Task<()>>,
+    dispatcher_task: Option<Task<()>>,
+    prune_task: Option<Task<()>>,
 }
 
 /// Starts serving on `listener` (HTTPS when `settings.listener.tls` is set), with the retry worker unless the
@@ -374,14 +375,14 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         tls: tls.clone(),
         metrics: Arc::clone(&state.connections),
     };
-    let server = tokio::spawn(public.run(app, cancel.clone()));
+    let server = Task::spawn("listener", public.run(app, cancel.clone()));
     let metrics_server = metrics_listener.map(|tcp| {
         let settings = crate::settings::ListenerSettings { tls: None, ..state.settings.listener.clone() };
         crate::listener::spawn_plain(tcp, settings, metrics_router(Arc::clone(&state)), cancel.clone())
     });
-    let worker_task = state.settings.worker.enabled.then(|| tokio::spawn(worker.clone().run(cancel.clone())));
+    let worker_task = state.settings.worker.enabled.then(|| Task::spawn("worker", worker.clone().run(cancel.clone())));
     let dispatcher_task =
-        state.settings.dispatcher.enabled.then(|| tokio::spawn(dispatcher.clone().run(cancel.clone())));
+        state.settings.dispatcher.enabled.then(|| Task::spawn("dispatcher", dispatcher.clone().run(cancel.clone())));
     if let Some(task) = &worker_task {
         let _ = state.worker_task.set(task.abort_handle());
     }
@@ -389,12 +390,15 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         let _ = state.dispatcher_task.set(task.abort_handle());
     }
     let prune_task = state.settings.retention.enabled.then(|| {
-        tokio::spawn(crate::retention::run(
-            Arc::clone(&state.store),
-            state.settings.retention.clone(),
-            Arc::clone(&state.retention_metrics),
-            cancel.clone(),
-        ))
+        Task::spawn(
+            "retention",
+            crate::retention::run(
+                Arc::clone(&state.store),
+                state.settings.retention.clone(),
+                Arc::clone(&state.retention_metrics),
+                cancel.clone(),
+            ),
+        )
     });
     Ok(Running {
         addr,
@@ -424,22 +428,31 @@ impl<S: Store> Running<S> {
 
     /// Graceful shutdown: stop accepting, close connections without a request in progress, let in-flight requests
     /// commit and be answered for up to `server.shutdown_grace_ms` (then close what is left), stop the worker.
+    /// Every background task is waited for; if one of them panicked (it was logged when it happened) the result
+    /// is an error naming it, so that the process does not exit as if it had stopped cleanly.
     pub async fn shutdown(self) -> std::io::Result<()> {
         self.cancel.cancel();
-        let served = self.server.await.map_err(std::io::Error::other)?;
-        if let Some(metrics_server) = self.metrics_server {
-            let _ = metrics_server.await;
+        let served = self.server.join().await;
+        let metrics_served = match self.metrics_server {
+            Some(task) => task.join().await,
+            None => Ok(Ok(())),
+        };
+        let mut panicked: Vec<Panicked> =
+            [served.as_ref().err(), metrics_served.as_ref().err()].into_iter().flatten().cloned().collect();
+        for task in [self.worker_task, self.dispatcher_task, self.prune_task].into_iter().flatten() {
+            if let Err(p) = task.join().await {
+                panicked.push(p);
+            }
         }
-        if let Some(worker) = self.worker_task {
-            let _ = worker.await;
+        if let Ok(Err(e)) = metrics_served {
+            tracing::warn!(error = %e, "the metrics listener failed");
         }
-        if let Some(dispatcher) = self.dispatcher_task {
-            let _ = dispatcher.await;
+        match (served, panicked.as_slice()) {
+            (Ok(served), []) => served,
+            (_, panicked) => {
+                Err(std::io::Error::other(panicked.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))
+            }
         }
-        if let Some(prune) = self.prune_task {
-            let _ = prune.await;
-        }
-        served
     }
 
     /// Serves until `signal` resolves, then shuts down gracefully.

@@ -15,6 +15,7 @@
 //! - [`retention`]: the pruning task and `prune_all`, shared with `payhook prune`.
 //! - `ui`: the operator dashboard under `/ui`, server-rendered behind the API token.
 //! - [`settings`]: the resolved settings the binary hands over.
+//! - `task`: background tasks whose panics are logged when they happen and fail the shutdown.
 //! - [`secret_url`]: [`SecretUrl`], a sink's or the alerts' URL, shown everywhere only in its redacted form.
 //!
 //! Boundary: this is the only crate that knows axum; it talks to storage only through [`payhook_store::Store`].
@@ -34,6 +35,7 @@ mod openapi;
 pub mod retention;
 pub mod secret_url;
 pub mod settings;
+mod task;
 mod ui;
 pub mod worker;
 

@@ -235,7 +235,10 @@ impl Listener {
         loop {
             let accepted = tokio::select! {
                 () = stop.cancelled() => break,
-                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                Some(joined) = connections.join_next(), if !connections.is_empty() => {
+                    crate::task::log_if_panicked("connection", joined);
+                    continue;
+                }
                 accepted = tcp.accept() => accepted,
             };
             let (stream, peer) = match accepted {
@@ -283,7 +286,12 @@ impl Listener {
         }
         drop(tcp);
         let grace = Duration::from_millis(settings.shutdown_grace_ms);
-        let drained = tokio::time::timeout(grace, async { while connections.join_next().await.is_some() {} }).await;
+        let drained = tokio::time::timeout(grace, async {
+            while let Some(joined) = connections.join_next().await {
+                crate::task::log_if_panicked("connection", joined);
+            }
+        })
+        .await;
         if drained.is_err() {
             tracing::warn!(
                 open = connections.len(),
@@ -291,7 +299,9 @@ impl Listener {
                 "shutdown: the grace period ended; closing the connections still open"
             );
             hard.cancel();
-            while connections.join_next().await.is_some() {}
+            while let Some(joined) = connections.join_next().await {
+                crate::task::log_if_panicked("connection", joined);
+            }
         }
         Ok(())
     }
@@ -556,7 +566,7 @@ pub(crate) fn spawn_plain(
     settings: ListenerSettings,
     app: Router,
     stop: CancellationToken,
-) -> tokio::task::JoinHandle<io::Result<()>> {
+) -> crate::task::Task<io::Result<()>> {
     let listener = Listener { tcp, settings, tls: None, metrics: Arc::new(ConnectionMetrics::default()) };
-    tokio::spawn(listener.run(app, stop))
+    crate::task::Task::spawn("metrics listener", listener.run(app, stop))
 }

@@ -93,9 +93,11 @@ impl Checkpointer {
         Ok(Self { stop, join })
     }
 
-    pub(crate) fn stop(self) {
+    /// Ends the thread and waits for it (blocking: call it off the async runtime's threads). `Err` carries a
+    /// panic of the thread.
+    pub(crate) fn stop(self) -> std::thread::Result<()> {
         drop(self.stop);
-        let _ = self.join.join();
+        self.join.join()
     }
 }
 

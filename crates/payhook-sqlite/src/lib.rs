@@ -12,7 +12,10 @@
 //!   `order_retention`: the step that deletes settled orders with their outbox rows.
 //! - [`compact`]: the offline conversion of an older file to `auto_vacuum = INCREMENTAL`.
 //!
-//! Durability: WAL with `synchronous = FULL`, so a commit (and therefore a 2xx) survives power loss. Several
+//! Durability: WAL, and no request is answered before its commit's WAL frames are on disk: by default the writer
+//! runs `synchronous = NORMAL` and a syncer thread `fdatasync`s the WAL after each commit
+//! ([`CommitSync::Pipelined`]), or SQLite syncs inside `COMMIT` ([`CommitSync::InCommit`]). So a 2xx survives
+//! power loss. Several
 //! processes may share one file: each has its own writer, and `BEGIN IMMEDIATE` with `busy_timeout` serializes
 //! them; unique keys keep dedup correct across them.
 
@@ -230,15 +233,23 @@ impl SqliteStore {
         migrate::latest()
     }
 
-    /// Stops accepting work, lets the writer commit and answer everything already queued, and waits for it.
-    pub fn shutdown(&self) {
+    /// Stops accepting work, lets the writer commit and answer everything already queued, and waits for the writer
+    /// and the checkpointer to finish and close their connections. The threads are joined on the runtime's
+    /// blocking pool, never on an async worker thread. A thread that panicked is logged as an error.
+    pub async fn shutdown(&self) {
         self.writer.stop();
-        let join = self.writer_thread.lock().ok().and_then(|mut j| j.take());
-        if let Some(join) = join {
-            let _ = join.join();
-        }
-        if let Some(c) = self.checkpointer.lock().ok().and_then(|mut c| c.take()) {
-            c.stop();
+        let writer = self.writer_thread.lock().ok().and_then(|mut j| j.take());
+        let checkpointer = self.checkpointer.lock().ok().and_then(|mut c| c.take());
+        let joined = tokio::task::spawn_blocking(move || {
+            if let Some(Err(panic)) = writer.map(std::thread::JoinHandle::join) {
+                tracing::error!(panic = panic_text(&*panic), "the sqlite writer thread panicked");
+            }
+            if let Some(Err(panic)) = checkpointer.map(checkpoint::Checkpointer::stop) {
+                tracing::error!(panic = panic_text(&*panic), "the sqlite checkpointer thread panicked");
+            }
+        });
+        if let Err(e) = joined.await {
+            tracing::error!(error = %e, "waiting for the sqlite threads failed");
         }
     }
 
@@ -258,10 +269,22 @@ impl SqliteStore {
     }
 }
 
+/// Never blocks (a store is usually dropped on an async runtime's thread): a store dropped without
+/// [`SqliteStore::shutdown`] asks its threads to stop and leaves them to finish on their own. The writer still
+/// commits and answers what is queued; the checkpointer ends when its stop channel closes with the store.
 impl Drop for SqliteStore {
     fn drop(&mut self) {
-        self.shutdown();
+        self.writer.stop();
     }
+}
+
+/// The message of a thread's panic, when it was a string (as `panic!` and `expect` make it).
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(not a string)")
 }
 
 impl Store for SqliteStore {

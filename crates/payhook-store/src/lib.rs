@@ -1,8 +1,8 @@
 //! payhook-store: the storage boundary.
 //!
 //! The [`Store`] trait is a set of intent-level, atomic operations: "record this verified delivery and apply its
-//! effect", "claim the due deferred events", "register this order". Each backend crate (`payhook-sqlite`, and
-//! PostgreSQL later) owns its SQL, its migrations and its group commit; nothing above this crate speaks SQL.
+//! effect", "claim the due deferred events", "register this order". Each backend crate (`payhook-sqlite`,
+//! `payhook-postgres`) owns its SQL, its migrations and its group commit; nothing above this crate speaks SQL.
 //!
 //! - [`model`]: what goes in and what comes out (`Delivery`, `Recorded`, `OrderView`, …).
 //! - `headers`: [`ReceivedHeaders`], a delivery's headers with every value of a repeated one, and their stored
@@ -34,7 +34,11 @@ pub use replication::Replication;
 /// A boxed error cause, kept as the `source()` of a [`StoreError`].
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
-/// Why a store operation failed. Every variant means "nothing was recorded by this call".
+/// Why a store operation failed. An error never means "done": the caller answers non-2xx and the provider retries.
+/// Mostly nothing was recorded, but not always: after a commit whose durability could not be confirmed (a failed
+/// `fdatasync` of the WAL, a connection lost while `COMMIT` was on its way) the call fails with
+/// [`StoreError::Unavailable`] although the work may be stored. Every operation is idempotent, so the retry then
+/// finds it (a delivery is answered `duplicate`) and nothing is applied twice.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached or refused the write (locked, IO error, disk full). Transient.

@@ -220,7 +220,7 @@ pub async fn run(cfg: Config, command: AdminCommand) -> Result<()> {
             let path = options.path.display().to_string();
             let store = SqliteStore::open(options).with_context(|| format!("cannot open {path}"))?;
             let result = dispatch(&store, &cfg, command).await;
-            store.shutdown();
+            store.shutdown().await;
             result
         }
         StorageConfig::Postgres(options) => {

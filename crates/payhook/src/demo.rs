@@ -341,6 +341,6 @@ async fn tour(args: &DemoArgs, dir: &std::path::Path) -> Result<()> {
         tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
         running.shutdown().await?;
     }
-    store.shutdown();
+    store.shutdown().await;
     Ok(())
 }

@@ -205,7 +205,7 @@ async fn serve(cfg: Config) -> Result<()> {
             let store = Arc::new(SqliteStore::open(options).with_context(|| format!("cannot open {path}"))?);
             serve_with(cfg.listen, cfg.settings, Arc::clone(&store), &db).await?;
             // Every answered request has committed; let the writer finish and close the file.
-            store.shutdown();
+            store.shutdown().await;
         }
         StorageConfig::Postgres(options) => {
             let target = options.target();

@@ -37,7 +37,7 @@ pub async fn run(cfg: Config, command: OrdersCommand) -> Result<()> {
                     let queue_depth = options.queue_depth;
                     let store = Arc::new(SqliteStore::open(options)?);
                     let counts = import(&store, orders, queue_depth).await;
-                    store.shutdown();
+                    store.shutdown().await;
                     counts?
                 }
                 StorageConfig::Postgres(options) => {

@@ -139,8 +139,12 @@ async fn a_subscriptions_end_waits_for_a_payment_in_flight_on_another_instance_a
         let end = subscription_event("evt_hd", "sub_h", SubscriptionAction::Deleted, "canceled", 300, true);
         async move { b.ingest(end).await }
     });
-    // Time for the end to run ahead of the payment, were it not made to wait.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The end must be blocked behind the payment's locks (were it not made to wait, it would run ahead of the
+    // payment and find no grant to revoke), so a second lock wait shows in pg_locks before the grant goes on.
+    eventually("the end waits for the payment's locks", Duration::from_secs(10), async || {
+        waiting_for_locks(&side, schema.name()).await >= 2
+    })
+    .await;
     side.batch_execute("COMMIT").await.expect("let the grant go");
     assert_eq!(paid.await.expect("task").expect("the payment"), processed());
     assert_eq!(ended.await.expect("task").expect("the end"), processed());

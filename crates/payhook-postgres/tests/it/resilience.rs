@@ -1,7 +1,7 @@
 //! The database going away under load and coming back: only errors that mean "not recorded" are answered, nothing
 //! acknowledged is lost, and the store recovers by itself (new connections, no broken one reused).
 
-use crate::{Proxy, TempSchema, TempStore, eventually, server_addr, test_url};
+use crate::{Proxy, TempSchema, TempStore, eventually, server_addr, test_url, waiting_for_locks};
 use payhook_postgres::PgStore;
 use payhook_store::contract::{T0, event_view, ingest, new_order, pay, processed, register_new, test_policy};
 use payhook_store::{Outcome, Store, StoreError};
@@ -127,7 +127,12 @@ async fn queries_stuck_on_a_lock_never_take_the_connections_the_batches_need() {
             tokio::spawn(async move { store.order(&payhook_store::contract::order_id("ord_q")).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The batch below must not wait behind the readers: it runs only once they are stuck, a session of theirs
+    // waiting for the lock (the others wait for a connection).
+    eventually("the readers wait for the lock", Duration::from_secs(10), async || {
+        waiting_for_locks(&side, store.schema().name()).await >= 1
+    })
+    .await;
 
     let started = std::time::Instant::now();
     let recorded = ingest(&*store, payhook_store::contract::ignored("evt_q", "customer.created", T0)).await;

@@ -63,11 +63,13 @@ async fn a_request_in_flight_at_shutdown_is_finished_committed_and_answered() {
 
     let TestApp { running, .. } = app;
     let shutdown = tokio::spawn(running.shutdown());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Once new connections are no longer served, the shutdown is under way; it must still wait for the request.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while app.client.get(format!("{}/healthz", app.base_url)).send().await.is_ok() {
+        assert!(std::time::Instant::now() < deadline, "still serving new connections 10 s after shutdown began");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(!shutdown.is_finished(), "shutdown must wait for the request in flight");
-    // New connections are no longer served.
-    let refused = app.client.get(format!("{}/healthz", app.base_url)).send().await;
-    assert!(refused.is_err(), "served after shutdown began: {refused:?}");
 
     stream.write_all(rest).await.unwrap();
     let reply = read_raw_reply(&mut stream).await;
@@ -140,7 +142,7 @@ async fn readiness_names_each_part_and_fails_once_the_writer_has_stopped() {
     );
 
     // The writer stops (as at the end of a shutdown, or if its thread died): writes would be refused.
-    app.store.shutdown();
+    app.store.shutdown().await;
     let reply = read_json(app.client.get(app.url("/readyz")).send().await.unwrap()).await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{}", reply.json);
     assert_eq!(reply.json["writer"], "stopped");

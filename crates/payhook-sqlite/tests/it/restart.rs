@@ -128,7 +128,7 @@ async fn order_histories_survive_the_move_into_the_orders_rows() {
     register_new(&store, new_order("ord_o", 100, T0)).await;
     assert_eq!(ingest(&store, pay("evt_o", "ord_o", 100, T0 + 1)).await, processed());
     assert_eq!(order_view(&store, "ord_o").await.history.len(), 1);
-    store.shutdown();
+    store.shutdown().await;
 }
 
 /// A file written while the outbox was found through its `(order_id, kind, sink)` index (schema 5) lists every
@@ -167,7 +167,7 @@ async fn outbox_rows_stay_with_their_orders_after_the_index_is_dropped() {
         .expect("an older process's insert");
     let n = order_view(&store, "ord_n").await;
     assert_eq!(n.outbox.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>(), ["order.failed"]);
-    store.shutdown();
+    store.shutdown().await;
 }
 
 /// A file written before the row counters existed (schema 7) gets them from one full count in the migration: the
@@ -198,7 +198,7 @@ async fn counters_start_from_a_full_count_of_an_older_file() {
     assert_eq!(store.recount().await.expect("recount").drift, []);
     register_new(&store, new_order("ord_o", 100, T0)).await;
     assert_eq!(Stats::count(&stats(&store).await.orders, "pending"), 2);
-    store.shutdown();
+    store.shutdown().await;
 }
 
 /// A file written before payloads moved out of the inbox rows (schema 9) is not rewritten: its rows keep their
@@ -271,5 +271,5 @@ async fn payloads_stored_in_the_inbox_rows_are_read_replayed_and_cleared_in_plac
     }
     let left: i64 = side.query_row("SELECT count(*) FROM inbox_payloads", [], |r| r.get(0)).expect("count");
     assert_eq!(left, 0);
-    store.shutdown();
+    store.shutdown().await;
 }

@@ -109,7 +109,7 @@ async fn an_older_file_keeps_its_size_until_compact_converts_it() {
     let cleared = prune_all(&store, T0 + EVENTS, T0).await;
     assert_eq!((cleared.payloads_cleared, cleared.pages_released), (EVENTS as u64, 0), "{cleared:?}");
     assert!(checkpointed_bytes(&path) >= full, "the freed pages stay in the file, on its free list");
-    drop(store);
+    store.shutdown().await;
 
     let done = payhook_sqlite::compact(&path, 5_000).expect("compact");
     assert_eq!(done.auto_vacuum_before, 0);

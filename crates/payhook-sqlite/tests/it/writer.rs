@@ -119,13 +119,10 @@ async fn shutdown_with_a_full_queue_finishes_the_accepted_jobs_and_returns() {
         std::thread::sleep(Duration::from_millis(300));
         side.execute_batch("ROLLBACK").expect("release the write lock");
     });
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
     let stopping = Arc::clone(&store);
-    std::thread::spawn(move || {
-        stopping.sqlite().shutdown();
-        let _ = done_tx.send(());
-    });
-    done_rx.recv_timeout(Duration::from_secs(20)).expect("shutdown did not return with a full queue");
+    tokio::time::timeout(Duration::from_secs(20), async move { stopping.sqlite().shutdown().await })
+        .await
+        .expect("shutdown did not return with a full queue");
     releaser.join().expect("releaser");
 
     for job in accepted {
@@ -133,4 +130,23 @@ async fn shutdown_with_a_full_queue_finishes_the_accepted_jobs_and_returns() {
     }
     let late = store.ingest(pay("evt_4", "ord_4", 100, T0)).await;
     assert!(matches!(late, Err(StoreError::ShuttingDown)), "{late:?}");
+}
+
+/// Dropping a store never blocks the thread it is dropped on (usually an async runtime's, here the only one): the
+/// writer is told to stop and finishes on its own once the lock it waits for is released.
+#[tokio::test(flavor = "current_thread")]
+async fn dropping_a_store_whose_writer_is_stuck_returns_at_once() {
+    let store = tiny_queue_store();
+    let (side, accepted) = jam(&store).await;
+    drop(accepted);
+    // A drop that joined the writer would wait for this release.
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        side.execute_batch("ROLLBACK").expect("release the write lock");
+    });
+    let started = std::time::Instant::now();
+    drop(store);
+    let took = started.elapsed();
+    releaser.join().expect("releaser");
+    assert!(took < Duration::from_secs(1), "dropping the store blocked for {took:?}");
 }
