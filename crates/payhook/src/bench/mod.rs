@@ -11,6 +11,7 @@
 //! is the minimal HTTP/1.1 client the deliveries use by default (`--client lean`), so that the load generator leaves
 //! the machine's CPU to payhook.
 
+mod cpu;
 mod http;
 mod probes;
 mod report;
@@ -86,6 +87,10 @@ pub struct BenchArgs {
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// The process id of the payhook server under test, on this machine: the report then gives its CPU time
+    /// (user + system, all threads) per acknowledged delivery, split by thread name.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
 }
 
 /// What the benchmark delivers, and in which order.
@@ -493,6 +498,10 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     let register_secs = register_started.elapsed().as_secs_f64();
 
     // 2. Deliver.
+    let cpu_before = match args.server_pid {
+        Some(pid) => Some(cpu::CpuSnapshot::read(pid).with_context(|| format!("--server-pid {pid}: /proc/{pid}"))?),
+        None => None,
+    };
     let run = Arc::new(Run {
         src,
         timeout: Duration::from_millis(p.timeout_ms),
@@ -514,6 +523,10 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
         }
     };
     let elapsed = run.finished.get().copied().unwrap_or_else(Instant::now).duration_since(run.started).as_secs_f64();
+    let cpu_after = match args.server_pid {
+        Some(pid) => Some(cpu::CpuSnapshot::read(pid).with_context(|| format!("--server-pid {pid}: /proc/{pid}"))?),
+        None => None,
+    };
     if let Some(task) = progress {
         task.abort();
     }
@@ -556,6 +569,9 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     }
     if probes.as_object().is_some_and(|o| !o.is_empty()) {
         result["probes"] = probes;
+    }
+    if let (Some(before), Some(after)) = (&cpu_before, &cpu_after) {
+        result["server_cpu"] = after.since(before, acked);
     }
 
     // 4. Verify.

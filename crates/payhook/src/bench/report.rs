@@ -33,6 +33,20 @@ pub(super) fn print_text(r: &Value) {
             );
         }
     }
+    if let Some(cpu) = r.get("server_cpu") {
+        let mut threads: Vec<(&String, f64)> = cpu["by_thread_us_per_acked"]
+            .as_object()
+            .map(|m| m.iter().map(|(name, us)| (name, f(us))).collect())
+            .unwrap_or_default();
+        threads.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let split: Vec<String> = threads.iter().map(|(name, us)| format!("{name} {us:.1}")).collect();
+        println!(
+            "server CPU: {:.1} µs per acked delivery ({:.2} s in all); by thread: {}",
+            f(&cpu["us_per_acked"]),
+            f(&cpu["total_s"]),
+            split.join(", ")
+        );
+    }
     println!("outcomes: {}", r["outcomes"]);
     println!(
         "retries: {} after 5xx, {} after IO errors; {} rejected with 4xx; {} gave up",

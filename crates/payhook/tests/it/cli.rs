@@ -194,10 +194,11 @@ async fn bench_reports_throughput_and_verifies_the_final_state() {
     let dir = TestDir::new();
     let server = Server::start(&dir).await;
     let config = server.config.to_str().unwrap();
+    let pid = server.pid().to_string();
     #[rustfmt::skip]
     let args = [
         "--config", config, "bench", "--source", SOURCE, "--orders", "300", "--dup", "0.2", "--refund", "0.1",
-        "--shuffle", "--concurrency", "16", "--verify", "--json",
+        "--shuffle", "--concurrency", "16", "--verify", "--json", "--server-pid", &pid,
     ];
     let out = dir.run(&args);
     let stdout = text(&out.stdout);
@@ -221,6 +222,12 @@ async fn bench_reports_throughput_and_verifies_the_final_state() {
         .sum();
     assert_eq!(outcomes, n("/acked"), "every acknowledged delivery has an outcome: {report}");
     assert_eq!(n("/outcomes/dead_lettered"), 0.0, "{report}");
+    // The server's own CPU, per acknowledged delivery and by thread: its tokio workers serve every request.
+    assert!(n("/server_cpu/us_per_acked") > 0.0, "{report}");
+    let threads = report["server_cpu"]["by_thread_us_per_acked"].as_object().expect("CPU by thread");
+    assert!(threads.keys().any(|name| name.starts_with("tokio")), "{report}");
+    let split: f64 = threads.values().filter_map(Value::as_f64).sum();
+    assert!((split - n("/server_cpu/us_per_acked")).abs() < 1e-6, "the threads add up to the total: {report}");
     server.stop();
 
     // The database agrees with the report.
