@@ -20,8 +20,9 @@ fn check_id(field: &'static str, s: &str) -> Result<(), InvalidValue> {
     if s.is_empty() {
         return Err(InvalidValue { field, reason: "must not be empty" });
     }
-    if s.len() > 255 {
-        return Err(InvalidValue { field, reason: "must be at most 255 bytes" });
+    // Characters, not bytes: a limit a client can check (JSON Schema's `maxLength` counts characters too).
+    if s.chars().count() > 255 {
+        return Err(InvalidValue { field, reason: "must be at most 255 characters" });
     }
     if s.chars().any(char::is_control) {
         return Err(InvalidValue { field, reason: "must not contain control characters" });
@@ -37,7 +38,7 @@ macro_rules! id_type {
         pub struct $name(String);
 
         impl $name {
-            /// Checks `s`: non-empty, at most 255 bytes, no control characters.
+            /// Checks `s`: non-empty, at most 255 characters, no control characters.
             pub fn parse(s: impl Into<String>) -> Result<Self, InvalidValue> {
                 let s = s.into();
                 check_id($field, &s)?;

@@ -199,6 +199,7 @@ pub struct ReplayReport {
 #[serde(deny_unknown_fields)]
 pub struct ReplayFilter {
     /// Only this source.
+    #[schema(value_type = Option<crate::openapi::Source>)]
     pub source: Option<String>,
     /// Only this provider type.
     #[serde(rename = "type")]
@@ -206,8 +207,12 @@ pub struct ReplayFilter {
     /// Only dead letters whose reason contains this text.
     pub reason: Option<String>,
     /// Received at or after, unix milliseconds.
+    #[serde(default, deserialize_with = "crate::json_int::opt_i64")]
+    #[schema(minimum = -9007199254740991_i64, maximum = 9007199254740991_i64)]
     pub since: Option<i64>,
     /// Received before, unix milliseconds.
+    #[serde(default, deserialize_with = "crate::json_int::opt_i64")]
+    #[schema(minimum = -9007199254740991_i64, maximum = 9007199254740991_i64)]
     pub until: Option<i64>,
 }
 

@@ -2,7 +2,7 @@
 //! `/v1` route; each handler parses its input and calls the matching function of [`crate::admin`], the same one
 //! the CLI calls.
 
-use crate::admin::{self, EventQuery, OutboxQuery, ReplayFilter};
+use crate::admin::{self, DeadLetterQuery, EventQuery, OutboxQuery, ReplayFilter};
 use crate::app::{AppState, now_ms};
 use crate::error::ApiError;
 use axum::Json;
@@ -15,7 +15,7 @@ use serde::Deserialize;
 use std::sync::Arc;
 
 /// The body of `POST /v1/dead-letters/replay`.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BulkReplayRequest {
     /// Which dead letters.
@@ -25,6 +25,8 @@ pub(crate) struct BulkReplayRequest {
     #[serde(default)]
     dry_run: bool,
     /// At most this many (lowered to `replay.max_per_call`).
+    #[serde(default, deserialize_with = "crate::json_int::opt_u32")]
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 4294967295_u64)]
     max: Option<u32>,
 }
 
@@ -51,10 +53,12 @@ pub(crate) async fn list_events<S: Store>(
 }
 
 #[utoipa::path(get, path = "/v1/events/{source}/{event_id}", tag = "admin", security(("bearer" = [])),
-    params(("source" = String, Path, description = "Source name"), ("event_id" = String, Path, description = "Event id")),
+    params(("source" = crate::openapi::Source, Path, description = "Source name"),
+        ("event_id" = crate::openapi::Id, Path, description = "Event id")),
     responses((status = 200, description = "Envelope, headers (every value of a repeated header, in arrival order), the \
             body exactly as received (`body` when it is UTF-8, else `body_base64`), attempts, order and billing \
             changes, and outbox rows", body = crate::admin::EventDetail),
+        (status = 422, description = "Not a valid source name or event id", body = crate::openapi::ErrorBody),
         (status = 404, description = "No such event", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
@@ -68,10 +72,12 @@ pub(crate) async fn show_event<S: Store>(
 }
 
 #[utoipa::path(post, path = "/v1/events/{source}/{event_id}/replay", tag = "admin", security(("bearer" = [])),
-    params(("source" = String, Path, description = "Source name"), ("event_id" = String, Path, description = "Event id")),
+    params(("source" = crate::openapi::Source, Path, description = "Source name"),
+        ("event_id" = crate::openapi::Id, Path, description = "Event id")),
     responses((status = 200, description = "The replay's outcome"),
+        (status = 422, description = "Not a valid source name or event id", body = crate::openapi::ErrorBody),
         (status = 404, description = "No such event", body = crate::openapi::ErrorBody),
-        (status = 409, description = "Not a dead letter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 409, description = "Not a dead letter (`not_dead_letter`), or its source is no longer configured (`source_not_configured`)", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn replay_event<S: Store>(
@@ -98,22 +104,23 @@ pub(crate) async fn replay_one<S: Store>(
     Ok(report)
 }
 
-#[utoipa::path(get, path = "/v1/dead-letters", tag = "admin", params(EventQuery), security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/dead-letters", tag = "admin", params(DeadLetterQuery), security(("bearer" = [])),
     responses((status = 200, description = "Dead letters, newest first. `next_cursor` continues the listing (pass it as `before`); `null` only at the end. `partial` is true when the page stopped at `storage.list_scan_rows` examined rows: fewer rows than `limit`, even none, is then not the end", body = crate::admin::EventPage),
         (status = 422, description = "Invalid filter", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn list_dead_letters<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    q: Result<Query<EventQuery>, QueryRejection>,
+    q: Result<Query<DeadLetterQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let page = admin::list_dead_letters(&*state.store, &query(q)?).await?;
+    let page = admin::list_dead_letters(&*state.store, &query(q)?.into()).await?;
     Ok(Json(page).into_response())
 }
 
 #[utoipa::path(post, path = "/v1/dead-letters/replay", tag = "admin", request_body = BulkReplayRequest,
     security(("bearer" = [])),
     responses((status = 200, description = "What a dry run found, or what was replayed (capped, paced)"),
+        (status = 409, description = "Another bulk replay is running (`replay_in_progress`), or the filter's source is not configured (`source_not_configured`)", body = crate::openapi::ErrorBody),
         (status = 422, description = "Invalid request", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
@@ -121,16 +128,21 @@ pub(crate) async fn bulk_replay<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let req: BulkReplayRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        BulkReplayRequest::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError::Invalid(format!(
-                "expected {{\"filter\": {{\"source\", \"type\", \"reason\", \"since\", \"until\"}}, \"dry_run\", \
-                 \"max\"}}: {e}"
-            ))
-        })?
-    };
+    // An empty body is refused rather than read as "everything": replaying every dead letter takes `{}`, said on
+    // purpose.
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::Invalid(
+            "a JSON body is required: {\"dry_run\": true} counts the dead letters a replay would take, {} replays \
+             every one (up to replay.max_per_call)"
+                .to_owned(),
+        ));
+    }
+    let req: BulkReplayRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::Invalid(format!(
+            "expected {{\"filter\": {{\"source\", \"type\", \"reason\", \"since\", \"until\"}}, \"dry_run\", \
+             \"max\"}}: {e}"
+        ))
+    })?;
     if req.dry_run {
         let preview = admin::preview_replay(&*state.store, &state.settings, &req.filter, req.max).await?;
         return Ok(Json(preview).into_response());
@@ -179,6 +191,8 @@ pub(crate) async fn list_outbox<S: Store>(
 #[utoipa::path(post, path = "/v1/outbox/{id}/retry", tag = "admin", security(("bearer" = [])),
     params(("id" = i64, Path, description = "Outbox row id")),
     responses((status = 200, description = "The row is pending again with a fresh budget"),
+        (status = 404, description = "No such outbox row", body = crate::openapi::ErrorBody),
+        (status = 422, description = "Not an outbox row id (a 64-bit integer)", body = crate::openapi::ErrorBody),
         (status = 409, description = "The row is not dead", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]

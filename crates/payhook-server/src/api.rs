@@ -54,17 +54,29 @@ pub(crate) async fn require_token<S: Store>(
 #[serde(deny_unknown_fields)]
 pub(crate) struct OrderRequest {
     /// The order id the provider's events will carry.
+    #[schema(value_type = crate::openapi::Id)]
     id: String,
-    /// Amount in minor units (cents).
+    /// Amount in minor units (cents), from 0 to 2^53 - 1 (so that every JSON reader, JavaScript's too, reads the
+    /// amounts payhook sends back exactly).
+    #[serde(deserialize_with = "crate::json_int::i64")]
+    #[schema(minimum = 0, maximum = 9007199254740991_i64)]
     amount: i64,
-    /// ISO 4217 code, lower or upper case.
+    /// ISO 4217 code: three letters, lower or upper case.
+    #[schema(pattern = "^[A-Za-z]{3}$")]
     currency: String,
 }
+
+/// The largest amount an order may have: 2^53 - 1 minor units, the largest integer every JSON reader (JavaScript's
+/// numbers are doubles) reads exactly.
+pub const MAX_AMOUNT: i64 = crate::json_int::MAX_SAFE;
 
 /// Checks an order as the API and the importer receive it.
 pub fn parse_order(id: String, amount: i64, currency: &str, now_ms: i64) -> Result<NewOrder, ApiError> {
     let invalid = |e: payhook_core::event::InvalidValue| ApiError::Invalid(e.to_string());
     let id = OrderId::parse(id).map_err(invalid)?;
+    if amount > MAX_AMOUNT {
+        return Err(ApiError::Invalid(format!("amount: must be at most {MAX_AMOUNT} (2^53 - 1) minor units")));
+    }
     let money = Money::new(amount, Currency::parse(currency).map_err(invalid)?).map_err(invalid)?;
     Ok(NewOrder { id, money, now_ms })
 }
@@ -103,8 +115,9 @@ pub(crate) async fn register_order<S: Store>(
 }
 
 #[utoipa::path(get, path = "/v1/orders/{id}", tag = "orders", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Order id")),
+    params(("id" = crate::openapi::Id, Path, description = "Order id")),
     responses((status = 200, description = "Status, amount, currency, timestamps, audit history, outbox rows"),
+        (status = 422, description = "Not a valid id (see the `Id` schema)", body = crate::openapi::ErrorBody),
         (status = 404, description = "No such order", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
@@ -140,8 +153,9 @@ fn order_json(v: &OrderView) -> serde_json::Value {
 }
 
 #[utoipa::path(get, path = "/v1/subscriptions/{id}", tag = "billing", security(("bearer" = [])),
-    params(("id" = String, Path, description = "The provider's subscription id")),
+    params(("id" = crate::openapi::Id, Path, description = "The provider's subscription id")),
     responses((status = 200, description = "Provider status, period end, history, the entitlements of its invoices"),
+        (status = 422, description = "Not a valid id (see the `Id` schema)", body = crate::openapi::ErrorBody),
         (status = 404, description = "No such subscription", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
@@ -158,8 +172,9 @@ pub(crate) async fn get_subscription<S: Store>(
 
 /// A customer's entitlements; a customer payhook has never heard of simply has none.
 #[utoipa::path(get, path = "/v1/customers/{id}/entitlements", tag = "billing", security(("bearer" = [])),
-    params(("id" = String, Path, description = "The provider's customer id")),
-    responses((status = 200, description = "The customer's entitlements with their history, and how many are granted"), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+    params(("id" = crate::openapi::Id, Path, description = "The provider's customer id")),
+    responses((status = 200, description = "The customer's entitlements with their history, and how many are granted"),
+        (status = 422, description = "Not a valid id (see the `Id` schema)", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn get_entitlements<S: Store>(

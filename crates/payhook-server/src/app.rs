@@ -247,7 +247,8 @@ async fn replication_part<S: Store>(store: &S) -> (bool, serde_json::Value) {
 
 #[utoipa::path(get, path = "/metrics", tag = "operations", security(("bearer" = [])), responses(
     (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain; version=0.0.4", body = String),
-    (status = 401, description = "Missing or wrong bearer token (no token on the separate `server.metrics_listen` listener)", body = crate::openapi::ErrorBody)))]
+    (status = 401, description = "Missing or wrong bearer token (no token on the separate `server.metrics_listen` listener)", body = crate::openapi::ErrorBody),
+    (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
     let stats = match state.store.stats().await {
         Ok(stats) => Some(stats),
@@ -285,7 +286,8 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
 /// This API's OpenAPI 3.1 document.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", security(("bearer" = [])), responses(
     (status = 200, description = "This document", content_type = "application/json"),
-    (status = 401, description = "Missing or wrong bearer token (unless `server.public_openapi = true`)", body = crate::openapi::ErrorBody)))]
+    (status = 401, description = "Missing or wrong bearer token (unless `server.public_openapi = true`)", body = crate::openapi::ErrorBody),
+    (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn openapi_json() -> impl IntoResponse {
     ([(axum::http::header::CONTENT_TYPE, "application/json")], crate::openapi::json())
 }

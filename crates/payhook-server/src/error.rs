@@ -117,7 +117,7 @@ impl ApiError {
             ApiError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
             ApiError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
             ApiError::WrongState { code, .. } => (StatusCode::CONFLICT, code),
-            ApiError::SourceNotConfigured(_) => (StatusCode::UNPROCESSABLE_ENTITY, "source_not_configured"),
+            ApiError::SourceNotConfigured(_) => (StatusCode::CONFLICT, "source_not_configured"),
             ApiError::Store(StoreError::Overloaded) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             ApiError::Store(StoreError::ShuttingDown) => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Store(StoreError::Unavailable(_)) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),

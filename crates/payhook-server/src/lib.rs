@@ -12,6 +12,7 @@
 //! - [`dispatcher`]: delivers outbox rows to sinks (and alerts), one loop per sink.
 //! - `metrics`: the instruments behind `/metrics`; `openapi`: the document served at `/openapi.json`.
 //! - `error`: [`ApiError`], the one place where failures become status codes.
+//! - `json_int`: integers in request bodies as JSON (and the OpenAPI document) defines them: `5` and `5.0` alike.
 //! - [`retention`]: the pruning task and `prune_all`, shared with `payhook prune`.
 //! - `ui`: the operator dashboard under `/ui`, server-rendered behind the API token.
 //! - [`settings`]: the resolved settings the binary hands over.
@@ -29,6 +30,7 @@ mod broker;
 pub mod dispatcher;
 mod error;
 mod ingest;
+mod json_int;
 mod listener;
 mod metrics;
 mod openapi;

@@ -3,6 +3,8 @@
 //! describes each of them with its method.
 
 use serde::Serialize;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
@@ -29,11 +31,46 @@ use utoipa::{Modify, OpenApi, ToSchema};
         crate::app::metrics_text,
         crate::app::openapi_json,
     ),
-    components(schemas(ErrorBody, WebhookAnswer, Readiness, ReplicationPart, crate::admin::EventDetail, crate::admin::BodyEncoding,
+    components(schemas(Id, Source, ErrorBody, WebhookAnswer, Readiness, ReplicationPart, crate::admin::EventDetail, crate::admin::BodyEncoding,
         crate::admin::EventPage, crate::admin::OutboxPage)),
     modifiers(&BearerToken),
 )]
 pub(crate) struct ApiDoc;
+
+/// An id as payhook accepts it (orders, events, subscriptions, customers): 1 to 255 characters, none of them a
+/// control character (`payhook_core::event`'s rule; anything else is answered 422).
+#[derive(Debug)]
+pub(crate) struct Id;
+
+impl utoipa::PartialSchema for Id {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(255))
+            .pattern(Some(r"^[^\u0000-\u001F\u007F-\u009F]*$"))
+            .description(Some("1 to 255 characters, none of them a control character"))
+            .into()
+    }
+}
+
+impl ToSchema for Id {}
+
+/// A configured source's name: 1 to 64 characters of `a-z`, `0-9`, `-` and `_` (anything else is answered 422).
+#[derive(Debug)]
+pub(crate) struct Source;
+
+impl utoipa::PartialSchema for Source {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some("^[a-z0-9_-]{1,64}$"))
+            .description(Some("1 to 64 characters of a-z, 0-9, '-' and '_'"))
+            .into()
+    }
+}
+
+impl ToSchema for Source {}
 
 /// Every refusal: a stable code and a message for people.
 #[derive(Debug, Serialize, ToSchema)]

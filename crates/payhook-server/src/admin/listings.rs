@@ -9,8 +9,10 @@ use super::*;
 #[into_params(parameter_in = Query)]
 pub struct EventQuery {
     /// Only this source.
+    #[param(value_type = Option<crate::openapi::Source>)]
     pub source: Option<String>,
     /// Only this status (`processed`, `duplicate`, `deferred`, `ignored`, `dead_lettered`).
+    #[param(pattern = "^(processed|duplicate|deferred|ignored|dead_lettered)$")]
     pub status: Option<String>,
     /// Only this provider type.
     #[serde(rename = "type")]
@@ -21,10 +23,45 @@ pub struct EventQuery {
     pub since: Option<i64>,
     /// Received before, unix milliseconds.
     pub until: Option<i64>,
-    /// Rows per page ([`DEFAULT_LIMIT`] when absent, at most [`MAX_LIMIT`]).
+    /// Rows per page ([`DEFAULT_LIMIT`] when absent; more than [`MAX_LIMIT`] is lowered to it).
+    #[param(value_type = Option<u64>, minimum = 1, maximum = 4294967295_u64)]
     pub limit: Option<u32>,
     /// Cursor: the `next_cursor` of the previous page.
     pub before: Option<i64>,
+}
+
+/// The filters of `GET /v1/dead-letters`: an event listing whose status can only be `dead_lettered`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeadLetterQuery {
+    /// Only this source.
+    #[param(value_type = Option<crate::openapi::Source>)]
+    pub source: Option<String>,
+    /// Dead letters have the status `dead_lettered`; it may be given, no other.
+    #[param(pattern = "^dead_lettered$")]
+    pub status: Option<String>,
+    /// Only this provider type.
+    #[serde(rename = "type")]
+    pub event_type: Option<String>,
+    /// Only dead letters whose reason contains this text.
+    pub reason: Option<String>,
+    /// Received at or after, unix milliseconds.
+    pub since: Option<i64>,
+    /// Received before, unix milliseconds.
+    pub until: Option<i64>,
+    /// Rows per page ([`DEFAULT_LIMIT`] when absent; more than [`MAX_LIMIT`] is lowered to it).
+    #[param(value_type = Option<u64>, minimum = 1, maximum = 4294967295_u64)]
+    pub limit: Option<u32>,
+    /// Cursor: the `next_cursor` of the previous page.
+    pub before: Option<i64>,
+}
+
+impl From<DeadLetterQuery> for EventQuery {
+    fn from(q: DeadLetterQuery) -> Self {
+        let DeadLetterQuery { source, status, event_type, reason, since, until, limit, before } = q;
+        Self { source, status, event_type, reason, since, until, limit, before }
+    }
 }
 
 impl EventQuery {
@@ -71,6 +108,7 @@ pub struct EventPage {
 #[into_params(parameter_in = Query)]
 pub struct OutboxQuery {
     /// Only this status (`pending`, `delivered`, `dead`, `unrouted`).
+    #[param(pattern = "^(pending|delivered|dead|unrouted)$")]
     pub status: Option<String>,
     /// Only this kind.
     pub kind: Option<String>,
@@ -78,7 +116,8 @@ pub struct OutboxQuery {
     pub sink: Option<String>,
     /// Only this order's rows.
     pub order_id: Option<String>,
-    /// Rows per page ([`DEFAULT_LIMIT`] when absent, at most [`MAX_LIMIT`]).
+    /// Rows per page ([`DEFAULT_LIMIT`] when absent; more than [`MAX_LIMIT`] is lowered to it).
+    #[param(value_type = Option<u64>, minimum = 1, maximum = 4294967295_u64)]
     pub limit: Option<u32>,
     /// Cursor: the `next_cursor` of the previous page.
     pub before: Option<i64>,

@@ -349,11 +349,11 @@ async fn a_dead_letter_of_a_source_no_longer_configured_is_refused_with_422() {
     assert_eq!(app.store.ingest(delivery).await.unwrap().outcome, Outcome::DeadLettered);
 
     let reply = post(&app, "/v1/events/legacy/evt_old/replay", json!({})).await;
-    assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", reply.json);
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.json);
     assert_eq!(reply.json["error"], "source_not_configured");
     assert!(reply.json["message"].as_str().unwrap().contains("\"legacy\""), "{}", reply.json);
     let bulk = post(&app, "/v1/dead-letters/replay", json!({ "filter": { "source": "legacy" } })).await;
-    assert_eq!((bulk.status, &bulk.json["error"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("source_not_configured")));
+    assert_eq!((bulk.status, &bulk.json["error"]), (StatusCode::CONFLICT, &json!("source_not_configured")));
     // Without a source filter it is left alone and counted, and the others are replayed.
     let report = post(&app, "/v1/dead-letters/replay", json!({})).await;
     assert_eq!(report.status, StatusCode::OK, "{}", report.json);
@@ -562,4 +562,30 @@ async fn stats_count_events_orders_and_outbox_rows_by_status_and_age_the_oldest_
     assert_eq!(s["oldest_pending_outbox_age_secs"], Value::Null);
     let age = s["oldest_deferred_event_age_secs"].as_i64().unwrap();
     assert!((0..60).contains(&age), "{s}");
+}
+
+/// Replaying every dead letter takes `{}`, said on purpose: an empty body (a client that forgot it) is refused and
+/// replays nothing.
+#[tokio::test]
+async fn a_bulk_replay_without_a_body_is_refused_and_replays_nothing() {
+    let app = spawn_with_short_budget(|_| {}).await;
+    dead_letter_for_missing_order(&app, "evt_nb", "ord_nb").await;
+    for body in ["", "  \n"] {
+        let reply = app.api_post("/v1/dead-letters/replay", body.to_owned()).await;
+        assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", reply.json);
+        assert!(reply.json["message"].as_str().unwrap().contains("a JSON body is required"), "{}", reply.json);
+    }
+    let stored = crate::helpers::stored_event(&app.store, "payments", "evt_nb").await.unwrap();
+    assert_eq!((stored.status, stored.attempts), (Outcome::DeadLettered, 2), "left as it was");
+    let dry = post(&app, "/v1/dead-letters/replay", json!({ "dry_run": true, "max": 10.0 })).await;
+    assert_eq!((dry.status, &dry.json["matched"]), (StatusCode::OK, &json!(1)), "{}", dry.json);
+}
+
+/// `GET /v1/dead-letters` documents `status` as `dead_lettered` only; any other status is refused.
+#[tokio::test]
+async fn the_dead_letter_listing_takes_only_the_dead_lettered_status() {
+    let app = TestApp::spawn().await;
+    assert_eq!(get(&app, "/v1/dead-letters?status=dead_lettered").await.status, StatusCode::OK);
+    assert_eq!(get(&app, "/v1/dead-letters?status=processed").await.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(get(&app, "/v1/dead-letters?limit=0").await.status, StatusCode::UNPROCESSABLE_ENTITY);
 }

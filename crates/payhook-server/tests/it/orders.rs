@@ -101,3 +101,39 @@ async fn without_a_configured_token_the_api_is_closed_to_everyone() {
         assert_eq!(app.stats().await.orders, vec![]);
     }
 }
+
+/// JSON has one number type: `1999.0` is the integer 1999, as the OpenAPI document's `integer` says. A fraction is
+/// refused, and so is an amount beyond 2^53 - 1, which a JavaScript reader of the sinks' payloads could not hold.
+#[tokio::test]
+async fn an_amount_is_an_integer_however_it_is_written_and_at_most_2_to_the_53_minus_1() {
+    let app = TestApp::spawn().await;
+    let register = |body: serde_json::Value| app.api_post("/v1/orders", body.to_string());
+    assert_eq!(
+        register(json!({ "id": "ord_f", "amount": 1999.0, "currency": "usd" })).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(app.order("ord_f").await["amount"], 1999);
+    let largest = 9_007_199_254_740_991_i64;
+    assert_eq!(
+        register(json!({ "id": "ord_max", "amount": largest, "currency": "usd" })).await.status,
+        StatusCode::CREATED
+    );
+    for (amount, says) in [(json!(19.99), "not an integer"), (json!(largest + 1), "out of range")] {
+        let reply = register(json!({ "id": "ord_bad", "amount": amount, "currency": "usd" })).await;
+        assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", reply.json);
+        assert!(reply.json["message"].as_str().unwrap().contains(says), "{}", reply.json);
+    }
+    assert_eq!(app.api_get("/v1/orders/ord_bad").await.status, StatusCode::NOT_FOUND);
+}
+
+/// An id's limit is 255 characters, as the document's `maxLength` counts them, whatever their UTF-8 length.
+#[tokio::test]
+async fn an_order_id_may_have_255_characters_of_any_kind_and_no_more() {
+    let app = TestApp::spawn().await;
+    let register =
+        |id: String| app.api_post("/v1/orders", json!({ "id": id, "amount": 1, "currency": "eur" }).to_string());
+    assert_eq!(register("é".repeat(255)).await.status, StatusCode::CREATED, "510 bytes, 255 characters");
+    let reply = register("é".repeat(256)).await;
+    assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", reply.json);
+    assert!(reply.json["message"].as_str().unwrap().contains("at most 255 characters"), "{}", reply.json);
+}
