@@ -1,7 +1,10 @@
 //! The operator dashboard under `/ui`: server-rendered pages behind the API token.
 //!
+//! - `overview`: the overview's counts, throughput chart and per-source table.
 //! - `login`: the login page, login and logout.
 //! - `events`: the events list and one event's page.
+//! - `dead_letters`: the dead letters and their bulk replay.
+//! - `outbox`: the outbox and re-queueing a dead row.
 //! - `orders`: orders with their history, and billing.
 //! - `session`: login sessions in memory, the cookie, CSRF tokens.
 //! - `render`: layout, stylesheet, badges, times, the throughput chart.
@@ -11,15 +14,21 @@
 //! from the API or the CLI. Every state-changing request is a POST carrying the session's CSRF token, checked by
 //! [`require_session`] before any handler runs.
 
+mod dead_letters;
 mod events;
 mod login;
 mod orders;
+mod outbox;
+mod overview;
 mod render;
 mod session;
 
+use dead_letters::*;
 use events::*;
 use login::*;
 use orders::*;
+use outbox::*;
+use overview::*;
 
 pub(crate) use session::Sessions;
 
@@ -47,8 +56,6 @@ use std::sync::Arc;
 
 /// The largest form the dashboard reads; its forms are a few short fields.
 const FORM_LIMIT_BYTES: usize = 16 * 1024;
-/// How often the overview reloads itself, in seconds.
-const OVERVIEW_REFRESH_SECS: u32 = 15;
 const STATUSES: [Outcome; 5] =
     [Outcome::Processed, Outcome::Duplicate, Outcome::Deferred, Outcome::Ignored, Outcome::DeadLettered];
 
@@ -316,238 +323,6 @@ fn text_filter(label: &str, name: &str, value: Option<&str>) -> Markup {
 
 fn hidden(name: &str, value: Option<&str>) -> Markup {
     html! { @if let Some(v) = value { input type="hidden" name=(name) value=(v); } }
-}
-
-// ---- overview ----
-
-async fn overview<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
-    Extension(session): Extension<Session>,
-) -> Result<Response, UiError> {
-    let now = now_ms();
-    let stats = admin::stats(&*state.store, now).await?;
-    let event = |status: Outcome| stats.events.get(status.as_str()).copied().unwrap_or(0);
-    let outbox = |status: &str| stats.outbox.by_status.get(status).copied().unwrap_or(0);
-    let received: u64 = stats.events.values().sum();
-    let cards = [
-        ("received", "Received", received, "/ui/events".to_owned()),
-        ("processed", "Processed", event(Outcome::Processed), "/ui/events?status=processed".to_owned()),
-        ("duplicate", "Duplicates", event(Outcome::Duplicate), "/ui/events?status=duplicate".to_owned()),
-        ("deferred", "Deferred", event(Outcome::Deferred), "/ui/events?status=deferred".to_owned()),
-        ("dead_lettered", "Dead letters", event(Outcome::DeadLettered), "/ui/dead-letters".to_owned()),
-        ("outbox_pending", "Outbox pending", outbox("pending"), "/ui/outbox?status=pending".to_owned()),
-        ("outbox_dead", "Outbox dead", outbox("dead"), "/ui/outbox?status=dead".to_owned()),
-    ];
-    let mut names: Vec<&String> = state.sources.keys().collect();
-    names.sort();
-    let minutes = state.throughput.last_hour(now);
-    let content = html! {
-        h1 { "Overview" }
-        div.cards {
-            @for (id, label, n, href) in &cards {
-                a.card href=(href) id={ "count-" (id) } style="text-decoration:none;color:inherit" {
-                    div.n { (n) }
-                    div.l { (label) }
-                }
-            }
-        }
-        p.muted {
-            "Stored events and outbox rows. "
-            @if let Some(age) = stats.oldest_pending_outbox_age_secs { "Oldest pending outbox row: " (age) " s. " }
-            @if let Some(age) = stats.oldest_deferred_event_age_secs { "Oldest deferred event: " (age) " s. " }
-            "Reloads every " (OVERVIEW_REFRESH_SECS) " s."
-        }
-        h2 { "Last hour" }
-        div.chart {
-            (render::throughput_chart(&minutes))
-            div.muted style="font-size:.8rem" {
-                span style="color:#2458c6" { "■ deliveries answered 2xx per minute" } " · "
-                span style="color:#d9822b" { "— mean latency" } " (this process)"
-            }
-        }
-        h2 { "Deliveries by source since this process started" }
-        div.scroll {
-            table id="sources" {
-                thead { tr {
-                    th { "Source" }
-                    @for status in STATUSES { th { (status.as_str().replace('_', " ")) } }
-                    th { "Refused (signature)" }
-                } }
-                tbody {
-                    @for name in names {
-                        @let m = &state.sources[name.as_str()].metrics;
-                        tr {
-                            td { a href={ "/ui/events?source=" (segment(name)) } { (name) } }
-                            @for status in STATUSES { td { (m.outcome_count(status)) } }
-                            td { (m.verification_failures()) }
-                        }
-                    }
-                }
-            }
-        }
-        h2 { "Orders by status" }
-        div.cards {
-            @for (status, n) in &stats.orders {
-                div.card { div.n { (n) } div.l { (badge(status)) } }
-            }
-        }
-    };
-    Ok(html_page_refreshing(&state, &session, "Overview", Section::Overview, Some(OVERVIEW_REFRESH_SECS), content))
-}
-
-// ---- dead letters ----
-
-async fn dead_letters<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
-    Extension(session): Extension<Session>,
-    q: Result<Query<Filters>, QueryRejection>,
-) -> Result<Response, UiError> {
-    let f = filters(q)?;
-    let page = admin::list_dead_letters(&*state.store, &f.event_query()?).await?;
-    let (source, event_type, reason) = (set(&f.source), set(&f.event_type), set(&f.reason));
-    let content = html! {
-        h1 { "Dead letters" }
-        form.filters method="get" action="/ui/dead-letters" {
-            (source_select(&state, source.as_deref()))
-            (text_filter("Type", "type", event_type.as_deref()))
-            (text_filter("Reason contains", "reason", reason.as_deref()))
-            button type="submit" { "Filter" }
-        }
-        form method="post" action="/ui/dead-letters/replay" style="margin-bottom:.75rem" {
-            (csrf_field(&session.csrf))
-            (hidden("source", source.as_deref()))
-            (hidden("type", event_type.as_deref()))
-            (hidden("reason", reason.as_deref()))
-            input type="hidden" name="step" value="preview";
-            button type="submit" id="bulk-preview" { "Replay all matching… (dry run first)" }
-        }
-        (events_table(&page.events, Some(&session.csrf)))
-        (older_link("/ui/dead-letters", &f, page.next_cursor, page.partial))
-    };
-    Ok(html_page(&state, &session, "Dead letters", Section::DeadLetters, content))
-}
-
-#[derive(Debug, Deserialize)]
-struct BulkForm {
-    source: Option<String>,
-    #[serde(rename = "type")]
-    event_type: Option<String>,
-    reason: Option<String>,
-    /// `preview` (a dry run) or `confirm`.
-    step: String,
-    /// On confirm: at most this many, the count the dry run showed.
-    max: Option<u32>,
-}
-
-async fn bulk_replay<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
-    Extension(session): Extension<Session>,
-    Form(form): Form<BulkForm>,
-) -> Result<Response, UiError> {
-    let f = Filters { source: form.source, event_type: form.event_type, reason: form.reason, ..Filters::default() };
-    let filter = f.replay_filter();
-    let back = with_query("/ui/dead-letters", &f.query_string(None));
-    if form.step == "confirm" {
-        let max = form.max.ok_or_else(|| UiError::new(StatusCode::UNPROCESSABLE_ENTITY, "max is missing"))?;
-        let message = match replay_many(&state, &filter, Some(max)).await {
-            Ok(report) => {
-                let outcomes: Vec<String> =
-                    report.outcomes.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k} {n}")).collect();
-                format!(
-                    "Replayed {} dead letter{}: {}{}",
-                    report.matched,
-                    if report.matched == 1 { "" } else { "s" },
-                    if outcomes.is_empty() { "nothing".to_owned() } else { outcomes.join(", ") },
-                    if report.more { ". More match: run it again for the rest." } else { "." }
-                )
-            }
-            Err(e) => format!("Bulk replay refused: {}", e.status_and_message().1),
-        };
-        state.ui_sessions.set_flash(&session, message);
-        return Ok(Redirect::to(&back).into_response());
-    }
-    let preview = admin::preview_replay(&*state.store, &state.settings, &filter, None).await?;
-    let content = html! {
-        h1 { "Replay dead letters: dry run" }
-        p {
-            "Nothing was changed. "
-            strong id="dry-run-count" { (preview.matched) }
-            " dead letter" @if preview.matched != 1 { "s" } " match"
-            @if preview.matched == 1 { "es" }
-            @if preview.more { " (the cap of " (preview.max) " per call; more match beyond it)" }
-            "."
-        }
-        @if preview.matched > 0 {
-            form method="post" action="/ui/dead-letters/replay" style="margin-bottom:1rem" {
-                (csrf_field(&session.csrf))
-                (hidden("source", set(&f.source).as_deref()))
-                (hidden("type", set(&f.event_type).as_deref()))
-                (hidden("reason", set(&f.reason).as_deref()))
-                input type="hidden" name="step" value="confirm";
-                input type="hidden" name="max" value=(preview.matched);
-                button.danger type="submit" id="confirm-replay" { "Replay " (preview.matched) " now" }
-                " "
-                a href=(back) { "Cancel" }
-            }
-            h2 { "The first " (preview.sample.len()) }
-            (events_table(&preview.sample, None))
-        } @else {
-            p { a href=(back) { "Back to the dead letters" } }
-        }
-    };
-    Ok(html_page(&state, &session, "Replay dead letters", Section::DeadLetters, content))
-}
-
-// ---- outbox ----
-
-async fn outbox<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
-    Extension(session): Extension<Session>,
-    q: Result<Query<Filters>, QueryRejection>,
-) -> Result<Response, UiError> {
-    let f = filters(q)?;
-    let query = OutboxQuery {
-        status: set(&f.status),
-        kind: set(&f.kind),
-        sink: set(&f.sink),
-        order_id: set(&f.order_id),
-        before: f.before()?,
-        ..OutboxQuery::default()
-    };
-    let page = admin::list_outbox(&*state.store, &query).await?;
-    let content = html! {
-        h1 { "Outbox" }
-        form.filters method="get" action="/ui/outbox" {
-            label { "Status"
-                select name="status" id="filter-status" {
-                    option value="" { "any" }
-                    @for s in admin::OUTBOX_STATUSES {
-                        option value=(s) selected[query.status.as_deref() == Some(s)] { (s) }
-                    }
-                }
-            }
-            (text_filter("Kind", "kind", query.kind.as_deref()))
-            (text_filter("Sink", "sink", query.sink.as_deref()))
-            (text_filter("Order", "order_id", query.order_id.as_deref()))
-            button type="submit" { "Filter" }
-        }
-        (outbox_table(&page.outbox, &session.csrf))
-        (older_link("/ui/outbox", &f, page.next_cursor, page.partial))
-    };
-    Ok(html_page(&state, &session, "Outbox", Section::Outbox, content))
-}
-
-async fn retry_outbox<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
-    Extension(session): Extension<Session>,
-    Path(id): Path<i64>,
-) -> Response {
-    let message = match retry_one_outbox(&state, id).await {
-        Ok(row) => format!("Outbox row {id} ({} to {}) is queued again", row.kind, row.sink),
-        Err(e) => format!("Not re-queued: {}", e.status_and_message().1),
-    };
-    state.ui_sessions.set_flash(&session, message);
-    Redirect::to("/ui/outbox").into_response()
 }
 
 #[cfg(test)]
