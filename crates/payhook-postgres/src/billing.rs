@@ -23,7 +23,6 @@
 //! invoice in any batches of any instances grant once: the first claims its key and grants; the others find the
 //! key taken (a duplicate) or, under another key, the entitlement already granted (a no-op).
 
-use crate::error::corrupt;
 use crate::ops::{Ctx, Failure, order_lock, sinks_of};
 use crate::pipeline::{none, pipeline};
 use crate::pool::{Object, Pool};
@@ -88,7 +87,7 @@ pub(crate) fn is_billing(effect: &Effect) -> bool {
 }
 
 fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize, what: &str) -> Result<T, StoreError> {
-    row.try_get(i).map_err(|e| corrupt(what, e))
+    row.try_get(i).map_err(|e| StoreError::corrupt(what, e))
 }
 
 /// The stored state a billing effect is decided from.
@@ -102,14 +101,18 @@ fn state(row: &Row) -> Result<State, StoreError> {
     let at: Option<i64> = get(row, 1, "stored subscription time")?;
     let subscription = match (status, at) {
         (Some(status), Some(occurred_at)) => Some(SubscriptionSnapshot {
-            status: SubscriptionStatus::parse(&status).map_err(|e| corrupt("stored subscription status", e))?,
+            status: SubscriptionStatus::parse(&status)
+                .map_err(|e| StoreError::corrupt("stored subscription status", e))?,
             occurred_at,
         }),
         _ => None,
     };
     let entitlement: Option<String> = get(row, 2, "stored entitlement status")?;
     let entitlement = entitlement
-        .map(|s| EntitlementStatus::parse(&s).ok_or_else(|| corrupt("stored entitlement status", s)))
+        .map(|s| {
+            EntitlementStatus::parse(&s)
+                .ok_or_else(|| StoreError::inconsistent(format!("stored entitlement status {s:?}")))
+        })
         .transpose()?;
     Ok(State { subscription, entitlement })
 }
@@ -132,7 +135,7 @@ pub(crate) async fn apply(
         Effect::Subscription(c) => (Some(c.subscription_id.as_str()), None),
         Effect::Invoice(c) => (c.subscription_id.as_ref().map(SubscriptionId::as_str), Some(c.invoice_id.as_str())),
         Effect::Order { .. } | Effect::Ignored => {
-            return Err(corrupt("billing effect", "not a subscription or invoice effect").into());
+            return Err(StoreError::inconsistent("billing effect: not a subscription or invoice effect").into());
         }
     };
     let read = client.prepare_cached(STATE_SQL).await?;
@@ -154,7 +157,9 @@ pub(crate) async fn apply(
         }
         Effect::Invoice(change) => apply_invoice(client, ctx, source, event, change, &state, now_ms, savepoint).await?,
         Effect::Order { .. } | Effect::Ignored => {
-            return Err(corrupt("billing effect", "an order or ignored event reached the billing path").into());
+            return Err(
+                StoreError::inconsistent("billing effect: an order or ignored event reached the billing path").into()
+            );
         }
     };
     let outcome: String = get(&row, 0, "billing outcome")?;
@@ -163,7 +168,7 @@ pub(crate) async fn apply(
         "processed" => Outcome::Processed,
         "duplicate" => Outcome::Duplicate,
         "deferred" => Outcome::Deferred,
-        other => return Err(corrupt("billing outcome", other).into()),
+        other => return Err(StoreError::inconsistent(format!("billing outcome {other:?}")).into()),
     };
     Ok(Recorded { outcome, detail })
 }
@@ -334,7 +339,7 @@ pub(crate) async fn claim_nonce(pool: &Pool, claim: &NonceClaim) -> Result<Nonce
                 "new" => NonceClaimed::New,
                 "redelivery" => NonceClaimed::Redelivery,
                 "replayed" => NonceClaimed::Replayed,
-                other => return Err(corrupt("nonce claim", other).into()),
+                other => return Err(StoreError::inconsistent(format!("nonce claim {other:?}")).into()),
             })
         }
     })
@@ -368,7 +373,7 @@ fn entitlement_views(rows: &[Row], audits: &[Row]) -> Result<Vec<EntitlementView
             let status: String = get(r, 3, "entitlement status")?;
             Ok(EntitlementView {
                 status: EntitlementStatus::parse(&status)
-                    .ok_or_else(|| corrupt("stored entitlement status", &status))?,
+                    .ok_or_else(|| StoreError::inconsistent(format!("stored entitlement status {status:?}")))?,
                 customer_id: get(r, 1, "entitlement customer")?,
                 subscription_id: get(r, 2, "entitlement subscription")?,
                 amount_minor: get(r, 4, "entitlement amount")?,
@@ -422,7 +427,7 @@ pub(crate) async fn subscription(pool: &Pool, id: &SubscriptionId) -> Result<Opt
     let lists =
         snapshot(pool, &[SUBSCRIPTION_VIEW_SQL, SUBSCRIPTION_AUDIT_SQL, &entitlements, &audits], id.as_str()).await?;
     let [row, history, entitlements, audits] = lists.as_slice() else {
-        return Err(corrupt("subscription", "four answers to four queries"));
+        return Err(StoreError::inconsistent("subscription: four answers to four queries"));
     };
     let Some(r) = row.first() else { return Ok(None) };
     Ok(Some(SubscriptionView {
@@ -445,7 +450,7 @@ pub(crate) async fn entitlements(pool: &Pool, customer: &CustomerId) -> Result<V
     let (entitlements, audits) = entitlement_sql("customer_id");
     let lists = snapshot(pool, &[&entitlements, &audits], customer.as_str()).await?;
     let [rows, audits] = lists.as_slice() else {
-        return Err(corrupt("entitlements", "two answers to two queries"));
+        return Err(StoreError::inconsistent("entitlements: two answers to two queries"));
     };
     entitlement_views(rows, audits)
 }

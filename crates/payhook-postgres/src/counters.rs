@@ -43,7 +43,7 @@ fn counted_sql(table: &str) -> &'static str {
 pub(crate) fn counts(rows: &[Row]) -> Result<Counts, StoreError> {
     let mut counts = Counts::new();
     for r in rows {
-        let field = |e| StoreError::Corrupt(format!("a counter row: {e}"));
+        let field = |e| StoreError::corrupt("a counter row", e);
         let key = CounterKey {
             table: r.try_get(0).map_err(field)?,
             group: r.try_get(1).map_err(field)?,

@@ -118,11 +118,6 @@ impl From<PgError> for StoreError {
     }
 }
 
-/// A stored value that does not decode: a bug or tampering, never retried blindly.
-pub(crate) fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

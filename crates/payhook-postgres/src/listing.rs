@@ -13,7 +13,7 @@
 //! stops there with fewer rows than asked says where it stopped ([`Listing::scan_stopped_before`]). The statements
 //! of one page run in one snapshot.
 
-use crate::error::{PgError, corrupt};
+use crate::error::PgError;
 use crate::pool;
 use crate::pool::{Object, Pool};
 use payhook_store::listing::{Check, Column, Path, Route, event_route, outbox_route};
@@ -274,7 +274,7 @@ async fn page(
 }
 
 fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize, what: &str) -> Result<T> {
-    row.try_get(i).map_err(|e| corrupt(what, e))
+    row.try_get(i).map_err(|e| StoreError::corrupt(what, e))
 }
 
 /// Events, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the whole
@@ -291,9 +291,10 @@ pub(crate) async fn list_events(pool: &Pool, f: &EventFilter, scan_rows: u32) ->
             source: get(r, 1, "source")?,
             event_id: get(r, 2, "event id")?,
             event_type: get(r, 3, "event type")?,
-            status: Outcome::parse(status).ok_or_else(|| corrupt("stored event status", status))?,
+            status: Outcome::parse(status)
+                .ok_or_else(|| StoreError::inconsistent(format!("stored event status {status:?}")))?,
             reason: get(r, 5, "reason")?,
-            attempts: u32::try_from(attempts).map_err(|e| corrupt("attempts", e))?,
+            attempts: u32::try_from(attempts).map_err(|e| StoreError::corrupt("attempts", e))?,
             next_attempt_at_ms: get(r, 7, "next attempt")?,
             received_at_ms: get(r, 8, "received at")?,
         });

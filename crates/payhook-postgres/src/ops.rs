@@ -13,7 +13,7 @@
 //! instance's configuration: it travels with each call into the SQL functions, in the effect's transaction.
 
 use crate::billing;
-use crate::error::{PgError, corrupt};
+use crate::error::PgError;
 use crate::pipeline::{none, pipeline};
 use crate::pool;
 use crate::pool::{Object, Pool};
@@ -194,7 +194,8 @@ impl IngestCall {
                     Effect::Subscription(_) | Effect::Invoice(_) => BILLING,
                 };
                 if event.effect != Effect::Ignored {
-                    let json = serde_json::to_string(&event.effect).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                    let json = serde_json::to_string(&event.effect)
+                        .map_err(|e| StoreError::corrupt("an effect that does not encode", e))?;
                     call.effect = Some(json);
                 }
                 call.change = ledger::plan(&event.effect).map(Change::new);
@@ -221,19 +222,25 @@ impl IngestCall {
 
     /// What `payhook_ingest_batch` answered for this delivery, and the settlement it still needs (a guard miss).
     pub(crate) fn landed(&self, row: &Row, policy: &RetryPolicy) -> Result<Landed, StoreError> {
-        let outcome: String = row.try_get(0).map_err(|e| corrupt("payhook_ingest_batch outcome", e))?;
-        let detail: Option<String> = row.try_get(1).map_err(|e| corrupt("payhook_ingest_batch detail", e))?;
-        let row_id: Option<i64> = row.try_get(2).map_err(|e| corrupt("payhook_ingest_batch row id", e))?;
+        let outcome: String = row.try_get(0).map_err(|e| StoreError::corrupt("payhook_ingest_batch outcome", e))?;
+        let detail: Option<String> =
+            row.try_get(1).map_err(|e| StoreError::corrupt("payhook_ingest_batch detail", e))?;
+        let row_id: Option<i64> = row.try_get(2).map_err(|e| StoreError::corrupt("payhook_ingest_batch row id", e))?;
         match outcome.as_str() {
             "failed" => Ok(Landed::Failed(detail.unwrap_or_default())),
             "billing" => match (&self.billing, row_id) {
                 (Some(_), Some(row_id)) => Ok(Landed::Billing { row_id }),
-                _ => Err(corrupt("payhook_ingest_batch", "a billing outcome without a billing event or a row")),
+                _ => Err(StoreError::inconsistent(
+                    "payhook_ingest_batch: a billing outcome without a billing event or a row",
+                )),
             },
             "unapplied" => {
-                let change =
-                    self.change.as_ref().ok_or_else(|| corrupt("payhook_ingest_batch", "a miss without a plan"))?;
-                let row_id = row_id.ok_or_else(|| corrupt("payhook_ingest_batch", "a miss without a row"))?;
+                let change = self
+                    .change
+                    .as_ref()
+                    .ok_or_else(|| StoreError::inconsistent("payhook_ingest_batch: a miss without a plan"))?;
+                let row_id =
+                    row_id.ok_or_else(|| StoreError::inconsistent("payhook_ingest_batch: a miss without a row"))?;
                 let snapshot = snapshot(row, 3)?;
                 let target = Settle::new(&self.source, &self.event_id, row_id, 1, self.received_at_ms);
                 let (recorded, settle) = decide(&change.plan, snapshot.as_ref(), target, policy);
@@ -243,7 +250,7 @@ impl IngestCall {
                 Some(outcome) => {
                     Ok(Landed::Done { recorded: Recorded { outcome, detail }, inserted: row_id.is_some() })
                 }
-                None => Err(corrupt("payhook_ingest_batch outcome", other)),
+                None => Err(StoreError::inconsistent(format!("payhook_ingest_batch outcome {other:?}"))),
             },
         }
     }
@@ -253,7 +260,8 @@ impl IngestCall {
     /// failure or a broken connection rolls back the savepoint and deletes the delivery's inbox row, so that
     /// nothing of it is stored, as when the batch function's own savepoint fails; its batch-mates go on.
     pub(crate) async fn apply_billing(&self, client: &Object, ctx: &Ctx, row_id: i64) -> Result<Landed, Failure> {
-        let event = self.billing.as_deref().ok_or_else(|| corrupt("billing delivery", "no billing event"))?;
+        let event =
+            self.billing.as_deref().ok_or_else(|| StoreError::inconsistent("billing delivery: no billing event"))?;
         match billing::apply(client, ctx, &self.source, event, self.received_at_ms, true).await {
             Ok(raw) if raw.outcome == Outcome::Processed && raw.detail.is_none() => {
                 // The row was recorded as processed: the common path costs no second write.
@@ -637,20 +645,20 @@ impl<'a> SettleColumns<'a> {
 
 /// The order as the SQL functions read it (columns `at`, `at + 1`, `at + 2`), `None` if missing.
 fn snapshot(row: &Row, at: usize) -> Result<Option<OrderSnapshot>, StoreError> {
-    let status: Option<String> = row.try_get(at).map_err(|e| corrupt("order status", e))?;
+    let status: Option<String> = row.try_get(at).map_err(|e| StoreError::corrupt("order status", e))?;
     let Some(status) = status else { return Ok(None) };
-    let amount: i64 = row.try_get(at + 1).map_err(|e| corrupt("order amount", e))?;
-    let currency: String = row.try_get(at + 2).map_err(|e| corrupt("order currency", e))?;
+    let amount: i64 = row.try_get(at + 1).map_err(|e| StoreError::corrupt("order amount", e))?;
+    let currency: String = row.try_get(at + 2).map_err(|e| StoreError::corrupt("order currency", e))?;
     Ok(Some(OrderSnapshot { status: parse_status(&status)?, money: money(amount, &currency)? }))
 }
 
 pub(crate) fn parse_status(s: &str) -> Result<OrderStatus, StoreError> {
-    OrderStatus::parse(s).ok_or_else(|| corrupt("stored order status", s))
+    OrderStatus::parse(s).ok_or_else(|| StoreError::inconsistent(format!("stored order status {s:?}")))
 }
 
 pub(crate) fn money(amount: i64, currency: &str) -> Result<Money, StoreError> {
-    let currency = Currency::parse(currency).map_err(|e| corrupt("stored currency", e))?;
-    Money::new(amount, currency).map_err(|e| corrupt("stored amount", e))
+    let currency = Currency::parse(currency).map_err(|e| StoreError::corrupt("stored currency", e))?;
+    Money::new(amount, currency).map_err(|e| StoreError::corrupt("stored amount", e))
 }
 
 /// Why a plan's guard matched nothing, per payhook-core, and the settlement that follows: a no-op keeps the
@@ -710,17 +718,17 @@ pub(crate) fn settle_billing(raw: Recorded, mut settle: Settle, policy: &RetryPo
 
 /// What `payhook_register_batch` answered for one order: its registration, or why its savepoint failed.
 pub(crate) fn registered(order: &NewOrder, row: &Row) -> Result<Result<Registered, String>, StoreError> {
-    let outcome: String = row.try_get(0).map_err(|e| corrupt("payhook_register_batch outcome", e))?;
+    let outcome: String = row.try_get(0).map_err(|e| StoreError::corrupt("payhook_register_batch outcome", e))?;
     match outcome.as_str() {
         "created" => Ok(Ok(Registered::Created)),
         "exists" => {
-            let amount: i64 = row.try_get(2).map_err(|e| corrupt("order amount", e))?;
-            let currency: String = row.try_get(3).map_err(|e| corrupt("order currency", e))?;
+            let amount: i64 = row.try_get(2).map_err(|e| StoreError::corrupt("order amount", e))?;
+            let currency: String = row.try_get(3).map_err(|e| StoreError::corrupt("order currency", e))?;
             let existing = money(amount, &currency)?;
             Ok(Ok(if existing == order.money { Registered::AlreadyExists } else { Registered::Conflict { existing } }))
         }
         "failed" => Ok(Err(row.try_get::<_, Option<String>>(1).ok().flatten().unwrap_or_default())),
-        other => Err(corrupt("payhook_register_batch outcome", other)),
+        other => Err(StoreError::inconsistent(format!("payhook_register_batch outcome {other:?}"))),
     }
 }
 
@@ -803,15 +811,15 @@ pub(crate) async fn claim_due(pool: &Pool, claim: &Claim) -> Result<Vec<Claimed>
         let rows = client.query(&stmt, &[&claim.owner, &claim.now_ms, &claim.lease_ms, &limit]).await?;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
-            let attempts: i32 = row.try_get(3).map_err(|e| corrupt("attempts", e))?;
-            let due: i64 = row.try_get(4).map_err(|e| corrupt("next attempt", e))?;
+            let attempts: i32 = row.try_get(3).map_err(|e| StoreError::corrupt("attempts", e))?;
+            let due: i64 = row.try_get(4).map_err(|e| StoreError::corrupt("next attempt", e))?;
             let c = Claimed {
-                row_id: row.try_get(0).map_err(|e| corrupt("inbox id", e))?,
-                source: SourceName::parse(row.try_get::<_, String>(1).map_err(|e| corrupt("source", e))?)
-                    .map_err(|e| corrupt("stored source", e))?,
-                event_id: EventId::parse(row.try_get::<_, String>(2).map_err(|e| corrupt("event id", e))?)
-                    .map_err(|e| corrupt("stored event id", e))?,
-                attempts: u32::try_from(attempts).map_err(|e| corrupt("attempts", e))?,
+                row_id: row.try_get(0).map_err(|e| StoreError::corrupt("inbox id", e))?,
+                source: SourceName::parse(row.try_get::<_, String>(1).map_err(|e| StoreError::corrupt("source", e))?)
+                    .map_err(|e| StoreError::corrupt("stored source", e))?,
+                event_id: EventId::parse(row.try_get::<_, String>(2).map_err(|e| StoreError::corrupt("event id", e))?)
+                    .map_err(|e| StoreError::corrupt("stored event id", e))?,
+                attempts: u32::try_from(attempts).map_err(|e| StoreError::corrupt("attempts", e))?,
                 owner: claim.owner.clone(),
             };
             claimed.push((due, c));
@@ -865,8 +873,8 @@ async fn reapply(
             ],
         )
         .await?;
-    let outcome: String = row.try_get(0).map_err(|e| corrupt("payhook_reapply outcome", e))?;
-    let detail: Option<String> = row.try_get(1).map_err(|e| corrupt("payhook_reapply detail", e))?;
+    let outcome: String = row.try_get(0).map_err(|e| StoreError::corrupt("payhook_reapply outcome", e))?;
+    let detail: Option<String> = row.try_get(1).map_err(|e| StoreError::corrupt("payhook_reapply detail", e))?;
     Ok(match outcome.as_str() {
         "processed" => (Recorded { outcome: Outcome::Processed, detail: None }, target),
         "duplicate" => (
@@ -874,7 +882,7 @@ async fn reapply(
             Settle { status: Outcome::Duplicate.as_str(), reason: detail, ..target },
         ),
         "unapplied" => decide(&change.plan, snapshot(&row, 2)?.as_ref(), target, &ctx.retry),
-        other => return Err(corrupt("payhook_reapply outcome", other).into()),
+        other => return Err(StoreError::inconsistent(format!("payhook_reapply outcome {other:?}")).into()),
     })
 }
 
@@ -914,12 +922,12 @@ async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Resul
     let Some(row) = client.query_opt(&stored, &key).await? else {
         return Ok(Retried::LeaseLost);
     };
-    let event_type: String = row.try_get(0).map_err(|e| corrupt("event type", e))?;
-    let occurred_at: i64 = row.try_get(1).map_err(|e| corrupt("occurred at", e))?;
-    let business_key: String = row.try_get(2).map_err(|e| corrupt("business key", e))?;
-    let effect: Option<String> = row.try_get(3).map_err(|e| corrupt("effect", e))?;
-    let effect: Effect =
-        serde_json::from_str(effect.as_deref().unwrap_or("null")).map_err(|e| corrupt("stored effect", e))?;
+    let event_type: String = row.try_get(0).map_err(|e| StoreError::corrupt("event type", e))?;
+    let occurred_at: i64 = row.try_get(1).map_err(|e| StoreError::corrupt("occurred at", e))?;
+    let business_key: String = row.try_get(2).map_err(|e| StoreError::corrupt("business key", e))?;
+    let effect: Option<String> = row.try_get(3).map_err(|e| StoreError::corrupt("effect", e))?;
+    let effect: Effect = serde_json::from_str(effect.as_deref().unwrap_or("null"))
+        .map_err(|e| StoreError::corrupt("stored effect", e))?;
     let event = Event { event_id: c.event_id.clone(), event_type, occurred_at, business_key, effect };
     // An order event takes its order's lock; a billing event the locks of its subscription or invoice.
     let change = ledger::plan(&event.effect).map(Change::new);
@@ -928,7 +936,7 @@ async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Resul
     let (lock, lock_param): (_, &(dyn ToSql + Sync)) = match &change {
         Some(change) => (&lock, &change.lock),
         None if !billing_locks.is_empty() => (&lock_all, &billing_locks),
-        None => return Err(corrupt("stored effect", "a deferred event without an order change").into()),
+        None => return Err(StoreError::inconsistent("stored effect: a deferred event without an order change").into()),
     };
 
     let lease: [&(dyn ToSql + Sync); 4] = [&c.source.as_str(), &c.event_id.as_str(), &c.row_id, &c.owner];
@@ -1017,17 +1025,18 @@ async fn replay_on(
         client.batch_execute("COMMIT").await?;
         return Ok(Replayed::NotFound);
     };
-    let row_id: i64 = stored.try_get(0).map_err(|e| corrupt("inbox id", e))?;
-    let status: String = stored.try_get(1).map_err(|e| corrupt("event status", e))?;
-    let attempts: i32 = stored.try_get(2).map_err(|e| corrupt("attempts", e))?;
-    let status = Outcome::parse(&status).ok_or_else(|| corrupt("stored event status", &status))?;
+    let row_id: i64 = stored.try_get(0).map_err(|e| StoreError::corrupt("inbox id", e))?;
+    let status: String = stored.try_get(1).map_err(|e| StoreError::corrupt("event status", e))?;
+    let attempts: i32 = stored.try_get(2).map_err(|e| StoreError::corrupt("attempts", e))?;
+    let status =
+        Outcome::parse(&status).ok_or_else(|| StoreError::inconsistent(format!("stored event status {status:?}")))?;
     if status != Outcome::DeadLettered {
         client.batch_execute("COMMIT").await?;
         return Ok(Replayed::NotDeadLetter(status));
     }
     // The attempt count goes on: an event whose order still does not exist is dead-lettered again rather than
     // retried for another three days.
-    let attempt = u32::try_from(attempts).map_err(|e| corrupt("attempts", e))? + 1;
+    let attempt = u32::try_from(attempts).map_err(|e| StoreError::corrupt("attempts", e))? + 1;
 
     let Some(event) = event else {
         let Parsed::Unparseable { reason, .. } = parsed else { unreachable!("not an event") };
@@ -1038,7 +1047,9 @@ async fn replay_on(
     };
     let effect_json = match &event.effect {
         Effect::Ignored => None,
-        effect => Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?),
+        effect => {
+            Some(serde_json::to_string(effect).map_err(|e| StoreError::corrupt("an effect that does not encode", e))?)
+        }
     };
     let mut settles = Vec::with_capacity(2);
     let target_row = if event.event_id.as_str() == event_id {
@@ -1081,7 +1092,7 @@ async fn replay_on(
                 detail: Some(format!("event {} was already recorded", event.event_id)),
             }));
         };
-        inserted.try_get(0).map_err(|e| corrupt("inbox id", e))?
+        inserted.try_get(0).map_err(|e| StoreError::corrupt("inbox id", e))?
     };
     let target = Settle::new(source, event.event_id.as_str(), target_row, attempt, now_ms);
     let (recorded, settle) = match &change {

@@ -4,7 +4,6 @@
 //!
 //! Each is one statement (autocommit: atomic on its own), run again when the server rolled it back for a deadlock.
 
-use crate::error::corrupt;
 use crate::ops::{Ctx, Failure, rerun_on_conflict};
 use crate::pool::{Object, Pool};
 use payhook_store::{ALERT_KIND, Alert, Claim, Dispatched, OutboxJob, StoreError};
@@ -35,14 +34,14 @@ pub(crate) async fn claim(pool: &Pool, sink: &str, claim: &Claim) -> Result<Vec<
             let rows = client.query(&stmt, &[&claim.owner, &claim.now_ms, &claim.lease_ms, &limit, &sink]).await?;
             let mut jobs = Vec::with_capacity(rows.len());
             for row in rows {
-                let attempts: i32 = row.try_get(4).map_err(|e| corrupt("outbox attempts", e))?;
+                let attempts: i32 = row.try_get(4).map_err(|e| StoreError::corrupt("outbox attempts", e))?;
                 jobs.push(OutboxJob {
-                    id: row.try_get(0).map_err(|e| corrupt("outbox id", e))?,
-                    sink: row.try_get(1).map_err(|e| corrupt("outbox sink", e))?,
-                    kind: row.try_get(2).map_err(|e| corrupt("outbox kind", e))?,
-                    payload: row.try_get(3).map_err(|e| corrupt("outbox payload", e))?,
-                    attempts: u32::try_from(attempts).map_err(|e| corrupt("outbox attempts", e))?,
-                    created_at_ms: row.try_get(5).map_err(|e| corrupt("outbox created at", e))?,
+                    id: row.try_get(0).map_err(|e| StoreError::corrupt("outbox id", e))?,
+                    sink: row.try_get(1).map_err(|e| StoreError::corrupt("outbox sink", e))?,
+                    kind: row.try_get(2).map_err(|e| StoreError::corrupt("outbox kind", e))?,
+                    payload: row.try_get(3).map_err(|e| StoreError::corrupt("outbox payload", e))?,
+                    attempts: u32::try_from(attempts).map_err(|e| StoreError::corrupt("outbox attempts", e))?,
+                    created_at_ms: row.try_get(5).map_err(|e| StoreError::corrupt("outbox created at", e))?,
                     owner: claim.owner.clone(),
                 });
             }
@@ -110,7 +109,7 @@ pub(crate) async fn finish(
                     ],
                 )
                 .await?;
-            row.try_get(0).map_err(|e| Failure::Corrupt(corrupt("payhook_finish_outbox", e)))
+            row.try_get(0).map_err(|e| Failure::Corrupt(StoreError::corrupt("payhook_finish_outbox", e)))
         }
     })
     .await

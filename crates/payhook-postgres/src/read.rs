@@ -1,7 +1,7 @@
 //! Queries. Each runs on a pooled connection; an order and its history, an event and what it caused, and the
 //! counts of `stats` are each read in one snapshot.
 
-use crate::error::{PgError, corrupt};
+use crate::error::PgError;
 use crate::ops::{money, parse_status};
 use crate::pipeline::{none, pipeline};
 use crate::pool;
@@ -77,7 +77,7 @@ pub(crate) async fn with_connection<T>(
 }
 
 fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize, what: &str) -> Result<T> {
-    row.try_get(i).map_err(|e| corrupt(what, e))
+    row.try_get(i).map_err(|e| StoreError::corrupt(what, e))
 }
 
 fn outbox_view(r: &Row) -> Result<OutboxView> {
@@ -89,14 +89,17 @@ fn outbox_view(r: &Row) -> Result<OutboxView> {
         kind: get(r, 1, "outbox kind")?,
         sink: get(r, 2, "outbox sink")?,
         status: get(r, 3, "outbox status")?,
-        payload: serde_json::from_str(payload).map_err(|e| corrupt("outbox payload", e))?,
+        payload: serde_json::from_str(payload).map_err(|e| StoreError::corrupt("outbox payload", e))?,
         order_id: get(r, 5, "outbox order")?,
         source: get(r, 6, "outbox source")?,
         event_id: get(r, 7, "outbox event")?,
-        attempts: u32::try_from(attempts).map_err(|e| corrupt("outbox attempts", e))?,
+        attempts: u32::try_from(attempts).map_err(|e| StoreError::corrupt("outbox attempts", e))?,
         next_attempt_at_ms: get(r, 9, "outbox next attempt")?,
         last_error: get(r, 10, "outbox last error")?,
-        last_status: last_status.map(u16::try_from).transpose().map_err(|e| corrupt("outbox last status", e))?,
+        last_status: last_status
+            .map(u16::try_from)
+            .transpose()
+            .map_err(|e| StoreError::corrupt("outbox last status", e))?,
         delivered_at_ms: get(r, 12, "outbox delivered at")?,
         created_at_ms: get(r, 13, "outbox time")?,
     })
@@ -122,7 +125,7 @@ fn audit_entries(rows: &[Row]) -> Result<Vec<AuditEntry>> {
 }
 
 fn outcome(s: &str) -> Result<Outcome> {
-    Outcome::parse(s).ok_or_else(|| corrupt("stored event status", s))
+    Outcome::parse(s).ok_or_else(|| StoreError::inconsistent(format!("stored event status {s:?}")))
 }
 
 /// The order, its history and its outbox rows, read in one REPEATABLE READ transaction so they come from one
@@ -206,7 +209,7 @@ pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Res
     for a in &attempts {
         let attempt: i32 = get(a, 0, "attempt")?;
         attempt_log.push(AttemptEntry {
-            attempt: u32::try_from(attempt).map_err(|e| corrupt("attempt", e))?,
+            attempt: u32::try_from(attempt).map_err(|e| StoreError::corrupt("attempt", e))?,
             at_ms: get(a, 1, "attempt time")?,
             outcome: outcome(get(a, 2, "attempt outcome")?)?,
             detail: get(a, 3, "attempt detail")?,
@@ -232,14 +235,18 @@ pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Res
         event_id: id.clone(),
         event_type: get(&r, 0, "event type")?,
         business_key: get(&r, 1, "business key")?,
-        effect: effect.map(|e| serde_json::from_str(&e)).transpose().map_err(|e| corrupt("stored effect", e))?,
+        effect: effect
+            .map(|e| serde_json::from_str(&e))
+            .transpose()
+            .map_err(|e| StoreError::corrupt("stored effect", e))?,
         status: outcome(&status)?,
         reason: get(&r, 4, "reason")?,
-        attempts: u32::try_from(tries).map_err(|e| corrupt("attempts", e))?,
+        attempts: u32::try_from(tries).map_err(|e| StoreError::corrupt("attempts", e))?,
         next_attempt_at_ms: get(&r, 6, "next attempt")?,
         received_at_ms: get(&r, 7, "received at")?,
         verification: get(&r, 8, "verification")?,
-        headers: ReceivedHeaders::from_json(get(&r, 9, "headers")?).map_err(|e| corrupt("stored headers", e))?,
+        headers: ReceivedHeaders::from_json(get(&r, 9, "headers")?)
+            .map_err(|e| StoreError::corrupt("stored headers", e))?,
         raw_body: get(&r, 10, "body")?,
         attempt_log,
         changes,
@@ -274,7 +281,7 @@ pub(crate) async fn stats(pool: &Pool) -> Result<Stats> {
     })
     .await?;
     let [counters, oldest_outbox, oldest_deferred] = lists.as_slice() else {
-        return Err(corrupt("stats", "three answers to three queries"));
+        return Err(StoreError::inconsistent("stats: three answers to three queries"));
     };
     let min = |rows: &[Row], what: &str| -> Result<Option<i64>> { rows.first().map_or(Ok(None), |r| get(r, 0, what)) };
     Stats::from_counts(
@@ -326,12 +333,14 @@ pub(crate) async fn replication(pool: &Pool, within: Duration, required: bool) -
             tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
             _ => None,
         })
-        .ok_or_else(|| corrupt("replication", "no row"))?;
+        .ok_or_else(|| StoreError::inconsistent("replication: no row"))?;
     let text = |i: usize| -> Result<&str> {
-        row.try_get(i).map_err(|e| corrupt("replication", e))?.ok_or_else(|| corrupt("replication", "NULL"))
+        row.try_get(i)
+            .map_err(|e| StoreError::corrupt("replication", e))?
+            .ok_or_else(|| StoreError::inconsistent("replication: NULL"))
     };
     let flag = |i: usize| -> Result<bool> { Ok(text(i)? == "t") };
-    let count = |i: usize| -> Result<u32> { text(i)?.parse().map_err(|e| corrupt("replication count", e)) };
+    let count = |i: usize| -> Result<u32> { text(i)?.parse().map_err(|e| StoreError::corrupt("replication count", e)) };
     let visible = flag(3)?;
     Ok(payhook_store::Replication {
         synchronous_commit: text(0)?.to_owned(),

@@ -423,7 +423,7 @@ async fn run_group(pool: &Pool, mut jobs: Vec<Job>, config: &WriterConfig, count
             for job in jobs {
                 let error = || match &shared {
                     Ok(e) => StoreError::Unavailable(Box::new(BatchFailed(Arc::clone(e)))),
-                    Err(what) => StoreError::Corrupt(what.clone()),
+                    Err(what) => StoreError::inconsistent(what.clone()),
                 };
                 // The requester may have gone away (client disconnected): the outcome stands regardless.
                 let _ = match job.reply {
@@ -442,7 +442,7 @@ fn answer(reply: Reply, pending: Pending) {
             .send(match landed {
                 Landed::Done { recorded, .. } | Landed::Settle(recorded, _) => Ok(recorded),
                 Landed::Failed(detail) => Err(savepoint(detail)),
-                Landed::Billing { .. } => Err(StoreError::Corrupt("a billing delivery was not applied".into())),
+                Landed::Billing { .. } => Err(StoreError::inconsistent("a billing delivery was not applied")),
             })
             .is_ok(),
         (Reply::Register(reply), Pending::Register(registered)) => reply.send(registered.map_err(savepoint)).is_ok(),

@@ -121,7 +121,7 @@ impl ApiError {
             ApiError::Store(StoreError::Overloaded) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             ApiError::Store(StoreError::ShuttingDown) => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Store(StoreError::Unavailable(_)) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
-            ApiError::Store(StoreError::Corrupt(_)) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ApiError::Store(StoreError::Corrupt { .. }) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ApiError::Store(StoreError::ReadTimeout { .. }) => (StatusCode::SERVICE_UNAVAILABLE, "read_timeout"),
             ApiError::Store(StoreError::ReadersBusy { .. }) => (StatusCode::SERVICE_UNAVAILABLE, "readers_busy"),
         }
@@ -137,7 +137,7 @@ impl ApiError {
             ApiError::Store(e) => {
                 tracing::warn!(error = %e, cause = ?std::error::Error::source(e), "store error answered {status}");
                 match e {
-                    StoreError::Corrupt(_) => "internal error".to_owned(),
+                    StoreError::Corrupt { .. } => "internal error".to_owned(),
                     // Named after the setting, so that the caller (often the operator) knows which bound it hit.
                     StoreError::ReadTimeout { timeout_ms } => {
                         format!("the query took longer than storage.read_timeout_ms ({timeout_ms} ms) and was stopped")

@@ -18,10 +18,6 @@ use payhook_store::{
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
-fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {e}"))
-}
-
 fn processed(detail: Option<String>) -> Recorded {
     Recorded { outcome: Outcome::Processed, detail }
 }
@@ -34,7 +30,8 @@ fn subscription_snapshot(conn: &Connection, id: &str) -> Result<Option<Subscript
         .optional()
         .db()?;
     row.map(|(status, occurred_at)| {
-        let status = SubscriptionStatus::parse(&status).map_err(|e| corrupt("stored subscription status", e))?;
+        let status =
+            SubscriptionStatus::parse(&status).map_err(|e| StoreError::corrupt("stored subscription status", e))?;
         Ok(SubscriptionSnapshot { status, occurred_at })
     })
     .transpose()
@@ -98,7 +95,8 @@ pub(crate) fn apply_subscription(
             ])
             .db()?,
         SubscriptionDecision::Update => {
-            let seen = current.as_ref().ok_or_else(|| corrupt("subscription update", "no stored row"))?;
+            let seen =
+                current.as_ref().ok_or_else(|| StoreError::inconsistent("subscription update: no stored row"))?;
             conn.prepare_cached(
                 "UPDATE subscriptions SET customer_id = coalesce(?2, customer_id), status = ?3,
                         current_period_end = coalesce(?4, current_period_end), occurred_at = ?5, source = ?6,
@@ -235,7 +233,10 @@ pub(crate) fn apply_invoice(
         .optional()
         .db()?;
     let current = current
-        .map(|s| EntitlementStatus::parse(&s).ok_or_else(|| corrupt("stored entitlement status", s)))
+        .map(|s| {
+            EntitlementStatus::parse(&s)
+                .ok_or_else(|| StoreError::inconsistent(format!("stored entitlement status {s:?}")))
+        })
         .transpose()?;
     let subscription = match subscription_id {
         Some(id) => subscription_snapshot(conn, id)?,
@@ -418,8 +419,8 @@ fn entitlement_rows(conn: &Connection, filter: &str, key: &str) -> Result<Vec<En
         .map_err(unavailable)?;
     rows.into_iter()
         .map(|(invoice_id, customer_id, subscription_id, status, amount, currency, reason, granted, revoked)| {
-            let status =
-                EntitlementStatus::parse(&status).ok_or_else(|| corrupt("stored entitlement status", &status))?;
+            let status = EntitlementStatus::parse(&status)
+                .ok_or_else(|| StoreError::inconsistent(format!("stored entitlement status {status:?}")))?;
             let history = audit_rows(conn, "entitlement", &invoice_id)?;
             Ok(EntitlementView {
                 invoice_id,

@@ -47,7 +47,9 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, headers_json: &str, ctx: &
     };
     let effect_json = match event.map(|e| &e.effect) {
         None | Some(Effect::Ignored) => None,
-        Some(effect) => Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?),
+        Some(effect) => {
+            Some(serde_json::to_string(effect).map_err(|e| StoreError::corrupt("an effect that does not encode", e))?)
+        }
     };
     // The payload goes into `inbox_payloads` (below); the inbox row holds its cleared form.
     let inserted = conn
@@ -366,7 +368,7 @@ fn guarded_update(
 }
 
 fn parse_status(s: &str) -> Result<OrderStatus> {
-    OrderStatus::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown order status {s:?}")))
+    OrderStatus::parse(s).ok_or_else(|| StoreError::inconsistent(format!("unknown order status {s:?}")))
 }
 
 fn order_snapshot(conn: &Connection, id: &OrderId) -> Result<Option<OrderSnapshot>> {
@@ -481,8 +483,7 @@ pub(crate) fn retry(conn: &Connection, c: &Claimed, now_ms: i64, ctx: &Ctx) -> R
     let Some((event_type, occurred_at, business_key, effect)) = row else {
         return Ok(Retried::LeaseLost);
     };
-    let effect: Effect =
-        serde_json::from_str(&effect).map_err(|e| StoreError::Corrupt(format!("stored effect: {e}")))?;
+    let effect: Effect = serde_json::from_str(&effect).map_err(|e| StoreError::corrupt("a stored effect", e))?;
     let event = Event { event_id: c.event_id.clone(), event_type, occurred_at, business_key, effect };
     let recorded = apply(conn, ctx, c.source.as_str(), &event, now_ms)?;
     let recorded = settle(conn, ctx, c.row_id, recorded, c.attempts + 1, now_ms, c.source.as_str(), &event)?;
@@ -512,7 +513,7 @@ pub(crate) fn register_order(conn: &Connection, o: &NewOrder) -> Result<Register
         return Ok(Registered::Created);
     }
     let existing = order_snapshot(conn, &o.id)?
-        .ok_or_else(|| StoreError::Corrupt(format!("order {} vanished during registration", o.id)))?;
+        .ok_or_else(|| StoreError::inconsistent(format!("order {} vanished during registration", o.id)))?;
     if existing.money == o.money {
         Ok(Registered::AlreadyExists)
     } else {
@@ -684,7 +685,7 @@ pub(crate) fn replay(
     let Some((row_id, status, attempts)) = row else {
         return Ok(Replayed::NotFound);
     };
-    let status = Outcome::parse(&status).ok_or_else(|| StoreError::Corrupt(format!("inbox status {status:?}")))?;
+    let status = Outcome::parse(&status).ok_or_else(|| StoreError::inconsistent(format!("inbox status {status:?}")))?;
     if status != Outcome::DeadLettered {
         return Ok(Replayed::NotDeadLetter(status));
     }
@@ -703,7 +704,9 @@ pub(crate) fn replay(
     };
     let effect_json = match &event.effect {
         Effect::Ignored => None,
-        effect => Some(serde_json::to_string(effect).map_err(|e| StoreError::Corrupt(e.to_string()))?),
+        effect => {
+            Some(serde_json::to_string(effect).map_err(|e| StoreError::corrupt("an effect that does not encode", e))?)
+        }
     };
     let target_row = if event.event_id.as_str() == event_id {
         conn.prepare_cached(

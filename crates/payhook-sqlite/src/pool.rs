@@ -156,7 +156,7 @@ impl Checkout {
     fn take(inner: Arc<Inner>, permit: OwnedSemaphorePermit) -> Result<Self, StoreError> {
         let conn = inner.idle().pop();
         // A permit without an idle connection would be a bug in this module; say so rather than wait.
-        let conn = conn.ok_or_else(|| StoreError::Corrupt("read pool: a permit found no idle connection".into()))?;
+        let conn = conn.ok_or_else(|| StoreError::inconsistent("read pool: a permit found no idle connection"))?;
         inner.in_use.fetch_add(1, Ordering::Relaxed);
         Ok(Self { conn: Some(conn), inner, permit: Some(permit) })
     }
@@ -236,10 +236,10 @@ mod tests {
         let left_open = pool
             .read(|conn| {
                 conn.execute_batch("BEGIN; SELECT count(*) FROM sqlite_master;").map_err(unavailable)?;
-                Err::<(), _>(StoreError::Corrupt("a read that fails inside its transaction".into()))
+                Err::<(), _>(StoreError::inconsistent("a read that fails inside its transaction"))
             })
             .await;
-        assert!(matches!(left_open, Err(StoreError::Corrupt(_))), "{left_open:?}");
+        assert!(matches!(left_open, Err(StoreError::Corrupt { .. })), "{left_open:?}");
         let autocommit = pool.read(|conn| Ok(conn.is_autocommit())).await.expect("the next read");
         assert!(autocommit, "the next read found the previous read's transaction (and snapshot) still open");
     }

@@ -12,25 +12,21 @@ use rusqlite::{Connection, OptionalExtension, ToSql, params};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
-fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {e}"))
-}
-
 pub(crate) fn money(amount: i64, currency: &str) -> Result<Money> {
-    let currency = Currency::parse(currency).map_err(|e| corrupt("stored currency", e))?;
-    Money::new(amount, currency).map_err(|e| corrupt("stored amount", e))
+    let currency = Currency::parse(currency).map_err(|e| StoreError::corrupt("stored currency", e))?;
+    Money::new(amount, currency).map_err(|e| StoreError::corrupt("stored amount", e))
 }
 
 pub(crate) fn source(s: String) -> Result<SourceName> {
-    SourceName::parse(s).map_err(|e| corrupt("stored source", e))
+    SourceName::parse(s).map_err(|e| StoreError::corrupt("stored source", e))
 }
 
 pub(crate) fn event_id(s: String) -> Result<EventId> {
-    EventId::parse(s).map_err(|e| corrupt("stored event id", e))
+    EventId::parse(s).map_err(|e| StoreError::corrupt("stored event id", e))
 }
 
 fn status(s: &str) -> Result<OrderStatus> {
-    OrderStatus::parse(s).ok_or_else(|| corrupt("stored order status", s))
+    OrderStatus::parse(s).ok_or_else(|| StoreError::inconsistent(format!("stored order status {s:?}")))
 }
 
 /// The order, its history and its outbox rows, read in one transaction so they come from one snapshot.
@@ -105,7 +101,7 @@ pub(crate) fn outbox_rows(conn: &Connection, sql: &str, args: &[&dyn ToSql]) -> 
     let mut rows = Vec::new();
     for row in raw {
         let (mut view, payload) = row.map_err(unavailable)?;
-        view.payload = serde_json::from_str(&payload).map_err(|e| corrupt("outbox payload", e))?;
+        view.payload = serde_json::from_str(&payload).map_err(|e| StoreError::corrupt("outbox payload", e))?;
         rows.push(view);
     }
     Ok(rows)
@@ -114,7 +110,7 @@ pub(crate) fn outbox_rows(conn: &Connection, sql: &str, args: &[&dyn ToSql]) -> 
 /// An order's history as stored in its row: `[[source, event_id, event_type, from, to, at_ms], …]`, oldest first.
 fn history_entries(json: &str) -> Result<Vec<AuditEntry>> {
     type Entry = (String, String, String, String, String, i64);
-    let entries: Vec<Entry> = serde_json::from_str(json).map_err(|e| corrupt("stored order history", e))?;
+    let entries: Vec<Entry> = serde_json::from_str(json).map_err(|e| StoreError::corrupt("stored order history", e))?;
     entries
         .into_iter()
         .map(|(source, event_id, event_type, from, to, at_ms)| {
@@ -124,7 +120,7 @@ fn history_entries(json: &str) -> Result<Vec<AuditEntry>> {
 }
 
 pub(crate) fn outcome(s: &str) -> Result<Outcome> {
-    Outcome::parse(s).ok_or_else(|| corrupt("stored event status", s))
+    Outcome::parse(s).ok_or_else(|| StoreError::inconsistent(format!("stored event status {s:?}")))
 }
 
 /// An event with its attempts, its changes and the outbox rows it caused, read in one snapshot.
@@ -197,7 +193,7 @@ fn event_in(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<
         return Ok(None);
     };
     let effect: Option<payhook_core::event::Effect> =
-        effect.map(|e| serde_json::from_str(&e)).transpose().map_err(|e| corrupt("stored effect", e))?;
+        effect.map(|e| serde_json::from_str(&e)).transpose().map_err(|e| StoreError::corrupt("stored effect", e))?;
 
     let mut stmt = conn
         .prepare_cached("SELECT attempt, at, outcome, detail FROM inbox_attempts WHERE inbox_id = ?1 ORDER BY attempt")
@@ -267,13 +263,13 @@ fn event_in(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<
         event_type,
         business_key,
         effect,
-        status: Outcome::parse(&st).ok_or_else(|| corrupt("stored event status", &st))?,
+        status: Outcome::parse(&st).ok_or_else(|| StoreError::inconsistent(format!("stored event status {st:?}")))?,
         reason,
         attempts,
         next_attempt_at_ms: next,
         received_at_ms: received,
         verification,
-        headers: ReceivedHeaders::from_json(&headers).map_err(|e| corrupt("stored headers", e))?,
+        headers: ReceivedHeaders::from_json(&headers).map_err(|e| StoreError::corrupt("stored headers", e))?,
         raw_body: body,
         attempt_log,
         changes,

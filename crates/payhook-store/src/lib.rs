@@ -50,9 +50,17 @@ pub enum StoreError {
     /// The store is shutting down and accepts no new work.
     #[error("the store is shutting down")]
     ShuttingDown,
-    /// A stored value could not be read back (corruption or a bug): never retried blindly.
-    #[error("stored data is inconsistent: {0}")]
-    Corrupt(String),
+    /// A stored value could not be read back, or stored state breaks an invariant (corruption or a bug): never
+    /// retried blindly. Made with [`StoreError::corrupt`] (with the error that said so) or
+    /// [`StoreError::inconsistent`].
+    #[error("stored data is inconsistent: {what}")]
+    Corrupt {
+        /// What could not be read, or what is out of step.
+        what: String,
+        /// The error reading it, when there is one.
+        #[source]
+        source: Option<Cause>,
+    },
     /// A read ran longer than the store's read time limit and was stopped. Transient: the caller retries later,
     /// or asks for less.
     #[error("the read took longer than its limit of {timeout_ms} ms and was stopped")]
@@ -66,6 +74,18 @@ pub enum StoreError {
         /// How long the read waited, in milliseconds.
         timeout_ms: u64,
     },
+}
+
+impl StoreError {
+    /// A stored value that does not decode (`what` names it), with the error that said so as the `source`.
+    pub fn corrupt(what: impl Into<String>, source: impl Into<Cause>) -> Self {
+        StoreError::Corrupt { what: what.into(), source: Some(source.into()) }
+    }
+
+    /// Stored state that breaks an invariant, with no error beneath it (`what` says how).
+    pub fn inconsistent(what: impl Into<String>) -> Self {
+        StoreError::Corrupt { what: what.into(), source: None }
+    }
 }
 
 /// Storage operations. Every method is atomic: it commits completely or not at all, and it returns only after
@@ -214,5 +234,21 @@ pub trait Store: Send + Sync + 'static {
     /// (atomics), never waits. A backend without a reader pool of its own reports [`metrics::ReadMetrics::default`].
     fn read_metrics(&self) -> metrics::ReadMetrics {
         metrics::ReadMetrics::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreError;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_corrupt_value_keeps_the_error_that_said_so_as_its_source() {
+        let cause = serde_json::from_str::<i64>("{").unwrap_err();
+        let e = StoreError::corrupt("a stored effect", cause);
+        assert_eq!(e.to_string(), "stored data is inconsistent: a stored effect");
+        let source = e.source().expect("the decoding error is kept");
+        assert!(source.to_string().contains("expected i64"), "{source}");
+        assert!(StoreError::inconsistent("an order vanished").source().is_none());
     }
 }

@@ -358,7 +358,9 @@ impl Stats {
                     *outbox.entry(key.kind.clone()).or_insert(0) += n;
                     &mut by_status
                 }
-                other => return Err(crate::StoreError::Corrupt(format!("a counter of an unknown table {other:?}"))),
+                other => {
+                    return Err(crate::StoreError::inconsistent(format!("a counter of an unknown table {other:?}")));
+                }
             };
             *by_key.entry(key.status.clone()).or_insert(0) += n;
         }
@@ -367,7 +369,7 @@ impl Stats {
                 .filter(|(_, n)| *n != 0)
                 .map(|(k, n)| {
                     let count = u64::try_from(n).map_err(|_| {
-                        crate::StoreError::Corrupt(format!(
+                        crate::StoreError::inconsistent(format!(
                             "the count of {k:?} is {n}: the counters are out of step, run `payhook stats --recount`"
                         ))
                     })?;
