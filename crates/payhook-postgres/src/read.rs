@@ -8,8 +8,8 @@ use crate::pool;
 use crate::pool::{Object, Pool};
 use payhook_core::event::{Effect, EventId, OrderId, SourceName};
 use payhook_store::{
-    AttemptEntry, AuditEntry, BillingChange, EventView, OrderView, OutboxView, Outcome, ReceivedHeaders, Stats,
-    StoreError,
+    AttemptEntry, AuditEntry, BillingChange, EventView, OrderView, OutboxStatus, OutboxView, Outcome, ReceivedHeaders,
+    Stats, StoreError,
 };
 use std::time::Duration;
 use tokio_postgres::Row;
@@ -82,13 +82,15 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize, what: 
 
 fn outbox_view(r: &Row) -> Result<OutboxView> {
     let payload: &str = get(r, 4, "outbox payload")?;
+    let status: &str = get(r, 3, "outbox status")?;
     let attempts: i32 = get(r, 8, "outbox attempts")?;
     let last_status: Option<i32> = get(r, 11, "outbox last status")?;
     Ok(OutboxView {
         id: get(r, 0, "outbox id")?,
         kind: get(r, 1, "outbox kind")?,
         sink: get(r, 2, "outbox sink")?,
-        status: get(r, 3, "outbox status")?,
+        status: OutboxStatus::parse(status)
+            .ok_or_else(|| StoreError::inconsistent(format!("outbox status {status:?}")))?,
         payload: serde_json::from_str(payload).map_err(|e| StoreError::corrupt("outbox payload", e))?,
         order_id: get(r, 5, "outbox order")?,
         source: get(r, 6, "outbox source")?,

@@ -29,7 +29,7 @@ pub const MAX_LIMIT: u32 = 500;
 /// Events shown by a dry run.
 pub const SAMPLE_SIZE: usize = 10;
 /// The statuses an outbox row can have.
-pub const OUTBOX_STATUSES: [&str; 4] = ["pending", "delivered", "dead", "unrouted"];
+pub const OUTBOX_STATUSES: [&str; 4] = payhook_store::OutboxStatus::NAMES;
 /// How often a replay refused because the writer's queue is full is tried again before the bulk replay stops.
 const OVERLOAD_RETRIES: u32 = 3;
 
@@ -482,7 +482,7 @@ async fn select_dead_letters<S: Store>(
 pub async fn retry_outbox<S: Store>(store: &S, id: i64, now_ms: i64) -> Result<OutboxView, AdminError> {
     let requeued = store.retry_outbox(id, now_ms).await?;
     let row = outbox_row(store, id).await?.ok_or_else(|| AdminError::NotFound(format!("no outbox row {id}")))?;
-    if requeued { Ok(row) } else { Err(AdminError::OutboxNotDead { id, status: row.status }) }
+    if requeued { Ok(row) } else { Err(AdminError::OutboxNotDead { id, status: row.status.to_string() }) }
 }
 
 /// One outbox row by id, as it is after the re-queue just made (never from a standby that may lag).

@@ -28,7 +28,7 @@ const LATENCY_BOUNDS_US: &[u64] = &[
 /// Inbox statuses always rendered (0 when absent), so that alerting rules find their series.
 const EVENT_STATUSES: [&str; 2] = ["deferred", "dead_lettered"];
 /// Outbox statuses always rendered (0 when absent).
-const OUTBOX_STATUSES: [&str; 4] = ["pending", "delivered", "dead", "unrouted"];
+const OUTBOX_STATUSES: [&str; 4] = payhook_store::OutboxStatus::NAMES;
 
 /// Per-source instruments.
 #[derive(Debug)]

@@ -5,8 +5,8 @@ use crate::writer::unavailable;
 use payhook_core::event::{Currency, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
 use payhook_store::{
-    AttemptEntry, AuditEntry, BillingChange, EventView, OrderView, OutboxView, Outcome, ReceivedHeaders, Stats,
-    StoreError,
+    AttemptEntry, AuditEntry, BillingChange, EventView, OrderView, OutboxStatus, OutboxView, Outcome, ReceivedHeaders,
+    Stats, StoreError,
 };
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 
@@ -82,7 +82,16 @@ pub(crate) fn outbox_rows(conn: &Connection, sql: &str, args: &[&dyn ToSql]) -> 
                     id: r.get(0)?,
                     kind: r.get(1)?,
                     sink: r.get(2)?,
-                    status: r.get(3)?,
+                    status: {
+                        let s: String = r.get(3)?;
+                        OutboxStatus::parse(&s).ok_or_else(|| {
+                            rusqlite::Error::FromSqlConversionFailure(
+                                3,
+                                rusqlite::types::Type::Text,
+                                format!("outbox status {s:?}").into(),
+                            )
+                        })?
+                    },
                     payload: serde_json::Value::Null,
                     order_id: r.get(5)?,
                     source: r.get(6)?,

@@ -73,11 +73,7 @@ pub fn every_outbox_filter() -> Vec<OutboxFilter> {
             limit: 50,
         };
         out.push(base.clone());
-        out.extend(
-            ["pending", "delivered", "dead", "unrouted"]
-                .iter()
-                .map(|s| OutboxFilter { status: Some((*s).to_owned()), ..base.clone() }),
-        );
+        out.extend(crate::OutboxStatus::ALL.into_iter().map(|s| OutboxFilter { status: Some(s), ..base.clone() }));
     }
     out
 }
@@ -172,7 +168,7 @@ pub fn event_route(f: &EventFilter) -> Route<'_> {
 /// The route of an outbox listing: an order's own rows, else the status index for the statuses operators page
 /// through (everything but `delivered`, the bulk), else the sink, else the status, else every row.
 pub fn outbox_route(f: &OutboxFilter) -> Route<'_> {
-    let status = f.status.as_deref();
+    let status = f.status.map(crate::OutboxStatus::as_str);
     let (kind, sink) = (f.kind.as_deref(), f.sink.as_deref());
     let path = match (f.order_id.as_deref(), status.filter(|s| *s != "delivered"), sink, status) {
         (Some(o), ..) => Path::Value(Column::OrderId, o),

@@ -3,7 +3,7 @@
 pub use crate::headers::ReceivedHeaders;
 use payhook_core::event::{Effect, Event, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A delivery whose signature verified, ready to be recorded. Constructing one is the proof that verification
 /// happened: the pipeline builds it only from a `Verified` result.
@@ -136,6 +136,57 @@ pub struct AuditEntry {
     pub at_ms: i64,
 }
 
+/// Where an outbox row is in its delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutboxStatus {
+    /// Waiting for its next attempt.
+    Pending,
+    /// The sink acknowledged it.
+    Delivered,
+    /// It failed for good (a permanent error, or the budget is spent); an operator may re-queue it.
+    Dead,
+    /// No configured sink takes its kind: the effect is recorded, nothing is sent.
+    Unrouted,
+}
+
+impl OutboxStatus {
+    /// Every status, in the order listings and counts show them.
+    pub const ALL: [OutboxStatus; 4] = [Self::Pending, Self::Delivered, Self::Dead, Self::Unrouted];
+
+    /// Every status's name, in the order of [`OutboxStatus::ALL`].
+    pub const NAMES: [&'static str; 4] = {
+        let mut names = [""; 4];
+        let mut i = 0;
+        while i < names.len() {
+            names[i] = Self::ALL[i].as_str();
+            i += 1;
+        }
+        names
+    };
+
+    /// The stored and displayed name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Delivered => "delivered",
+            Self::Dead => "dead",
+            Self::Unrouted => "unrouted",
+        }
+    }
+
+    /// The inverse of [`OutboxStatus::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for OutboxStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A side effect in the outbox: one row per (effect, sink).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OutboxView {
@@ -145,8 +196,8 @@ pub struct OutboxView {
     pub kind: String,
     /// The sink it goes to; empty when no configured sink takes this kind (the effect is recorded, not sent).
     pub sink: String,
-    /// `pending`, `delivered`, `dead`, or `unrouted` (no sink).
-    pub status: String,
+    /// Where it is in its delivery.
+    pub status: OutboxStatus,
     /// The JSON document that is sent.
     pub payload: serde_json::Value,
     /// The order it concerns, if any.
@@ -575,7 +626,7 @@ pub struct EventSummary {
 #[derive(Debug, Clone, Default)]
 pub struct OutboxFilter {
     /// Only this status.
-    pub status: Option<String>,
+    pub status: Option<OutboxStatus>,
     /// Only this kind.
     pub kind: Option<String>,
     /// Only this sink.

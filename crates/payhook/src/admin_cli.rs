@@ -477,7 +477,7 @@ fn outbox_table(rows: &[OutboxView]) -> Table {
             utc(r.created_at_ms),
             r.kind.clone(),
             if r.sink.is_empty() { "-".to_owned() } else { r.sink.clone() },
-            r.status.clone(),
+            r.status.to_string(),
             r.attempts.to_string(),
             or_dash(r.order_id.as_deref()),
             clip(r.last_error.as_deref().unwrap_or("-"), 50),

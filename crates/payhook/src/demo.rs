@@ -301,7 +301,9 @@ async fn tour(args: &DemoArgs, dir: &std::path::Path) -> Result<()> {
             .list_outbox(OutboxFilter { sink: Some("receipts".into()), limit: 100, ..Default::default() })
             .await?
             .rows;
-        if rows.iter().all(|r| r.status == "delivered") || started.elapsed() > Duration::from_secs(20) {
+        if rows.iter().all(|r| r.status == payhook_store::OutboxStatus::Delivered)
+            || started.elapsed() > Duration::from_secs(20)
+        {
             break rows;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -2,6 +2,7 @@
 //! becomes a page (`next_cursor`, and `partial` when the scan bound stopped it short).
 
 use super::*;
+use payhook_store::OutboxStatus;
 
 /// Filters of an event listing, as the API's query string and the CLI's flags give them.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
@@ -166,12 +167,15 @@ async fn page_of_events<S: Store>(store: &S, mut filter: EventFilter) -> Result<
 
 /// Lists outbox rows, newest first.
 pub async fn list_outbox<S: Store>(store: &S, query: &OutboxQuery) -> Result<OutboxPage, AdminError> {
-    if let Some(status) = query.status.as_deref().filter(|s| !OUTBOX_STATUSES.contains(s)) {
-        return Err(AdminError::Invalid(format!("status {status:?} is not one of {}", OUTBOX_STATUSES.join(", "))));
-    }
+    let status = match query.status.as_deref() {
+        None => None,
+        Some(s) => Some(OutboxStatus::parse(s).ok_or_else(|| {
+            AdminError::Invalid(format!("status {s:?} is not one of {}", OUTBOX_STATUSES.join(", ")))
+        })?),
+    };
     let limit = page_limit(query.limit)?;
     let filter = OutboxFilter {
-        status: query.status.clone(),
+        status,
         kind: query.kind.clone(),
         sink: query.sink.clone(),
         order_id: query.order_id.clone(),

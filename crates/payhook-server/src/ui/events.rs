@@ -1,6 +1,7 @@
 //! Events: the list with its filters, and one event's page (its body as received, headers, attempts, effects).
 
 use super::*;
+use payhook_store::OutboxStatus;
 
 pub(super) fn events_table(events: &[EventSummary], replay_csrf: Option<&str>) -> Markup {
     html! {
@@ -102,7 +103,7 @@ pub(super) fn outbox_table(rows: &[OutboxView], csrf: &str) -> Markup {
                             td.mono { (r.id) }
                             td { (r.kind) }
                             td { @if r.sink.is_empty() { span.muted { "none" } } @else { (r.sink) } }
-                            td { (badge(&r.status)) }
+                            td { (badge(r.status.as_str())) }
                             td.hide-narrow { (r.attempts) }
                             td.hide-narrow.mono { (r.next_attempt_at_ms.map(time).unwrap_or_default()) }
                             td.wrap {
@@ -117,7 +118,7 @@ pub(super) fn outbox_table(rows: &[OutboxView], csrf: &str) -> Markup {
                                 }
                             }
                             td {
-                                @if r.status == "dead" {
+                                @if r.status == OutboxStatus::Dead {
                                     form.inline method="post" action={ "/ui/outbox/" (r.id) "/retry" } {
                                         (csrf_field(csrf))
                                         button.quiet type="submit" { "Retry" }

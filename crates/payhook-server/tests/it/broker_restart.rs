@@ -154,7 +154,7 @@ async fn orders_through_a_restart(broker: &mut impl Restart, sink: SinkSettings)
     }
     // The client reconnects by itself; give the backoff time to find the broker again, then drain.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while rows(&app, &sink_name).await.iter().any(|r| r.status != "delivered") {
+    while rows(&app, &sink_name).await.iter().any(|r| r.status != payhook_store::OutboxStatus::Delivered) {
         assert!(std::time::Instant::now() < deadline, "rows still pending after the restart");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -172,7 +172,7 @@ fn assert_nothing_lost_or_doubled(app_rows: &[payhook_store::OutboxView], ids: &
     assert!(retried > 0, "no row was retried: the broker's downtime was not felt");
     eprintln!("{retried} of {ORDERS} rows needed more than one attempt");
     for row in app_rows {
-        assert_eq!(row.status, "delivered", "{row:?}");
+        assert_eq!(row.status, payhook_store::OutboxStatus::Delivered, "{row:?}");
         assert!(distinct.contains(&row.id.to_string()), "row {} was lost", row.id);
     }
 }
@@ -246,7 +246,7 @@ async fn a_rabbitmq_restarted_under_load_loses_nothing_and_its_copies_keep_their
     let app_rows = rows(&app, "amqp-restart").await;
     assert_eq!((app_rows.len(), ids.len()), (ORDERS, ORDERS), "every row in the queue: {seen:?}");
     for row in &app_rows {
-        assert_eq!(row.status, "delivered", "{row:?}");
+        assert_eq!(row.status, payhook_store::OutboxStatus::Delivered, "{row:?}");
         assert!(ids.contains(&row.id.to_string()), "row {} was lost", row.id);
     }
     assert!(app_rows.iter().any(|r| r.attempts > 1), "no row was retried: the broker's downtime was not felt");

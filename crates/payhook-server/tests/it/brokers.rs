@@ -142,7 +142,7 @@ fn assert_once_per_order(app_rows: &[OutboxView], seen: &[(String, String, serde
     assert_eq!((ids.len(), order_ids.len()), (orders, orders), "{seen:?}");
     assert_eq!(app_rows.len(), orders);
     for row in app_rows {
-        assert_eq!(row.status, "delivered", "{row:?}");
+        assert_eq!(row.status, payhook_store::OutboxStatus::Delivered, "{row:?}");
         assert!(ids.contains(row.id.to_string().as_str()), "row {} is not in the broker", row.id);
     }
 }
@@ -189,7 +189,11 @@ async fn a_jetstream_republish_after_the_ack_is_dropped_as_a_duplicate() {
         let pass = app.running.dispatcher.run_once(t).await.expect("dispatch");
         assert_eq!(pass.delivered, 0, "the ack was not recorded: {pass:?}");
     }
-    assert_eq!(rows(&app, &sink_name).await[0].status, "pending", "still leased, not delivered");
+    assert_eq!(
+        rows(&app, &sink_name).await[0].status,
+        payhook_store::OutboxStatus::Pending,
+        "still leased, not delivered"
+    );
     let pass = app.running.dispatcher.run_until_idle(t + 3_600_000).await.expect("dispatch");
     assert_eq!(pass.delivered, 1, "the re-publish is acknowledged: {pass:?}");
     let seen = stream_messages(&js, &stream).await;

@@ -78,7 +78,7 @@ async fn every_order_paid_reaches_the_rabbitmq_queue_once_per_order_persistent_a
     let orders: BTreeSet<&str> = seen.iter().filter_map(|(_, _, p)| p["order_id"].as_str()).collect();
     assert_eq!((ids.len(), orders.len()), (6, 6), "{seen:?}");
     for row in rows(&app, "events").await {
-        assert_eq!(row.status, "delivered", "{row:?}");
+        assert_eq!(row.status, payhook_store::OutboxStatus::Delivered, "{row:?}");
         assert!(ids.contains(row.id.to_string().as_str()), "row {} is not in the queue", row.id);
     }
 }

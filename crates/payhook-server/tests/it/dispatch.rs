@@ -232,7 +232,7 @@ async fn a_400_is_permanent_and_a_spent_budget_is_dead_with_the_last_error_and_a
     assert_eq!((shop_row.status.as_str(), shop_row.attempts, shop_row.last_status), ("dead", 1, Some(400)));
     assert!(shop_row.last_error.as_deref().is_some_and(|e| e.starts_with("400")), "{shop_row:?}");
     let crm_row = rows(&app, "crm").await.remove(0);
-    assert_eq!(crm_row.status, "pending");
+    assert_eq!(crm_row.status, payhook_store::OutboxStatus::Pending);
     app.running.dispatcher.run_once(crm_row.next_attempt_at_ms.unwrap()).await.expect("dispatch");
     let crm_row = rows(&app, "crm").await.remove(0);
     assert_eq!((crm_row.status.as_str(), crm_row.attempts), ("dead", 2));
@@ -298,7 +298,7 @@ async fn a_row_whose_dispatcher_died_mid_delivery_is_sent_again_with_the_same_ke
     let seen = sink_server.seen("/shop");
     assert_eq!(seen.len(), 2, "at least once: the sink sees the row twice");
     assert_eq!(seen[0].header("idempotency-key"), seen[1].header("idempotency-key"), "always with the same key");
-    assert_eq!(rows(&app, "shop").await.remove(0).status, "delivered");
+    assert_eq!(rows(&app, "shop").await.remove(0).status, payhook_store::OutboxStatus::Delivered);
 }
 
 #[tokio::test]

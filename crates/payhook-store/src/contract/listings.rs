@@ -190,7 +190,11 @@ pub async fn a_filter_no_index_serves_stops_at_the_scan_bound_and_pages_on_to_ev
     let all = all_outbox(&store).await;
     for filter in [
         OutboxFilter { kind: Some("order.refunded".into()), ..OutboxFilter::default() },
-        OutboxFilter { status: Some("pending".into()), sink: Some("mail".into()), ..OutboxFilter::default() },
+        OutboxFilter {
+            status: Some(crate::OutboxStatus::Pending),
+            sink: Some("mail".into()),
+            ..OutboxFilter::default()
+        },
     ] {
         let expected: Vec<i64> = all
             .iter()
@@ -248,7 +252,7 @@ pub async fn filters_an_index_serves_whole_never_stop_at_the_scan_bound<S: Store
     let all = all_outbox(&store).await;
     for filter in [
         OutboxFilter { sink: Some("crm".into()), ..OutboxFilter::default() },
-        OutboxFilter { status: Some("pending".into()), ..OutboxFilter::default() },
+        OutboxFilter { status: Some(crate::OutboxStatus::Pending), ..OutboxFilter::default() },
         OutboxFilter { order_id: Some("ord_w1".into()), kind: Some("order.paid".into()), ..OutboxFilter::default() },
     ] {
         let page = store.list_outbox(OutboxFilter { limit: 100, ..filter.clone() }).await.expect("list");
