@@ -50,8 +50,10 @@ impl CpuSnapshot {
             live += spent;
             *by_name.entry(name.as_str()).or_default() += spent;
         }
-        let total = self.total.saturating_sub(before.total);
-        let exited = total.saturating_sub(live);
+        // The threads are read just after the process, so their sum can run a tick ahead of the process's total:
+        // the total is then that sum, and no time is put down to exited threads.
+        let total = self.total.saturating_sub(before.total).max(live);
+        let exited = total - live;
         if exited > 0 {
             by_name.insert("exited threads", exited);
         }
@@ -106,6 +108,14 @@ mod tests {
             cpu["by_thread_us_per_acked"],
             json!({ "tokio-runtime-w": 2_000.0, "sqlite-writer": 1_500.0, "exited threads": 500.0 })
         );
+    }
+
+    #[test]
+    fn threads_read_a_tick_after_the_process_make_the_total() {
+        let snapshot = |total, t| CpuSnapshot { total, threads: [(1, ("w".to_owned(), t))].into_iter().collect() };
+        let cpu = snapshot(12, 13).since(&snapshot(10, 10), 1);
+        assert_eq!(cpu["us_per_acked"], 30_000.0);
+        assert_eq!(cpu["by_thread_us_per_acked"], json!({ "w": 30_000.0 }));
     }
 
     #[test]
