@@ -1,4 +1,8 @@
 //! What crosses the storage boundary.
+//!
+//! Why one file of about 840 lines: these are the plain data types of the `Store` trait's signatures (what goes in,
+//! what comes out, filters and counts), nearly all documentation; split, every backend would import from many
+//! files for one contract.
 
 pub use crate::headers::ReceivedHeaders;
 use payhook_core::event::{Effect, Event, EventId, Money, OrderId, SourceName};
