@@ -116,7 +116,7 @@ impl App {
             let _ = self.runtime.block_on(running.shutdown());
         }
         if let Some(store) = self.store.take() {
-            store.shutdown();
+            self.runtime.block_on(store.shutdown());
         }
         // tmpfs when there is one: fsync costs nothing there, and the fuzzer runs many inputs a second.
         let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir()).expect("temp dir");
