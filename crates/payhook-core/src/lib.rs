@@ -10,6 +10,7 @@
 //!   that matched nothing.
 //! - [`billing`]: subscriptions (newest event wins, ended is final) and entitlements (one per paid invoice).
 //! - [`retry`]: the retry policy, a pure function from attempt count to the next attempt or a dead letter.
+//! - [`mod@time`]: calendar time, providers' date-times to unix seconds and back.
 
 pub mod billing;
 pub mod event;
@@ -17,3 +18,4 @@ pub mod format;
 pub mod ledger;
 pub mod retry;
 pub mod signature;
+pub mod time;

@@ -12,9 +12,10 @@
 //! The HMAC signature in `additionalData.hmacSignature` is the signature module's business; this module neither
 //! reads nor writes it.
 
-use super::common::{format_timestamp, int_at, str_at, timestamp_at};
+use super::common::{int_at, str_at, timestamp_at};
 use super::{Outgoing, ParseError};
 use crate::event::{Currency, Effect, Event, EventId, Money, OrderAction, OrderId};
+use crate::time::rfc3339;
 use serde_json::Value;
 
 pub(super) fn parse(root: &Value) -> Result<Vec<Event>, ParseError> {
@@ -78,7 +79,7 @@ pub(super) fn encode(e: &Outgoing<'_>) -> Value {
         "additionalData": {},
         "amount": { "currency": e.currency.to_ascii_uppercase(), "value": e.amount_minor },
         "eventCode": code,
-        "eventDate": format_timestamp(e.created),
+        "eventDate": rfc3339(e.created),
         "merchantAccountCode": "PayhookTestAccount",
         "merchantReference": e.order_id,
         "paymentMethod": "visa",

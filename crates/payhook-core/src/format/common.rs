@@ -3,6 +3,7 @@
 use super::ParseError;
 use crate::billing::SubscriptionStatus;
 use crate::event::{Currency, Effect, Event, EventId, InvalidValue, Money, OrderAction, OrderId};
+use crate::time::parse_iso8601;
 use serde_json::Value;
 
 pub(super) fn str_at<'a>(v: &'a Value, pointer: &'static str) -> Result<&'a str, ParseError> {
@@ -114,110 +115,14 @@ impl Envelope {
     }
 }
 
-/// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The inverse of [`days_from_civil`].
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-fn days_in_month(year: i64, month: u32) -> u32 {
-    match month {
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Reads a run of ASCII digits as a number; `None` if any byte is not a digit.
-fn digits(b: &[u8]) -> Option<u32> {
-    b.iter().try_fold(0u32, |acc, d| d.is_ascii_digit().then(|| acc * 10 + u32::from(d - b'0')))
-}
-
-/// Parses an ISO 8601 date-time, as providers send it, to unix seconds.
-///
-/// Accepted: `YYYY-MM-DDTHH:MM:SS`, then an optional fraction of any length (truncated: payhook orders events by
-/// the second), then `Z`, `±HH:MM`, `±HHMM`, `±HH` or nothing (read as UTC: Paystack's older fields carry no zone).
-/// The separator may also be `t` or a space. Out-of-range fields (`02-30`, `24:00`) are rejected; a leap second
-/// (`:60`) is read as the next second.
-///
-/// Hand-written rather than a date crate: the core crate keeps its dependency tree minimal, and this one shape is
-/// all the formats need.
-pub(super) fn parse_timestamp(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
-        return None;
-    }
-    if b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let year = i64::from(digits(&b[0..4])?);
-    let (month, day) = (digits(&b[5..7])?, digits(&b[8..10])?);
-    let (hour, minute, second) = (digits(&b[11..13])?, digits(&b[14..16])?, digits(&b[17..19])?);
-    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
-        return None;
-    }
-    if hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
-    let mut rest = &b[19..];
-    if let [b'.', tail @ ..] = rest {
-        let n = tail.iter().take_while(|d| d.is_ascii_digit()).count();
-        if n == 0 {
-            return None;
-        }
-        rest = &tail[n..];
-    }
-    let offset_secs = match rest {
-        [] | [b'Z' | b'z'] => 0,
-        [sign @ (b'+' | b'-'), zone @ ..] => {
-            let (h, m) = match zone {
-                [h1, h2] => (digits(&[*h1, *h2])?, 0),
-                [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => (digits(&[*h1, *h2])?, digits(&[*m1, *m2])?),
-                _ => return None,
-            };
-            if h > 23 || m > 59 {
-                return None;
-            }
-            let secs = i64::from(h * 3600 + m * 60);
-            if *sign == b'+' { secs } else { -secs }
-        }
-        _ => return None,
-    };
-    let local = days_from_civil(year, month, day) * 86_400
-        + i64::from(hour) * 3600
-        + i64::from(minute) * 60
-        + i64::from(second);
-    Some(local - offset_secs)
-}
-
-/// The first of `pointers` that holds a string timestamp [`parse_timestamp`] reads. A present but unreadable
+/// The first of `pointers` that holds a string timestamp [`parse_iso8601`] reads. A present but unreadable
 /// timestamp is an error rather than a reason to try the next one.
 pub(super) fn timestamp_at(v: &Value, pointers: &[&'static str]) -> Result<Option<i64>, ParseError> {
     for &p in pointers {
         match v.pointer(p) {
             None | Some(Value::Null) => continue,
             Some(Value::String(s)) => {
-                return parse_timestamp(s).map(Some).ok_or(ParseError::Invalid(InvalidValue {
+                return parse_iso8601(s).map(Some).ok_or(ParseError::Invalid(InvalidValue {
                     field: "timestamp",
                     reason: "must be an ISO 8601 date-time such as 2024-01-01T10:00:00Z",
                 }));
@@ -226,13 +131,6 @@ pub(super) fn timestamp_at(v: &Value, pointers: &[&'static str]) -> Result<Optio
         }
     }
     Ok(None)
-}
-
-/// Unix seconds as `YYYY-MM-DDTHH:MM:SSZ`, for encoding.
-pub(super) fn format_timestamp(secs: i64) -> String {
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// Digits of a currency's minor unit (ISO 4217): 0 for the yen, 3 for the dinars, 2 for most.
@@ -285,56 +183,6 @@ pub(super) fn minor_to_decimal(amount_minor: i64, exponent: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timestamps_in_every_shape_providers_send() {
-        assert_eq!(parse_timestamp("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(parse_timestamp("2016-03-29T10:47:12.000Z"), Some(1_459_248_432));
-        assert_eq!(parse_timestamp("2016-03-29T10:47:12"), Some(1_459_248_432));
-        assert_eq!(parse_timestamp("2016-03-29 10:47:12.123456789z"), Some(1_459_248_432));
-        assert_eq!(parse_timestamp("2024-01-01T10:00:00-05:00"), Some(1_704_121_200));
-        assert_eq!(parse_timestamp("2024-01-01T15:00:00+00:00"), Some(1_704_121_200));
-        assert_eq!(parse_timestamp("2024-01-01T20:30:00+0530"), Some(1_704_121_200));
-        assert_eq!(parse_timestamp("2019-06-28T18:03:50+01:00"), Some(1_561_741_430));
-        assert_eq!(parse_timestamp("2024-02-29T00:00:00Z"), Some(1_709_164_800));
-        assert_eq!(parse_timestamp("1969-12-31T23:59:59Z"), Some(-1));
-    }
-
-    #[test]
-    fn malformed_timestamps_are_rejected() {
-        for s in [
-            "",
-            "2024-01-01",
-            "2024-01-01T10:00",
-            "2023-02-29T00:00:00Z",
-            "2024-13-01T00:00:00Z",
-            "2024-00-10T00:00:00Z",
-            "2024-01-01T24:00:00Z",
-            "2024-01-01T10:60:00Z",
-            "2024-01-01T10:00:00.Z",
-            "2024-01-01T10:00:00+5",
-            "2024-01-01T10:00:00+25:00",
-            "2024-01-01T10:00:00 UTC",
-            "2024/01/01T10:00:00Z",
-            "+024-01-01T10:00:00Z",
-            "2024-01-01T10:00:00ZZ",
-            "1700000000",
-        ] {
-            assert_eq!(parse_timestamp(s), None, "{s}");
-        }
-    }
-
-    #[test]
-    fn civil_dates_round_trip_over_four_centuries() {
-        for days in (-200_000..200_000).step_by(17) {
-            let (y, m, d) = civil_from_days(days);
-            assert!((1..=12).contains(&m) && d >= 1 && d <= days_in_month(y, m));
-            assert_eq!(days_from_civil(y, m, d), days);
-        }
-        for secs in [0, 7, 1_459_248_432, 1_704_121_200, 4_102_444_800] {
-            assert_eq!(parse_timestamp(&format_timestamp(secs)), Some(secs));
-        }
-    }
 
     #[test]
     fn decimals_become_minor_units_by_the_currency_exponent() {

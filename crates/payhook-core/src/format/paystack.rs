@@ -35,11 +35,12 @@
 //! depend on event time, so charges, refunds and disputes without any timestamp get 0; subscription and invoice
 //! events without one are a [`ParseError`], because the billing rules order them by time.
 
-use super::common::{format_timestamp, id_at, opt_str_at, str_at, timestamp_at};
+use super::common::{id_at, opt_str_at, str_at, timestamp_at};
 use super::{Outgoing, ParseError};
 use crate::billing::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::event::{Currency, CustomerId, Effect, Event, EventId, InvoiceId, Money, OrderAction, OrderId};
 use crate::event::{InvalidValue, SubscriptionId};
+use crate::time::rfc3339;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -211,7 +212,7 @@ fn invoice(name: &str, object_id: &str, data: &Value) -> Result<Event, ParseErro
 
 /// Paystack has no event for a failed charge: `Fail` gives `None`.
 pub(super) fn encode(e: &Outgoing<'_>) -> Option<Value> {
-    let at = format_timestamp(e.created);
+    let at = rfc3339(e.created);
     let currency = e.currency.to_ascii_uppercase();
     let customer = serde_json::json!({
         "id": 68324, "first_name": "Ada", "last_name": "Obi", "email": "ada@example.com",

@@ -21,11 +21,11 @@
 //! Amounts are decimal strings (`"199.00"`) converted with the currency's exponent (0 for JPY, 3 for KWD, 2 for
 //! most); a non-numeric string or more non-zero decimals than the currency has is an error.
 
-use super::common::{currency_exponent, decimal_to_minor, format_timestamp, id_at, minor_to_decimal};
-use super::common::{opt_str_at, parse_timestamp, str_at, timestamp_at};
+use super::common::{currency_exponent, decimal_to_minor, id_at, minor_to_decimal, opt_str_at, str_at, timestamp_at};
 use super::{Outgoing, ParseError};
 use crate::event::{Currency, Effect, Event, EventId, InvalidValue, Money, OrderAction, OrderId};
 use crate::signature::Headers;
+use crate::time::{parse_iso8601, rfc3339};
 use serde_json::Value;
 
 const TOPIC: &str = "x-shopify-topic";
@@ -39,7 +39,7 @@ pub(super) fn parse(headers: &(impl Headers + ?Sized), root: &Value) -> Result<E
         headers.get(EVENT_ID).or_else(|| headers.get(WEBHOOK_ID)).ok_or(ParseError::MissingHeader(EVENT_ID))?;
     let event_id = EventId::parse(event_id)?;
     let occurred_at = match headers.get(TRIGGERED_AT) {
-        Some(s) => parse_timestamp(s).ok_or(InvalidValue {
+        Some(s) => parse_iso8601(s).ok_or(InvalidValue {
             field: "x-shopify-triggered-at",
             reason: "must be an ISO 8601 date-time such as 2024-01-01T10:00:00Z",
         })?,
@@ -122,7 +122,7 @@ fn id_value(id: &str) -> Value {
 
 /// Shopify has no webhook for a failed payment: `Fail` gives `None`.
 pub(super) fn encode(e: &Outgoing<'_>) -> Option<Value> {
-    let at = format_timestamp(e.created);
+    let at = rfc3339(e.created);
     let currency = e.currency.to_ascii_uppercase();
     let amount = match Currency::parse(e.currency) {
         Ok(c) => minor_to_decimal(e.amount_minor, currency_exponent(&c)),
@@ -161,7 +161,7 @@ pub(super) fn encode_headers(e: &Outgoing<'_>) -> Vec<(String, String)> {
     [
         (TOPIC, topic.to_owned()),
         (EVENT_ID, e.event_id.to_owned()),
-        (TRIGGERED_AT, format_timestamp(e.created)),
+        (TRIGGERED_AT, rfc3339(e.created)),
         ("x-shopify-shop-domain", "payhook-test.myshopify.com".to_owned()),
         ("x-shopify-api-version", "2024-07".to_owned()),
     ]

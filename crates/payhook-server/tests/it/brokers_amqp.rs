@@ -59,10 +59,11 @@ pub(crate) async fn drain(channel: &lapin::Channel, queue: &str) -> Vec<(String,
 #[tokio::test]
 async fn every_order_paid_reaches_the_rabbitmq_queue_once_per_order_persistent_and_with_its_id() {
     let url = amqp_url();
+    // Taken before the check: the restart test holds it for writing while RabbitMQ is down.
+    let _broker = BROKER.read().await;
     if !reachable(&url, "every_order_paid_reaches_the_rabbitmq_queue_once_per_order").await {
         return;
     }
-    let _broker = BROKER.read().await;
     let queue = unique("payhook-it-");
     let (_connection, channel) = declare_queue(&url, &queue).await;
     let app = TestApp::spawn_with(|s, _| s.sinks.push(amqp_sink("events", &url, &queue))).await;
@@ -86,11 +87,11 @@ async fn every_order_paid_reaches_the_rabbitmq_queue_once_per_order_persistent_a
 #[tokio::test]
 async fn a_rabbitmq_republish_after_the_ack_carries_the_same_message_id() {
     let url = amqp_url();
+    let _serial = SERIAL.lock().await;
+    let _broker = BROKER.read().await;
     if !reachable(&url, "a_rabbitmq_republish_after_the_ack_carries_the_same_message_id").await {
         return;
     }
-    let _serial = SERIAL.lock().await;
-    let _broker = BROKER.read().await;
     let (queue, sink_name) = (unique("payhook-it-"), unique("amqp-fp-"));
     let (_connection, channel) = declare_queue(&url, &queue).await;
     let app = TestApp::spawn_with(|s, _| s.sinks.push(amqp_sink(&sink_name, &url, &queue))).await;
@@ -113,10 +114,11 @@ async fn a_rabbitmq_republish_after_the_ack_carries_the_same_message_id() {
 #[tokio::test]
 async fn an_unroutable_rabbitmq_message_is_returned_and_retried_not_delivered() {
     let url = amqp_url();
+    // Taken before the check: the restart test holds it for writing while RabbitMQ is down.
+    let _broker = BROKER.read().await;
     if !reachable(&url, "an_unroutable_rabbitmq_message_is_returned_and_retried_not_delivered").await {
         return;
     }
-    let _broker = BROKER.read().await;
     let nowhere = unique("payhook-it-unbound-");
     let app = TestApp::spawn_with(|s, _| s.sinks.push(amqp_sink("nowhere", &url, &nowhere))).await;
     paid_order(&app, "ord_u").await;
