@@ -24,7 +24,7 @@
 //! key taken (a duplicate) or, under another key, the entitlement already granted (a no-op).
 
 use crate::ops::{Ctx, Failure, order_lock, sinks_of};
-use crate::pipeline::{none, pipeline};
+use crate::pipeline::{self, answers, send_all};
 use crate::pool::{Object, Pool};
 use payhook_core::billing::{
     self, ENTITLEMENT_GRANTED, ENTITLEMENT_REVOKED, EntitlementStatus, INVOICE_PAYMENT_FAILED, InvoiceChange,
@@ -140,16 +140,12 @@ pub(crate) async fn apply(
     };
     let read = client.prepare_cached(STATE_SQL).await?;
     let params: [&(dyn ToSql + Sync); 2] = [&subscription_id, &invoice_id];
-    let (begun, mut rows, _) = pipeline(
-        savepoint.then(|| client.batch_execute("SAVEPOINT billing")),
-        vec![client.query_one(&read, &params)],
-        none(),
-    )
-    .await;
+    let begun = if savepoint { Some(pipeline::send(client.batch_execute("SAVEPOINT billing")).await) } else { None };
+    let read = pipeline::send(client.query_one(&read, &params)).await;
     if let Some(begun) = begun {
-        begun?;
+        begun.answer().await?;
     }
-    let state = state(&rows.pop().expect("one query was sent")?)?;
+    let state = state(&read.answer().await?)?;
 
     let row = match &event.effect {
         Effect::Subscription(change) => {
@@ -175,17 +171,19 @@ pub(crate) async fn apply(
 
 /// Sends the apply statement and, with `savepoint`, the release of the savepoint after it; the statement's error
 /// comes first.
-async fn send(client: &Object, sql: &str, params: &[&(dyn ToSql + Sync)], savepoint: bool) -> Result<Row, Failure> {
+async fn run_apply(
+    client: &Object,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    savepoint: bool,
+) -> Result<Row, Failure> {
     let stmt = client.prepare_cached(sql).await?;
-    let (_, mut rows, released) = pipeline(
-        none(),
-        vec![client.query_one(&stmt, params)],
-        savepoint.then(|| client.batch_execute("RELEASE SAVEPOINT billing")),
-    )
-    .await;
-    let row = rows.pop().expect("one statement was sent")?;
+    let applied = pipeline::send(client.query_one(&stmt, params)).await;
+    let released =
+        if savepoint { Some(pipeline::send(client.batch_execute("RELEASE SAVEPOINT billing")).await) } else { None };
+    let row = applied.answer().await?;
     if let Some(released) = released {
-        released?;
+        released.answer().await?;
     }
     Ok(row)
 }
@@ -229,7 +227,7 @@ async fn apply_subscription(
     let sinks = sinks_of(&ctx.routing, SUBSCRIPTION_UPDATED);
     let revoke_sinks = sinks_of(&ctx.routing, ENTITLEMENT_REVOKED);
     let seen_at = seen.map(|s| s.occurred_at);
-    send(
+    run_apply(
         client,
         SUBSCRIPTION_SQL,
         &[
@@ -300,7 +298,7 @@ async fn apply_invoice(
         .to_string()
     });
     let sinks = kind.map(|kind| sinks_of(&ctx.routing, kind));
-    send(
+    run_apply(
         client,
         INVOICE_SQL,
         &[
@@ -411,12 +409,13 @@ async fn snapshot(pool: &Pool, queries: &[&str], key: &str) -> Result<Vec<Vec<Ro
             statements.push(client.prepare_cached(sql).await?);
         }
         let params: [&(dyn ToSql + Sync); 1] = [&key];
-        let reads = statements.iter().map(|s| client.query(s, &params)).collect();
-        let (begun, rows, ended) =
-            pipeline(Some(client.batch_execute(SNAPSHOT)), reads, Some(client.batch_execute("COMMIT"))).await;
-        begun.expect("first was given")?;
-        ended.expect("last was given")?;
-        Ok(rows.into_iter().collect::<Result<Vec<_>, _>>()?)
+        let begun = pipeline::send(client.batch_execute(SNAPSHOT)).await;
+        let reads = send_all(statements.iter().map(|s| client.query(s, &params)).collect()).await;
+        let ended = pipeline::send(client.batch_execute("COMMIT")).await;
+        begun.answer().await?;
+        let rows = answers(reads).await.into_iter().collect::<Result<Vec<_>, _>>()?;
+        ended.answer().await?;
+        Ok(rows)
     })
     .await
 }

@@ -14,7 +14,7 @@
 
 use crate::billing;
 use crate::error::PgError;
-use crate::pipeline::{none, pipeline};
+use crate::pipeline::send;
 use crate::pool;
 use crate::pool::{Object, Pool};
 use payhook_core::event::{Currency, Effect, Event, EventId, Money, SourceName};
@@ -900,13 +900,11 @@ async fn settle_and_commit(
     }
     columns.follow(&mut follow, &ctx.routing);
     let params = columns.params();
-    let (_, settled, committed) =
-        pipeline(none(), vec![client.query_one(&settle, &params)], Some(client.batch_execute("COMMIT"))).await;
+    let settled = send(client.query_one(&settle, &params)).await;
+    let committed = send(client.batch_execute("COMMIT")).await;
     // A failed settlement aborted the transaction, and the COMMIT after it rolled back: report the settlement.
-    for s in settled {
-        s?;
-    }
-    committed.expect("last was given")?;
+    settled.answer().await?;
+    committed.answer().await?;
     Ok(())
 }
 
@@ -940,15 +938,13 @@ async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Resul
     };
 
     let lease: [&(dyn ToSql + Sync); 4] = [&c.source.as_str(), &c.event_id.as_str(), &c.row_id, &c.owner];
-    let (begun, mut rows, _) = pipeline(
-        Some(client.batch_execute("BEGIN")),
-        vec![client.query_opt(lock, &[lock_param]), client.query_opt(&leased, &lease)],
-        none(),
-    )
-    .await;
-    begun.expect("first was given")?;
-    let still_leased = rows.pop().expect("two queries were sent")?;
-    rows.pop().expect("two queries were sent")?;
+    let begun = send(client.batch_execute("BEGIN")).await;
+    let lock_params = [lock_param];
+    let locked = send(client.query_opt(lock, &lock_params)).await;
+    let still_leased = send(client.query_opt(&leased, &lease)).await;
+    begun.answer().await?;
+    locked.answer().await?;
+    let still_leased = still_leased.answer().await?;
     if still_leased.is_none() {
         client.batch_execute("ROLLBACK").await?;
         return Ok(Retried::LeaseLost);
@@ -1008,19 +1004,20 @@ async fn replay_on(
     let lock_params: [&(dyn ToSql + Sync); 1] = [&lock_key];
     let billing_params: [&(dyn ToSql + Sync); 1] = [&billing_locks];
     let key: [&(dyn ToSql + Sync); 2] = [&source, &event_id];
-    let mut reads = Vec::new();
-    if lock_key.is_some() {
-        reads.push(client.query_opt(&lock, &lock_params));
+    let begun = send(client.batch_execute("BEGIN")).await;
+    let locked = if lock_key.is_some() {
+        Some(send(client.query_opt(&lock, &lock_params)).await)
     } else if !billing_locks.is_empty() {
-        reads.push(client.query_opt(&lock_all, &billing_params));
+        Some(send(client.query_opt(&lock_all, &billing_params)).await)
+    } else {
+        None
+    };
+    let stored = send(client.query_opt(&row, &key)).await;
+    begun.answer().await?;
+    if let Some(locked) = locked {
+        locked.answer().await?;
     }
-    reads.push(client.query_opt(&row, &key));
-    let (begun, mut rows, _) = pipeline(Some(client.batch_execute("BEGIN")), reads, none()).await;
-    begun.expect("first was given")?;
-    let stored = rows.pop().expect("the row was read")?;
-    for locked in rows {
-        locked?;
-    }
+    let stored = stored.answer().await?;
     let Some(stored) = stored else {
         client.batch_execute("COMMIT").await?;
         return Ok(Replayed::NotFound);
@@ -1038,12 +1035,14 @@ async fn replay_on(
     // retried for another three days.
     let attempt = u32::try_from(attempts).map_err(|e| StoreError::corrupt("attempts", e))? + 1;
 
-    let Some(event) = event else {
-        let Parsed::Unparseable { reason, .. } = parsed else { unreachable!("not an event") };
-        let recorded = Recorded { outcome: Outcome::DeadLettered, detail: Some(reason.clone()) };
-        let settle = Settle::recorded(source, event_id, row_id, attempt, now_ms, &recorded);
-        settle_and_commit(client, ctx, &[settle], FollowUps::default()).await?;
-        return Ok(Replayed::Done(recorded));
+    let event = match parsed {
+        Parsed::Event(event) => event,
+        Parsed::Unparseable { reason, .. } => {
+            let recorded = Recorded { outcome: Outcome::DeadLettered, detail: Some(reason.clone()) };
+            let settle = Settle::recorded(source, event_id, row_id, attempt, now_ms, &recorded);
+            settle_and_commit(client, ctx, &[settle], FollowUps::default()).await?;
+            return Ok(Replayed::Done(recorded));
+        }
     };
     let effect_json = match &event.effect {
         Effect::Ignored => None,

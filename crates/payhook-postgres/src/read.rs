@@ -3,7 +3,7 @@
 
 use crate::error::PgError;
 use crate::ops::{money, parse_status};
-use crate::pipeline::{none, pipeline};
+use crate::pipeline::{answers, send, send_all};
 use crate::pool;
 use crate::pool::{Object, Pool};
 use payhook_core::event::{Effect, EventId, OrderId, SourceName};
@@ -138,14 +138,15 @@ pub(crate) async fn order(pool: &Pool, id: &OrderId) -> Result<Option<OrderView>
         let audit = client.prepare_cached(AUDIT_SQL).await?;
         let outbox = client.prepare_cached(&order_outbox_sql()).await?;
         let key: [&(dyn ToSql + Sync); 1] = [&id.as_str()];
-        let reads = vec![client.query(&order, &key), client.query(&audit, &key), client.query(&outbox, &key)];
-        let (begun, rows, ended) =
-            pipeline(Some(client.batch_execute(SNAPSHOT)), reads, Some(client.batch_execute("COMMIT"))).await;
-        begun.expect("first was given")?;
-        ended.expect("last was given")?;
-        let mut rows = rows.into_iter();
-        let mut next = || rows.next().expect("three queries were sent");
-        Ok((next()?, next()?, next()?))
+        let begun = send(client.batch_execute(SNAPSHOT)).await;
+        let order = send(client.query(&order, &key)).await;
+        let audit = send(client.query(&audit, &key)).await;
+        let outbox = send(client.query(&outbox, &key)).await;
+        let ended = send(client.batch_execute("COMMIT")).await;
+        begun.answer().await?;
+        let rows = (order.answer().await?, audit.answer().await?, outbox.answer().await?);
+        ended.answer().await?;
+        Ok(rows)
     })
     .await?;
     let Some(row) = order.first() else { return Ok(None) };
@@ -170,17 +171,15 @@ pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Res
         let orderless = client.prepare_cached(&orderless_outbox_sql()).await?;
         let billing = client.prepare_cached(EVENT_BILLING_SQL).await?;
         let key: [&(dyn ToSql + Sync); 2] = [&source.as_str(), &id.as_str()];
-        let reads = vec![
-            client.query(&event, &key),
-            client.query(&attempts, &key),
-            client.query(&orderless, &key),
-            client.query(&billing, &key),
-        ];
-        let (begun, rows, _) = pipeline(Some(client.batch_execute(SNAPSHOT)), reads, none()).await;
-        begun.expect("first was given")?;
-        let mut rows = rows.into_iter();
-        let mut next = || rows.next().expect("four queries were sent");
-        let (row, attempts, orderless, billing) = (next()?.into_iter().next(), next()?, next()?, next()?);
+        let begun = send(client.batch_execute(SNAPSHOT)).await;
+        let event = send(client.query(&event, &key)).await;
+        let attempts = send(client.query(&attempts, &key)).await;
+        let orderless = send(client.query(&orderless, &key)).await;
+        let billing = send(client.query(&billing, &key)).await;
+        begun.answer().await?;
+        let row = event.answer().await?.into_iter().next();
+        let (attempts, orderless, billing) =
+            (attempts.answer().await?, orderless.answer().await?, billing.answer().await?);
         // The order an event concerns is in its stored effect; a body that does not decode is reported below.
         let effect = row.as_ref().and_then(|r| r.try_get::<_, Option<String>>(2).ok().flatten());
         let order_id = match effect.and_then(|e| serde_json::from_str::<Effect>(&e).ok()) {
@@ -197,9 +196,10 @@ pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Res
             reads.push(client.query(&audit, &by_order));
             reads.push(client.query(&outbox, &by_order));
         }
-        let (_, rows, ended) = pipeline(none(), reads, Some(client.batch_execute("COMMIT"))).await;
-        ended.expect("last was given")?;
-        let by_order = rows.into_iter().collect::<std::result::Result<Vec<_>, _>>()?;
+        let reads = send_all(reads).await;
+        let ended = send(client.batch_execute("COMMIT")).await;
+        let by_order = answers(reads).await.into_iter().collect::<std::result::Result<Vec<_>, _>>()?;
+        ended.answer().await?;
         Ok((row, attempts, orderless, billing, order_id, by_order))
     })
     .await?;
@@ -275,11 +275,13 @@ pub(crate) async fn stats(pool: &Pool) -> Result<Stats> {
             let stmt = client.prepare_cached(sql).await?;
             reads.push(async move { client.query(&stmt, &[]).await });
         }
-        let (begun, rows, ended) =
-            pipeline(Some(client.batch_execute(SNAPSHOT)), reads, Some(client.batch_execute("COMMIT"))).await;
-        begun.expect("first was given")?;
-        ended.expect("last was given")?;
-        rows.into_iter().collect::<std::result::Result<Vec<_>, _>>()
+        let begun = send(client.batch_execute(SNAPSHOT)).await;
+        let reads = send_all(reads).await;
+        let ended = send(client.batch_execute("COMMIT")).await;
+        begun.answer().await?;
+        let rows = answers(reads).await.into_iter().collect::<std::result::Result<Vec<_>, _>>()?;
+        ended.answer().await?;
+        Ok(rows)
     })
     .await?;
     let [counters, oldest_outbox, oldest_deferred] = lists.as_slice() else {

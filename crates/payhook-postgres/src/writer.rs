@@ -36,7 +36,7 @@
 
 use crate::error::PgError;
 use crate::ops::{self, IngestCall, Landed};
-use crate::pipeline::{none, pipeline};
+use crate::pipeline::send;
 use crate::pool;
 use crate::pool::{Object, Pool};
 use payhook_store::metrics::{BATCH_SIZE_BOUNDS, Histogram, WriterMetrics};
@@ -523,10 +523,10 @@ async fn transact(
     }
     let (ingest_params, register_params) = (ingests.params(), registers.params());
     let params: &[&(dyn ToSql + Sync)] = if registering { &register_params } else { &ingest_params };
-    let (begun, answers, _) =
-        pipeline(Some(client.batch_execute("BEGIN")), vec![client.query(&statement, params)], none()).await;
-    begun.expect("first was given")?;
-    let rows = answers.into_iter().next().expect("one call was sent")?;
+    let begun = send(client.batch_execute("BEGIN")).await;
+    let answered = send(client.query(&statement, params)).await;
+    begun.answer().await?;
+    let rows = answered.answer().await?;
     if rows.len() != jobs.len() {
         return Err(BatchError::Corrupt(format!("{} answers to a batch of {}", rows.len(), jobs.len())));
     }
@@ -558,22 +558,26 @@ async fn transact(
             call.follow_ups(landed, routing, &mut follow);
         }
     }
-    let mut settlements = ops::SettleColumns::default();
-    for p in &pending {
-        if let Pending::Ingest(Landed::Settle(_, s)) = p {
-            settlements.push(s);
+    // In a block: the settlements borrow `pending` until their answer is in.
+    {
+        let mut settlements = ops::SettleColumns::default();
+        for p in &pending {
+            if let Pending::Ingest(Landed::Settle(_, s)) = p {
+                settlements.push(s);
+            }
         }
+        settlements.follow(&mut follow, routing);
+        let settle_params = settlements.params();
+        let settled =
+            if settlements.is_empty() { None } else { Some(send(client.query_one(&settle, &settle_params)).await) };
+        *commit_sent = true;
+        let commit = if settled.is_none() && !pending.iter().any(Pending::wrote) { QUIET_COMMIT_SQL } else { "COMMIT" };
+        let committed = send(client.batch_execute(commit)).await;
+        // A failed settlement aborted the transaction, and the COMMIT after it rolled back: report the settlement.
+        if let Some(settled) = settled {
+            settled.answer().await?;
+        }
+        committed.answer().await?;
     }
-    settlements.follow(&mut follow, routing);
-    let settle_params = settlements.params();
-    let settling = if settlements.is_empty() { vec![] } else { vec![client.query_one(&settle, &settle_params)] };
-    *commit_sent = true;
-    let commit = if settling.is_empty() && !pending.iter().any(Pending::wrote) { QUIET_COMMIT_SQL } else { "COMMIT" };
-    let (_, settled, committed) = pipeline(none(), settling, Some(client.batch_execute(commit))).await;
-    // A failed settlement aborted the transaction, and the COMMIT after it rolled back: report the settlement.
-    for s in settled {
-        s?;
-    }
-    committed.expect("last was given")?;
     Ok(pending)
 }
