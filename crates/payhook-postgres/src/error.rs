@@ -51,6 +51,15 @@ pub enum PgError {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// Applying one of the schema's functions (`sql/functions/NAME.sql`) failed.
+    #[error("creating the function {name} failed")]
+    Function {
+        /// The function.
+        name: &'static str,
+        /// Why.
+        #[source]
+        source: tokio_postgres::Error,
+    },
     /// No schema of the connection's `search_path` exists, so there is nowhere to create the tables.
     #[error("no schema of the search_path exists: create it, or fix the search_path in storage.url")]
     NoSchema,
@@ -63,7 +72,7 @@ impl PgError {
     /// The SQLSTATE of a database error, if this is one.
     pub fn code(&self) -> Option<&SqlState> {
         match self {
-            PgError::Db(e) | PgError::Migration { source: e, .. } => e.code(),
+            PgError::Db(e) | PgError::Migration { source: e, .. } | PgError::Function { source: e, .. } => e.code(),
             PgError::Pool(deadpool_postgres::PoolError::Backend(e)) => e.code(),
             _ => None,
         }

@@ -24,16 +24,14 @@ use payhook_store::{
     ALERT_KIND, Claim, Claimed, Delivery, FORWARD_KIND, NewOrder, Outcome, Parsed, Recorded, Registered, Replayed,
     Retried, Routing, StoreError,
 };
+use postgres_types::ToSql;
 use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
 
-pub(crate) const INGEST_SQL: &str = "SELECT outcome, detail, row_id, order_status, order_amount, order_currency
-     FROM payhook_ingest_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-                               $20, $21, $22, $23)";
+pub(crate) const INGEST_SQL: &str =
+    "SELECT outcome, detail, row_id, order_status, order_amount, order_currency FROM payhook_ingest_batch($1, $2)";
 pub(crate) const REGISTER_SQL: &str =
     "SELECT outcome, detail, stored_amount, stored_currency FROM payhook_register_batch($1, $2, $3, $4, $5)";
-pub(crate) const SETTLE_SQL: &str = "SELECT payhook_settle_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
-     $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)";
+pub(crate) const SETTLE_SQL: &str = "SELECT payhook_settle_batch($1, $2, $3, $4, $5, $6, $7, $8)";
 const STORED_SQL: &str = "SELECT event_type, occurred_at, business_key, effect FROM inbox
      WHERE source = $1 AND event_id = $2 AND id = $3";
 const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock($1)";
@@ -320,32 +318,40 @@ impl IngestCall {
     }
 }
 
-/// The arguments of `payhook_ingest_batch`: one array per column, one element per delivery, and the batch's
-/// routing table (the sinks of each outbox kind in the batch, one slice after another).
+/// One element of `payhook_ingest_batch`'s array (the composite type `payhook_delivery`, migration 0010): the
+/// fields are matched by name.
+#[derive(Debug, ToSql)]
+#[postgres(name = "payhook_delivery")]
+struct DeliveryRow<'a> {
+    source: &'a str,
+    event_id: &'a str,
+    event_type: Option<&'a str>,
+    occurred_at: Option<i64>,
+    business_key: Option<&'a str>,
+    effect: Option<&'a str>,
+    status: &'a str,
+    reason: Option<&'a str>,
+    received_at: i64,
+    verification: &'a str,
+    headers: &'a str,
+    body: &'a [u8],
+    lock: Option<i64>,
+    order_id: Option<&'a str>,
+    from1: Option<&'a str>,
+    from2: Option<&'a str>,
+    to_status: Option<&'a str>,
+    amount: Option<i64>,
+    currency: Option<&'a str>,
+    outbox_kind: Option<&'a str>,
+    route_lo: Option<i32>,
+    route_hi: Option<i32>,
+}
+
+/// The arguments of `payhook_ingest_batch`: one row per delivery, and the batch's routing table (the sinks of
+/// each outbox kind in the batch, one slice after another).
 #[derive(Debug, Default)]
 pub(crate) struct IngestColumns<'a> {
-    source: Vec<&'a str>,
-    event_id: Vec<&'a str>,
-    event_type: Vec<Option<&'a str>>,
-    occurred_at: Vec<Option<i64>>,
-    business_key: Vec<Option<&'a str>>,
-    effect: Vec<Option<&'a str>>,
-    status: Vec<&'a str>,
-    reason: Vec<Option<&'a str>>,
-    received_at: Vec<i64>,
-    verification: Vec<&'a str>,
-    headers: Vec<&'a str>,
-    body: Vec<&'a [u8]>,
-    lock: Vec<Option<i64>>,
-    order_id: Vec<Option<&'a str>>,
-    from1: Vec<Option<&'a str>>,
-    from2: Vec<Option<&'a str>>,
-    to: Vec<Option<&'a str>>,
-    amount: Vec<Option<i64>>,
-    currency: Vec<Option<&'a str>>,
-    outbox_kind: Vec<Option<&'a str>>,
-    route_lo: Vec<Option<i32>>,
-    route_hi: Vec<Option<i32>>,
+    deliveries: Vec<DeliveryRow<'a>>,
     route_sinks: Vec<&'a str>,
     /// Which slice of `route_sinks` each kind has (1-based, inclusive, as SQL arrays are).
     routes: Vec<(&'static str, i32, i32)>,
@@ -355,28 +361,30 @@ impl<'a> IngestColumns<'a> {
     pub(crate) fn push(&mut self, call: &'a IngestCall, routing: &'a Routing) {
         let c = call.change.as_ref();
         let route = c.map(|c| self.route(routing, c.plan.outbox_kind));
-        self.source.push(&call.source);
-        self.event_id.push(&call.event_id);
-        self.event_type.push(call.event_type.as_deref());
-        self.occurred_at.push(call.occurred_at);
-        self.business_key.push(call.business_key.as_deref());
-        self.effect.push(call.effect.as_deref());
-        self.status.push(call.status);
-        self.reason.push(call.reason.as_deref());
-        self.received_at.push(call.received_at_ms);
-        self.verification.push(&call.verification);
-        self.headers.push(&call.headers);
-        self.body.push(&call.body);
-        self.lock.push(c.map(|c| c.lock));
-        self.order_id.push(c.map(|c| c.plan.order_id.as_str()));
-        self.from1.push(c.map(|c| c.from.0));
-        self.from2.push(c.map(|c| c.from.1));
-        self.to.push(c.map(|c| c.plan.to.as_str()));
-        self.amount.push(c.and_then(Change::amount));
-        self.currency.push(c.and_then(Change::currency));
-        self.outbox_kind.push(c.map(|c| c.plan.outbox_kind));
-        self.route_lo.push(route.map(|r| r.0));
-        self.route_hi.push(route.map(|r| r.1));
+        self.deliveries.push(DeliveryRow {
+            source: &call.source,
+            event_id: &call.event_id,
+            event_type: call.event_type.as_deref(),
+            occurred_at: call.occurred_at,
+            business_key: call.business_key.as_deref(),
+            effect: call.effect.as_deref(),
+            status: call.status,
+            reason: call.reason.as_deref(),
+            received_at: call.received_at_ms,
+            verification: &call.verification,
+            headers: &call.headers,
+            body: &call.body,
+            lock: c.map(|c| c.lock),
+            order_id: c.map(|c| c.plan.order_id.as_str()),
+            from1: c.map(|c| c.from.0),
+            from2: c.map(|c| c.from.1),
+            to_status: c.map(|c| c.plan.to.as_str()),
+            amount: c.and_then(Change::amount),
+            currency: c.and_then(Change::currency),
+            outbox_kind: c.map(|c| c.plan.outbox_kind),
+            route_lo: route.map(|r| r.0),
+            route_hi: route.map(|r| r.1),
+        });
     }
 
     /// The slice of `route_sinks` that holds the sinks of `kind`, added on first use.
@@ -392,32 +400,8 @@ impl<'a> IngestColumns<'a> {
         (lo, hi)
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 23] {
-        [
-            &self.source,
-            &self.event_id,
-            &self.event_type,
-            &self.occurred_at,
-            &self.business_key,
-            &self.effect,
-            &self.status,
-            &self.reason,
-            &self.received_at,
-            &self.verification,
-            &self.headers,
-            &self.body,
-            &self.lock,
-            &self.order_id,
-            &self.from1,
-            &self.from2,
-            &self.to,
-            &self.amount,
-            &self.currency,
-            &self.outbox_kind,
-            &self.route_lo,
-            &self.route_hi,
-            &self.route_sinks,
-        ]
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 2] {
+        [&self.deliveries, &self.route_sinks]
     }
 }
 
@@ -546,45 +530,68 @@ impl FollowUps {
     }
 }
 
+/// One element of `payhook_settle_batch`'s settlements (composite `payhook_settlement`, migration 0010).
+#[derive(Debug, ToSql)]
+#[postgres(name = "payhook_settlement")]
+struct SettlementRow<'a> {
+    source: &'a str,
+    event_id: &'a str,
+    row_id: i64,
+    status: &'a str,
+    reason: Option<&'a str>,
+    attempts: i32,
+    next_attempt_at: Option<i64>,
+    waiting_order: Option<&'a str>,
+    now: i64,
+    release_key: bool,
+}
+
+/// One `event.received` row of `payhook_settle_batch` (composite `payhook_forward`).
+#[derive(Debug, ToSql)]
+#[postgres(name = "payhook_forward")]
+struct ForwardRow<'a> {
+    sink: &'a str,
+    source: &'a str,
+    event_id: &'a str,
+    payload: &'a str,
+    now: i64,
+}
+
+/// One alert of `payhook_settle_batch` (composite `payhook_alert`).
+#[derive(Debug, ToSql)]
+#[postgres(name = "payhook_alert")]
+struct AlertRow<'a> {
+    key: &'a str,
+    text: &'a str,
+    now: i64,
+}
+
 /// The arguments of `payhook_settle_batch`: settlements, forwarded events, and alerts sorted by key (the locking
 /// protocol: alert windows are taken last, in key order).
 #[derive(Debug, Default)]
 pub(crate) struct SettleColumns<'a> {
-    source: Vec<&'a str>,
-    event_id: Vec<&'a str>,
-    row_id: Vec<i64>,
-    status: Vec<&'a str>,
-    reason: Vec<Option<&'a str>>,
-    attempts: Vec<i32>,
-    next_attempt_at: Vec<Option<i64>>,
-    waiting_order: Vec<Option<&'a str>>,
-    now: Vec<i64>,
-    release_key: Vec<bool>,
-    fwd_sink: Vec<&'a str>,
-    fwd_source: Vec<&'a str>,
-    fwd_event_id: Vec<&'a str>,
-    fwd_payload: Vec<&'a str>,
-    fwd_now: Vec<i64>,
+    settlements: Vec<SettlementRow<'a>>,
+    forwards: Vec<ForwardRow<'a>>,
     alert_sink: Option<&'a str>,
     alert_window: Option<i64>,
     alert_gather: Option<i64>,
-    alert_key: Vec<&'a str>,
-    alert_text: Vec<&'a str>,
-    alert_now: Vec<i64>,
+    alerts: Vec<AlertRow<'a>>,
 }
 
 impl<'a> SettleColumns<'a> {
     pub(crate) fn push(&mut self, s: &'a Settle) {
-        self.source.push(&s.source);
-        self.event_id.push(&s.event_id);
-        self.row_id.push(s.row_id);
-        self.status.push(s.status);
-        self.reason.push(s.reason.as_deref());
-        self.attempts.push(s.attempts);
-        self.next_attempt_at.push(s.next_attempt_at);
-        self.waiting_order.push(s.waiting_order.as_deref());
-        self.now.push(s.now_ms);
-        self.release_key.push(s.release_key);
+        self.settlements.push(SettlementRow {
+            source: &s.source,
+            event_id: &s.event_id,
+            row_id: s.row_id,
+            status: s.status,
+            reason: s.reason.as_deref(),
+            attempts: s.attempts,
+            next_attempt_at: s.next_attempt_at,
+            waiting_order: s.waiting_order.as_deref(),
+            now: s.now_ms,
+            release_key: s.release_key,
+        });
     }
 
     /// Adds the forwarded events and the alerts (sorted by key here; `follow` is sorted in place).
@@ -592,53 +599,38 @@ impl<'a> SettleColumns<'a> {
         follow.alerts.sort_by(|a, b| a.key.cmp(&b.key));
         let follow: &'a FollowUps = follow;
         for f in &follow.forwards {
-            self.fwd_sink.push(&f.sink);
-            self.fwd_source.push(&f.source);
-            self.fwd_event_id.push(&f.event_id);
-            self.fwd_payload.push(&f.payload);
-            self.fwd_now.push(f.now_ms);
+            self.forwards.push(ForwardRow {
+                sink: &f.sink,
+                source: &f.source,
+                event_id: &f.event_id,
+                payload: &f.payload,
+                now: f.now_ms,
+            });
         }
         if let Some(a) = routing.alerts.as_ref().filter(|_| !follow.alerts.is_empty()) {
             (self.alert_sink, self.alert_window, self.alert_gather) =
                 (Some(a.sink.as_str()), Some(a.window_ms), Some(a.gather_ms));
             for alert in &follow.alerts {
-                self.alert_key.push(&alert.key);
-                self.alert_text.push(&alert.text);
-                self.alert_now.push(alert.now_ms);
+                self.alerts.push(AlertRow { key: &alert.key, text: &alert.text, now: alert.now_ms });
             }
         }
     }
 
     /// Nothing to write: the second statement can be left out.
     pub(crate) fn is_empty(&self) -> bool {
-        self.row_id.is_empty() && self.fwd_sink.is_empty() && self.alert_key.is_empty()
+        self.settlements.is_empty() && self.forwards.is_empty() && self.alerts.is_empty()
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 23] {
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 8] {
         [
-            &self.source,
-            &self.event_id,
-            &self.row_id,
-            &self.status,
-            &self.reason,
-            &self.attempts,
-            &self.next_attempt_at,
-            &self.waiting_order,
-            &self.now,
-            &self.release_key,
+            &self.settlements,
             &FORWARD_KIND,
-            &self.fwd_sink,
-            &self.fwd_source,
-            &self.fwd_event_id,
-            &self.fwd_payload,
-            &self.fwd_now,
+            &self.forwards,
             &ALERT_KIND,
             &self.alert_sink,
             &self.alert_window,
             &self.alert_gather,
-            &self.alert_key,
-            &self.alert_text,
-            &self.alert_now,
+            &self.alerts,
         ]
     }
 }

@@ -163,3 +163,84 @@ async fn a_version_6_inbox_becomes_the_held_partition_in_place_and_keeps_dedupli
     assert_eq!(store.recount().await.expect("recount").drift, []);
     store.shutdown().await;
 }
+
+/// A version 9 database (its batch functions taking one array per column) is upgraded: the positional versions
+/// are gone, each function has the one definition of `sql/functions/`, and a function changed by hand is put
+/// back by the next migrate of a build whose functions differ from what was recorded. Opening again with the same
+/// build applies nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_9_schema_gets_the_functions_of_sql_functions_and_no_overloads() {
+    let Some(url) = test_url() else { return };
+    let schema = TempSchema::create(&url).await;
+    let side = schema.side().await;
+    for sql in [
+        include_str!("../../migrations/0001_init.sql"),
+        include_str!("../../migrations/0002_outbox_dispatch.sql"),
+        include_str!("../../migrations/0003_billing.sql"),
+        include_str!("../../migrations/0004_retention.sql"),
+        include_str!("../../migrations/0005_billing_audit_by_event.sql"),
+        include_str!("../../migrations/0006_counters.sql"),
+        include_str!("../../migrations/0007_inbox_partitions.sql"),
+        include_str!("../../migrations/0008_listing_indexes.sql"),
+        include_str!("../../migrations/0009_order_retention.sql"),
+    ] {
+        side.batch_execute(sql).await.expect("schema version 9");
+    }
+    side.batch_execute(
+        "CREATE TABLE payhook_schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+         INSERT INTO payhook_schema_version (version) SELECT generate_series(1, 9);",
+    )
+    .await
+    .expect("version 9");
+    let arguments = |name: &'static str| {
+        let side = &side;
+        async move {
+            let rows = side
+                .query(
+                    "SELECT pg_get_function_identity_arguments(p.oid) FROM pg_proc p
+                     WHERE p.proname = $1 AND p.pronamespace = current_schema()::regnamespace",
+                    &[&name],
+                )
+                .await
+                .expect("pg_proc");
+            rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(arguments("payhook_ingest_batch").await[0].matches("[]").count(), 23, "positional before");
+
+    let mut options = schema.options(test_policy());
+    options.routing = test_routing();
+    let store = PgStore::open(options.clone()).await.expect("open and upgrade");
+    assert_eq!(arguments("payhook_ingest_batch").await, ["p_deliveries payhook_delivery[], p_route_sinks text[]"]);
+    assert_eq!(arguments("payhook_settle_batch").await.len(), 1, "one definition, no overload");
+    register_new(&store, new_order("ord_v9", 100, T0)).await;
+    assert_eq!(store.ingest(pay("evt_v9", "ord_v9", 100, T0 + 1)).await.expect("ingest"), processed());
+    let checksum = || async {
+        side.query_one("SELECT checksum FROM payhook_functions", &[]).await.expect("checksum").get::<_, String>(0)
+    };
+    let recorded = checksum().await;
+    drop(store);
+
+    // Opening again applies nothing: a function changed by hand stays changed while the checksum matches ...
+    side.batch_execute(
+        "CREATE OR REPLACE FUNCTION payhook_claim_key(p_source text, p_key text, p_event_id text, p_now bigint)
+         RETURNS text LANGUAGE sql AS $$ SELECT 'changed' $$",
+    )
+    .await
+    .expect("change a function");
+    let store = PgStore::open(options.clone()).await.expect("open again");
+    let claim = "SELECT payhook_claim_key('shop', 'key_v9', 'evt_key_v9', 1)";
+    let claimed: Option<String> = side.query_one(claim, &[]).await.unwrap().get(0);
+    assert_eq!((claimed.as_deref(), checksum().await), (Some("changed"), recorded.clone()));
+    drop(store);
+    // ... and a build whose functions differ from the recorded ones (here: a recorded checksum that is not this
+    // build's) applies them all again.
+    side.batch_execute("UPDATE payhook_functions SET checksum = 'another build'").await.expect("checksum");
+    let store = PgStore::open(options).await.expect("open with other functions recorded");
+    let claimed: Option<String> = side.query_one(claim, &[]).await.unwrap().get(0);
+    assert_eq!((claimed, checksum().await), (None, recorded), "the file's definition: a free key is claimed");
+    assert_eq!(
+        store.ingest(pay("evt_v9", "ord_v9", 100, T0 + 1)).await.expect("ingest").outcome,
+        payhook_store::Outcome::Duplicate
+    );
+}
