@@ -1,6 +1,8 @@
 -- The batch functions take one array of rows instead of one array per column: the element types below. The
 -- functions themselves live in sql/functions/ (one file each, applied after the migrations on every migrate);
--- their positional-array versions are dropped here, since CREATE OR REPLACE cannot change a signature.
+-- their positional-array versions are dropped here, since CREATE OR REPLACE cannot change a signature, and so
+-- are payhook_apply and payhook_reapply, which now take the outbox documents payhook rendered instead of
+-- building them.
 CREATE TYPE payhook_delivery AS (
     source       text,
     event_id     text,
@@ -22,6 +24,7 @@ CREATE TYPE payhook_delivery AS (
     amount       bigint,
     currency     text,
     outbox_kind  text,
+    payloads     text[],
     route_lo     integer,
     route_hi     integer
 );
@@ -59,3 +62,7 @@ DROP FUNCTION payhook_ingest_batch(text[], text[], text[], bigint[], text[], tex
 DROP FUNCTION payhook_settle_batch(text[], text[], bigint[], text[], text[], integer[], bigint[], text[], bigint[],
                                    boolean[], text, text[], text[], text[], text[], bigint[], text, text, bigint,
                                    bigint, text[], text[], bigint[]);
+DROP FUNCTION payhook_reapply(text, text, text, bigint, text, text, text, text, text, bigint, text, text, text[],
+                              bigint);
+DROP FUNCTION payhook_apply(text, text, text, bigint, text, text, text, text, text, bigint, text, text, text[],
+                            bigint, text);

@@ -82,7 +82,7 @@ pub(crate) async fn run(client: &mut Object) -> Result<usize, PgError> {
             tx.query_one("SELECT coalesce(max(version), 0) FROM payhook_schema_version", &[]).await?.get(0);
         let Some(sql) = MIGRATIONS.get(version as usize) else {
             if version as usize == MIGRATIONS.len() {
-                apply_functions(&tx).await?;
+                apply_functions(&tx, false).await?;
             }
             tx.commit().await?;
             return Ok(applied);
@@ -90,18 +90,23 @@ pub(crate) async fn run(client: &mut Object) -> Result<usize, PgError> {
         let next = version + 1;
         tx.batch_execute(sql).await.map_err(|source| PgError::Migration { version: next as usize, source })?;
         tx.execute("INSERT INTO payhook_schema_version (version) VALUES ($1)", &[&next]).await?;
+        if next as usize == MIGRATIONS.len() {
+            // In the last migration's transaction: no moment without the functions a migration dropped.
+            apply_functions(&tx, true).await?;
+        }
         tx.commit().await?;
         tracing::info!(version = next, "applied PostgreSQL migration");
         applied += 1;
     }
 }
 
-/// Applies [`FUNCTIONS`] when their checksum is not the one recorded, and records it.
-async fn apply_functions(tx: &tokio_postgres::Transaction<'_>) -> Result<(), PgError> {
+/// Applies [`FUNCTIONS`] when their checksum is not the one recorded (always after a migration, which may have
+/// dropped one), and records it.
+async fn apply_functions(tx: &tokio_postgres::Transaction<'_>, after_migration: bool) -> Result<(), PgError> {
     let checksum = functions_checksum();
     tx.batch_execute("CREATE TABLE IF NOT EXISTS payhook_functions (checksum text NOT NULL)").await?;
     let recorded: Option<String> = tx.query_opt("SELECT checksum FROM payhook_functions", &[]).await?.map(|r| r.get(0));
-    if recorded.as_deref() == Some(checksum.as_str()) {
+    if !after_migration && recorded.as_deref() == Some(checksum.as_str()) {
         return Ok(());
     }
     for (name, sql) in FUNCTIONS {

@@ -35,11 +35,15 @@ pub(crate) async fn claim(pool: &Pool, sink: &str, claim: &Claim) -> Result<Vec<
             let mut jobs = Vec::with_capacity(rows.len());
             for row in rows {
                 let attempts: i32 = row.try_get(4).map_err(|e| StoreError::corrupt("outbox attempts", e))?;
+                let kind: String = row.try_get(2).map_err(|e| StoreError::corrupt("outbox kind", e))?;
+                let stored: String = row.try_get(3).map_err(|e| StoreError::corrupt("outbox payload", e))?;
+                // jsonb keeps its own key order and spacing: sinks get payhook's rendering of the document.
+                let payload = payhook_store::payload::canonical(&kind, &stored).unwrap_or(stored);
                 jobs.push(OutboxJob {
                     id: row.try_get(0).map_err(|e| StoreError::corrupt("outbox id", e))?,
                     sink: row.try_get(1).map_err(|e| StoreError::corrupt("outbox sink", e))?,
-                    kind: row.try_get(2).map_err(|e| StoreError::corrupt("outbox kind", e))?,
-                    payload: row.try_get(3).map_err(|e| StoreError::corrupt("outbox payload", e))?,
+                    kind,
+                    payload,
                     attempts: u32::try_from(attempts).map_err(|e| StoreError::corrupt("outbox attempts", e))?,
                     created_at_ms: row.try_get(5).map_err(|e| StoreError::corrupt("outbox created at", e))?,
                     owner: claim.owner.clone(),

@@ -13,10 +13,12 @@ use payhook_core::billing::{
     SubscriptionStatus,
 };
 use payhook_core::event::{CustomerId, Event, SubscriptionId};
+use payhook_store::payload;
 use payhook_store::{
     BillingAuditEntry, EntitlementView, NonceClaim, NonceClaimed, Outcome, Recorded, StoreError, SubscriptionView,
 };
 use rusqlite::{Connection, OptionalExtension, params};
+use std::borrow::Cow;
 
 fn processed(detail: Option<String>) -> Recorded {
     Recorded { outcome: Outcome::Processed, detail }
@@ -128,19 +130,18 @@ pub(crate) fn apply_subscription(
     }
     let from = current.as_ref().map(|c| c.status.as_str());
     audit(conn, "subscription", id, source, event, from, change.status.as_str(), now_ms)?;
-    let payload = serde_json::json!({
-        "kind": SUBSCRIPTION_UPDATED,
-        "subscription_id": id,
-        "customer_id": customer,
-        "status": change.status.as_str(),
-        "previous_status": from,
-        "current_period_end": change.current_period_end,
-        "source": source,
-        "event_id": event.event_id.as_str(),
-        "event_type": event.event_type,
-        "occurred_at": event.occurred_at,
-    })
-    .to_string();
+    let payload = payload::render(&payload::SubscriptionChanged {
+        kind: SUBSCRIPTION_UPDATED.into(),
+        subscription_id: id.into(),
+        customer_id: customer.map(Cow::Borrowed),
+        status: change.status.as_str().into(),
+        previous_status: from.map(Cow::Borrowed),
+        current_period_end: change.current_period_end,
+        source: source.into(),
+        event_id: event.event_id.as_str().into(),
+        event_type: event.event_type.as_str().into(),
+        occurred_at: event.occurred_at,
+    });
     route_outbox(conn, &ctx.routing, SUBSCRIPTION_UPDATED, None, source, event, &payload, now_ms)?;
     if change.status.is_ended() {
         revoke_for_subscription(conn, ctx, source, event, &change.subscription_id, &change.status, now_ms)?;
@@ -198,20 +199,19 @@ fn entitlement_payload(
     source: &str,
     event: &Event,
 ) -> String {
-    serde_json::json!({
-        "kind": kind,
-        "invoice_id": invoice_id,
-        "customer_id": customer_id,
-        "subscription_id": subscription_id,
-        "amount": money.map(|m| m.amount_minor),
-        "currency": money.map(|m| m.currency.as_str()),
-        "reason": reason,
-        "source": source,
-        "event_id": event.event_id.as_str(),
-        "event_type": event.event_type,
-        "occurred_at": event.occurred_at,
+    payload::render(&payload::EntitlementChanged {
+        kind: kind.into(),
+        invoice_id: invoice_id.into(),
+        customer_id: customer_id.map(Cow::Borrowed),
+        subscription_id: subscription_id.map(Cow::Borrowed),
+        amount: money.map(|m| m.amount_minor),
+        currency: money.map(|m| Cow::Borrowed(m.currency.as_str())),
+        reason: reason.map(Cow::Borrowed),
+        source: source.into(),
+        event_id: event.event_id.as_str().into(),
+        event_type: event.event_type.as_str().into(),
+        occurred_at: event.occurred_at,
     })
-    .to_string()
 }
 
 /// Applies an invoice event (inside the caller's savepoint, after its business key was claimed).

@@ -12,11 +12,13 @@ use crate::writer::{exec, rollback_to, unavailable};
 use payhook_core::event::{Effect, Event, OrderId};
 use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Plan, Unapplied};
 use payhook_core::retry::{Next, RetryPolicy};
+use payhook_store::payload;
 use payhook_store::{
     ALERT_KIND, Alert, Claim, Claimed, Delivery, Dispatched, FORWARD_KIND, NewOrder, OutboxJob, Outcome, Parsed,
     Recorded, Registered, Replayed, Retried, Routing, StoreError,
 };
 use rusqlite::{Connection, OptionalExtension, params};
+use std::borrow::Cow;
 
 pub(crate) type Result<T> = std::result::Result<T, StoreError>;
 
@@ -120,19 +122,18 @@ fn forward(
     recorded: &Recorded,
     sinks: &[String],
 ) -> Result<()> {
-    let payload = serde_json::json!({
-        "kind": FORWARD_KIND,
-        "source": d.source.as_str(),
-        "event_id": d.parsed.event_id().as_str(),
-        "event_type": event.map(|e| e.event_type.as_str()),
-        "occurred_at": event.map(|e| e.occurred_at),
-        "business_key": event.map(|e| e.business_key.as_str()),
-        "effect": event.map(|e| &e.effect),
-        "outcome": recorded.outcome.as_str(),
-        "detail": recorded.detail,
-        "received_at_ms": d.received_at_ms,
-    })
-    .to_string();
+    let payload = payload::render(&payload::EventReceived {
+        kind: FORWARD_KIND.into(),
+        source: d.source.as_str().into(),
+        event_id: d.parsed.event_id().as_str().into(),
+        event_type: event.map(|e| e.event_type.as_str().into()),
+        occurred_at: event.map(|e| e.occurred_at),
+        business_key: event.map(|e| e.business_key.as_str().into()),
+        effect: event.map(|e| Cow::Borrowed(&e.effect)),
+        outcome: recorded.outcome.as_str().into(),
+        detail: recorded.detail.as_deref().map(Cow::Borrowed),
+        received_at_ms: d.received_at_ms,
+    });
     for sink in sinks {
         insert_outbox(
             conn,
@@ -283,17 +284,16 @@ fn apply_order(
     if fires_on("sqlite::after_ledger_update", conn) {
         return Err(injected("sqlite::after_ledger_update"));
     }
-    let payload = serde_json::json!({
-        "kind": plan.outbox_kind,
-        "order_id": plan.order_id.as_str(),
-        "status": plan.to.as_str(),
-        "previous_status": from.as_str(),
-        "source": source,
-        "event_id": event.event_id.as_str(),
-        "event_type": event.event_type,
-        "occurred_at": event.occurred_at,
+    let payload = payload::render(&payload::OrderChanged {
+        kind: plan.outbox_kind.into(),
+        order_id: plan.order_id.as_str().into(),
+        status: plan.to.as_str().into(),
+        previous_status: from.as_str().into(),
+        source: source.into(),
+        event_id: event.event_id.as_str().into(),
+        event_type: event.event_type.as_str().into(),
+        occurred_at: event.occurred_at,
     });
-    let payload = payload.to_string();
     // The order lists the rows in its own `outbox_ids` (trigger `outbox_listed_by_order`, migration 0006): its page
     // is already dirty from the guarded update, where an index on `outbox.order_id` would dirty one more page at a
     // random place.

@@ -28,10 +28,12 @@ pub use payhook_core::retry::RetryPolicy;
 
 mod billing;
 mod counters;
+mod documents;
 mod listings;
 mod order_retention;
 pub use billing::*;
 pub use counters::*;
+pub use documents::*;
 pub use listings::*;
 pub use order_retention::*;
 

@@ -25,6 +25,7 @@ mod headers;
 pub mod listing;
 pub mod metrics;
 pub mod model;
+pub mod payload;
 pub mod replication;
 
 pub use listing::Listing;

@@ -8,10 +8,14 @@
 -- business key stays claimed, and the caller decides with payhook-core's ledger rules whether to keep it (no-op)
 -- or release it (deferred, dead letter)).
 --
+-- The outbox document is rendered by payhook (`payhook_store::payload::OrderChanged`) for each status the guard
+-- allows as the previous one: `p_payloads[1]` for `p_from1`, `p_payloads[2]` for `p_from2` (absent when the guard
+-- has one status); the one whose previous status is the order's is written.
+--
 -- Invariant: the order changes only through the guarded UPDATE, and an audit row and the effect's outbox rows are
 -- written with it.
 CREATE OR REPLACE FUNCTION payhook_apply(
-    p_source text, p_event_id text, p_event_type text, p_occurred_at bigint, p_business_key text, p_order_id text,
+    p_source text, p_event_id text, p_event_type text, p_payloads text[], p_business_key text, p_order_id text,
     p_from1 text, p_from2 text, p_to text, p_amount bigint, p_currency text, p_outbox_kind text, p_sinks text[],
     p_now bigint, p_status text,
     OUT outcome text, OUT detail text)
@@ -43,9 +47,7 @@ BEGIN
 
     INSERT INTO order_audit (order_id, source, event_id, event_type, from_status, to_status, at)
     VALUES (p_order_id, p_source, p_event_id, p_event_type, p_status, p_to, p_now);
-    v_payload := jsonb_build_object('kind', p_outbox_kind, 'order_id', p_order_id, 'status', p_to,
-                                    'previous_status', p_status, 'source', p_source, 'event_id', p_event_id,
-                                    'event_type', p_event_type, 'occurred_at', p_occurred_at);
+    v_payload := (CASE WHEN p_status = p_from1 THEN p_payloads[1] ELSE coalesce(p_payloads[2], p_payloads[1]) END)::jsonb;
     IF coalesce(cardinality(p_sinks), 0) <= 1 THEN
         -- One sink or none (the common case): a plain INSERT.
         v_sink := coalesce(p_sinks[1], '');

@@ -1,7 +1,8 @@
 -- Records a batch of verified deliveries and applies their effects, in the order given (the caller sorts them by
 -- lock): one call, so a batch of any size is one round trip and one statement. Each element of `p_deliveries` is
 -- one delivery (the composite type `payhook_delivery`, migration 0010); an order event carries its planned
--- change (`lock`, `order_id`, the guard's `from1`/`from2`, `to_status`, the expected money, the outbox kind).
+-- change (`lock`, `order_id`, the guard's `from1`/`from2`, `to_status`, the expected money, the outbox kind and
+-- its documents, see payhook_apply).
 --
 -- Each delivery runs in its own BEGIN … EXCEPTION block, a subtransaction, i.e. a savepoint: an error rolls back
 -- that delivery's writes only and is returned as outcome 'failed', so that its batch-mates still commit.
@@ -63,7 +64,7 @@ BEGIN
             ELSE
                 -- An assignment is evaluated as a plain expression, without starting an executor for a SELECT.
                 v_applied := payhook_apply(
-                    d.source, d.event_id, d.event_type, d.occurred_at, d.business_key, d.order_id, d.from1, d.from2,
+                    d.source, d.event_id, d.event_type, d.payloads, d.business_key, d.order_id, d.from1, d.from2,
                     d.to_status, d.amount, d.currency, d.outbox_kind, p_route_sinks[d.route_lo:d.route_hi],
                     d.received_at, order_status);
                 outcome := v_applied.outcome;

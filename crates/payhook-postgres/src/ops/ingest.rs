@@ -17,8 +17,8 @@ pub(super) const DELETE_INBOX_SQL: &str = "DELETE FROM inbox WHERE source = $1 A
 #[derive(Debug)]
 pub(super) struct ForwardDraft {
     pub(super) sinks: Vec<String>,
-    /// payhook's normalized JSON of the event, without `outcome` and `detail`.
-    pub(super) payload: serde_json::Map<String, serde_json::Value>,
+    /// The document, its `outcome` and `detail` filled in once the batch knows them.
+    pub(super) document: payload::EventReceived<'static>,
 }
 
 /// An ingest, prepared from its [`Delivery`] by the caller's task, so that serialization stays off the batcher.
@@ -52,18 +52,19 @@ impl IngestCall {
                 Parsed::Event(e) => Some(e),
                 Parsed::Unparseable { .. } => None,
             };
-            let payload = serde_json::json!({
-                "kind": FORWARD_KIND,
-                "source": d.source.as_str(),
-                "event_id": d.parsed.event_id().as_str(),
-                "event_type": event.map(|e| e.event_type.as_str()),
-                "occurred_at": event.map(|e| e.occurred_at),
-                "business_key": event.map(|e| e.business_key.as_str()),
-                "effect": event.map(|e| &e.effect),
-                "received_at_ms": d.received_at_ms,
-            });
-            let serde_json::Value::Object(payload) = payload else { unreachable!("a JSON object literal") };
-            Box::new(ForwardDraft { sinks: sinks.clone(), payload })
+            let document = payload::EventReceived {
+                kind: FORWARD_KIND.into(),
+                source: d.source.as_str().to_owned().into(),
+                event_id: d.parsed.event_id().as_str().to_owned().into(),
+                event_type: event.map(|e| e.event_type.clone().into()),
+                occurred_at: event.map(|e| e.occurred_at),
+                business_key: event.map(|e| e.business_key.clone().into()),
+                effect: event.map(|e| std::borrow::Cow::Owned(e.effect.clone())),
+                outcome: "".into(),
+                detail: None,
+                received_at_ms: d.received_at_ms,
+            };
+            Box::new(ForwardDraft { sinks: sinks.clone(), document })
         });
         let mut call = Self {
             source: d.source.as_str().to_owned(),
@@ -95,7 +96,7 @@ impl IngestCall {
                         .map_err(|e| StoreError::corrupt("an effect that does not encode", e))?;
                     call.effect = Some(json);
                 }
-                call.change = ledger::plan(&event.effect).map(Change::new);
+                call.change = ledger::plan(&event.effect).map(|plan| Change::new(plan, d.source.as_str(), &event));
                 call.event_type = Some(event.event_type.clone());
                 call.occurred_at = Some(event.occurred_at);
                 call.business_key = Some(event.business_key.clone());
@@ -199,10 +200,11 @@ impl IngestCall {
             Landed::Done { inserted: false, .. } | Landed::Failed(_) | Landed::Billing { .. } => return,
         };
         if let Some(draft) = &self.forward {
-            let mut payload = draft.payload.clone();
-            payload.insert("outcome".into(), recorded.outcome.as_str().into());
-            payload.insert("detail".into(), recorded.detail.clone().into());
-            let payload = serde_json::Value::Object(payload).to_string();
+            let payload = payload::render(&payload::EventReceived {
+                outcome: recorded.outcome.as_str().into(),
+                detail: recorded.detail.as_deref().map(std::borrow::Cow::Borrowed),
+                ..draft.document.clone()
+            });
             for sink in &draft.sinks {
                 out.forwards.push(Forward {
                     sink: sink.clone(),

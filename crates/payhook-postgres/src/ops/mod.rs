@@ -33,6 +33,7 @@ use crate::pool::{Object, Pool};
 use payhook_core::event::{Currency, Effect, Event, EventId, Money, SourceName};
 use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Plan, Unapplied};
 use payhook_core::retry::{Next, RetryPolicy};
+use payhook_store::payload;
 use payhook_store::{
     ALERT_KIND, Claim, Claimed, Delivery, FORWARD_KIND, NewOrder, Outcome, Parsed, Recorded, Registered, Replayed,
     Retried, Routing, StoreError,
@@ -78,13 +79,33 @@ pub(crate) struct Change {
     pub(crate) lock: i64,
     /// The guard's one or two states; the second repeats the first when there is one.
     pub(crate) from: (&'static str, &'static str),
+    /// The outbox document for each previous status the guard allows (one per distinct state of `from`), as
+    /// `payhook_apply` takes them.
+    pub(crate) payloads: Vec<String>,
 }
 
 impl Change {
-    pub(crate) fn new(plan: Plan) -> Self {
+    /// The change `plan` makes for `event` of `source`.
+    pub(crate) fn new(plan: Plan, source: &str, event: &Event) -> Self {
         let first = plan.from.first().map_or("", |s| s.as_str());
         let from = (first, plan.from.get(1).map_or(first, |s| s.as_str()));
-        Self { lock: order_lock(plan.order_id.as_str()), from, plan }
+        let render = |previous: &str| {
+            payload::render(&payload::OrderChanged {
+                kind: plan.outbox_kind.into(),
+                order_id: plan.order_id.as_str().into(),
+                status: plan.to.as_str().into(),
+                previous_status: previous.into(),
+                source: source.into(),
+                event_id: event.event_id.as_str().into(),
+                event_type: event.event_type.as_str().into(),
+                occurred_at: event.occurred_at,
+            })
+        };
+        let mut payloads = vec![render(from.0)];
+        if from.1 != from.0 {
+            payloads.push(render(from.1));
+        }
+        Self { lock: order_lock(plan.order_id.as_str()), from, payloads, plan }
     }
 
     pub(crate) fn amount(&self) -> Option<i64> {

@@ -50,7 +50,7 @@ pub(super) async fn replay_on(
         Parsed::Event(e) => Some(e),
         Parsed::Unparseable { .. } => None,
     };
-    let change = event.and_then(|e| ledger::plan(&e.effect)).map(Change::new);
+    let change = event.and_then(|e| Some(Change::new(ledger::plan(&e.effect)?, source, e)));
     let billing_locks = event.map(|e| billing::locks(&e.effect)).unwrap_or_default();
     let lock = client.prepare_cached(LOCK_SQL).await?;
     let lock_all = client.prepare_cached(billing::LOCK_ALL_SQL).await?;

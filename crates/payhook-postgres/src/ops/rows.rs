@@ -32,6 +32,7 @@ pub(super) struct DeliveryRow<'a> {
     pub(super) amount: Option<i64>,
     pub(super) currency: Option<&'a str>,
     pub(super) outbox_kind: Option<&'a str>,
+    pub(super) payloads: Option<&'a [String]>,
     pub(super) route_lo: Option<i32>,
     pub(super) route_hi: Option<i32>,
 }
@@ -71,6 +72,7 @@ impl<'a> IngestColumns<'a> {
             amount: c.and_then(Change::amount),
             currency: c.and_then(Change::currency),
             outbox_kind: c.map(|c| c.plan.outbox_kind),
+            payloads: c.map(|c| c.payloads.as_slice()),
             route_lo: route.map(|r| r.0),
             route_hi: route.map(|r| r.1),
         });

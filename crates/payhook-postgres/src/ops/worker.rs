@@ -72,7 +72,7 @@ pub(super) async fn reapply(
                 &source,
                 &event.event_id.as_str(),
                 &event.event_type,
-                &event.occurred_at,
+                &change.payloads,
                 &event.business_key,
                 &change.plan.order_id.as_str(),
                 &change.from.0,
@@ -141,7 +141,7 @@ pub(super) async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ct
         .map_err(|e| StoreError::corrupt("stored effect", e))?;
     let event = Event { event_id: c.event_id.clone(), event_type, occurred_at, business_key, effect };
     // An order event takes its order's lock; a billing event the locks of its subscription or invoice.
-    let change = ledger::plan(&event.effect).map(Change::new);
+    let change = ledger::plan(&event.effect).map(|plan| Change::new(plan, c.source.as_str(), &event));
     let billing_locks = billing::locks(&event.effect);
     let lock_all = client.prepare_cached(billing::LOCK_ALL_SQL).await?;
     let (lock, lock_param): (_, &(dyn ToSql + Sync)) = match &change {

@@ -32,6 +32,7 @@ mod billing;
 #[cfg(payhook_test_postgres)]
 mod contract;
 mod counters;
+mod documents;
 mod failover;
 mod faults;
 mod instances;

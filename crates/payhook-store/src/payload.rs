@@ -1,0 +1,175 @@
+//! The documents sent to sinks, defined once: both backends render them with these types, and a row read back
+//! from the outbox is parsed with them and rendered again ([`canonical`]), so that a sink gets the same bytes for
+//! the same effect whichever backend recorded it (PostgreSQL stores `jsonb`, which keeps its own key order and
+//! spacing; a few of its billing documents are completed in SQL from rows only the transaction sees).
+//!
+//! Fields are declared in the order they are sent. Absent values are sent as `null`, never left out: a sink's
+//! schema can rely on every key being there.
+
+use payhook_core::event::Effect;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// `order.paid`, `order.refunded`, `order.failed`, `order.disputed`: an order's transition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderChanged<'a> {
+    /// The outbox kind.
+    pub kind: Cow<'a, str>,
+    /// The order.
+    pub order_id: Cow<'a, str>,
+    /// Its status after the event.
+    pub status: Cow<'a, str>,
+    /// Its status before.
+    pub previous_status: Cow<'a, str>,
+    /// The event's source.
+    pub source: Cow<'a, str>,
+    /// The event.
+    pub event_id: Cow<'a, str>,
+    /// The provider's type of the event.
+    pub event_type: Cow<'a, str>,
+    /// When the provider says it happened, unix seconds.
+    pub occurred_at: i64,
+}
+
+/// `subscription.updated`: a subscription created, changed or ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionChanged<'a> {
+    /// The outbox kind.
+    pub kind: Cow<'a, str>,
+    /// The subscription.
+    pub subscription_id: Cow<'a, str>,
+    /// Its customer, when known.
+    pub customer_id: Option<Cow<'a, str>>,
+    /// Its status after the event.
+    pub status: Cow<'a, str>,
+    /// Its status before, `null` for a new subscription.
+    pub previous_status: Option<Cow<'a, str>>,
+    /// The end of the paid period, unix seconds, when the provider sent it.
+    pub current_period_end: Option<i64>,
+    /// The event's source.
+    pub source: Cow<'a, str>,
+    /// The event.
+    pub event_id: Cow<'a, str>,
+    /// The provider's type of the event.
+    pub event_type: Cow<'a, str>,
+    /// When the provider says it happened, unix seconds.
+    pub occurred_at: i64,
+}
+
+/// `entitlement.granted`, `entitlement.revoked`, `invoice.payment_failed`: what one invoice gives or takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntitlementChanged<'a> {
+    /// The outbox kind.
+    pub kind: Cow<'a, str>,
+    /// The invoice.
+    pub invoice_id: Cow<'a, str>,
+    /// Its customer, when known.
+    pub customer_id: Option<Cow<'a, str>>,
+    /// Its subscription, when it has one.
+    pub subscription_id: Option<Cow<'a, str>>,
+    /// The amount paid, in minor units, when known.
+    pub amount: Option<i64>,
+    /// Its currency.
+    pub currency: Option<Cow<'a, str>>,
+    /// Why an entitlement was revoked; `null` otherwise.
+    pub reason: Option<Cow<'a, str>>,
+    /// The event's source.
+    pub source: Cow<'a, str>,
+    /// The event.
+    pub event_id: Cow<'a, str>,
+    /// The provider's type of the event.
+    pub event_type: Cow<'a, str>,
+    /// When the provider says it happened, unix seconds.
+    pub occurred_at: i64,
+}
+
+/// `event.received`: a delivery of a forwarded source, in payhook's normalized form, with what became of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventReceived<'a> {
+    /// The outbox kind.
+    pub kind: Cow<'a, str>,
+    /// The source it came to.
+    pub source: Cow<'a, str>,
+    /// Its event id.
+    pub event_id: Cow<'a, str>,
+    /// The provider's type of the event; `null` for a body that did not parse.
+    pub event_type: Option<Cow<'a, str>>,
+    /// When the provider says it happened, unix seconds.
+    pub occurred_at: Option<i64>,
+    /// What it was deduplicated by.
+    pub business_key: Option<Cow<'a, str>>,
+    /// What payhook made of it.
+    pub effect: Option<Cow<'a, Effect>>,
+    /// `processed`, `ignored`, `deferred`, `dead_lettered`, `duplicate`.
+    pub outcome: Cow<'a, str>,
+    /// Why, for anything but a plain `processed`.
+    pub detail: Option<Cow<'a, str>>,
+    /// When payhook received it, unix milliseconds.
+    pub received_at_ms: i64,
+}
+
+/// Renders a document as it is sent and stored: compact JSON. Only a type that cannot be encoded fails, and
+/// these cannot.
+pub fn render<T: Serialize>(document: &T) -> String {
+    serde_json::to_string(document).unwrap_or_default()
+}
+
+/// The document of an outbox row of `kind` as sinks get it: parsed with its type and rendered again. `None` when
+/// the kind has no type here (alerts: their count is gathered in the row, and they are rendered for a person by
+/// the dispatcher) or when the stored text does not match its type (rows written by an older payhook, with
+/// fewer fields); those are sent as stored.
+pub fn canonical(kind: &str, stored: &str) -> Option<String> {
+    use payhook_core::billing::{
+        ENTITLEMENT_GRANTED, ENTITLEMENT_REVOKED, INVOICE_PAYMENT_FAILED, SUBSCRIPTION_UPDATED,
+    };
+    fn again<'a, T: Deserialize<'a> + Serialize>(stored: &'a str) -> Option<String> {
+        serde_json::from_str::<T>(stored).ok().map(|document| render(&document))
+    }
+    match kind {
+        k if payhook_core::event::OrderAction::ALL.iter().any(|a| a.outbox_kind() == k) => {
+            again::<OrderChanged>(stored)
+        }
+        SUBSCRIPTION_UPDATED => again::<SubscriptionChanged>(stored),
+        ENTITLEMENT_GRANTED | ENTITLEMENT_REVOKED | INVOICE_PAYMENT_FAILED => again::<EntitlementChanged>(stored),
+        crate::FORWARD_KIND => again::<EventReceived>(stored),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_document_in_another_key_order_and_spacing_is_rendered_as_payhook_renders_it() {
+        let ours = render(&OrderChanged {
+            kind: "order.paid".into(),
+            order_id: "ord_1".into(),
+            status: "paid".into(),
+            previous_status: "pending".into(),
+            source: "shop".into(),
+            event_id: "evt_1".into(),
+            event_type: "payment.succeeded".into(),
+            occurred_at: 1_700_000_000,
+        });
+        assert_eq!(
+            ours,
+            r#"{"kind":"order.paid","order_id":"ord_1","status":"paid","previous_status":"pending","source":"shop","event_id":"evt_1","event_type":"payment.succeeded","occurred_at":1700000000}"#
+        );
+        // As PostgreSQL's jsonb prints it: keys by length, then bytes; a space after each colon and comma.
+        let jsonb = r#"{"kind": "order.paid", "source": "shop", "status": "paid", "order_id": "ord_1", "event_id": "evt_1", "event_type": "payment.succeeded", "occurred_at": 1700000000, "previous_status": "pending"}"#;
+        assert_eq!(canonical("order.paid", jsonb).as_deref(), Some(ours.as_str()));
+        assert_eq!(canonical("order.paid", &ours).as_deref(), Some(ours.as_str()));
+    }
+
+    #[test]
+    fn rows_without_a_type_or_of_an_older_shape_are_sent_as_stored() {
+        assert_eq!(canonical("alert", r#"{"kind": "alert", "count": 2}"#), None);
+        assert_eq!(canonical("order.paid", r#"{"kind": "order.paid", "order_id": "ord_v1"}"#), None);
+        assert_eq!(canonical("order.paid", r#"{"kind": "order.paid", "extra": 1}"#), None);
+    }
+}
