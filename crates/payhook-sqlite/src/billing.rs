@@ -5,7 +5,8 @@
 //! writes the change with its audit row and outbox rows. Every update is guarded on the state it was decided from,
 //! so a change can never be applied on top of a state the rules did not see.
 
-use crate::ops::{Ctx, Result, SqlResult, route_outbox};
+use crate::context::{Ctx, Result, SqlResult};
+use crate::outbox::route_outbox;
 use crate::writer::unavailable;
 use payhook_core::billing::{
     self, ENTITLEMENT_GRANTED, ENTITLEMENT_REVOKED, EntitlementStatus, INVOICE_PAYMENT_FAILED, InvoiceChange,

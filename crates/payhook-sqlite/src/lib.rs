@@ -21,12 +21,14 @@
 
 mod billing;
 mod checkpoint;
+mod context;
 mod counters;
 mod failpoint;
 mod listing;
 mod migrate;
 mod ops;
 mod order_retention;
+mod outbox;
 mod pool;
 mod read;
 mod retention;
@@ -153,7 +155,7 @@ pub struct SqliteStore {
     probe: Arc<Mutex<Connection>>,
     wal: Arc<checkpoint::WalCounters>,
     vacuum_step_pages: u32,
-    ctx: Arc<ops::Ctx>,
+    ctx: Arc<context::Ctx>,
     path: PathBuf,
     /// Rows a listing page examines at most when its index does not serve its whole filter.
     list_scan_rows: u32,
@@ -216,7 +218,7 @@ impl SqliteStore {
             probe: Arc::new(Mutex::new(probe)),
             wal,
             vacuum_step_pages: options.vacuum_step_pages,
-            ctx: Arc::new(ops::Ctx { retry: options.retry, routing: options.routing }),
+            ctx: Arc::new(context::Ctx { retry: options.retry, routing: options.routing }),
             path: options.path,
             list_scan_rows: options.list_scan_rows.max(1),
             list_scans_stopped: std::sync::atomic::AtomicU64::new(0),
@@ -357,7 +359,7 @@ impl Store for SqliteStore {
         claim: Claim,
     ) -> impl Future<Output = Result<Vec<OutboxJob>, StoreError>> + Send {
         let sink = sink.to_owned();
-        self.writer.submit(move |conn| ops::claim_outbox(conn, &sink, &claim))
+        self.writer.submit(move |conn| outbox::claim_outbox(conn, &sink, &claim))
     }
 
     fn finish_outbox(
@@ -367,11 +369,11 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         let (ctx, job) = (Arc::clone(&self.ctx), job.clone());
-        self.writer.submit(move |conn| ops::finish_outbox(conn, &ctx, &job, &outcome, now_ms))
+        self.writer.submit(move |conn| outbox::finish_outbox(conn, &ctx, &job, &outcome, now_ms))
     }
 
     fn retry_outbox(&self, id: i64, now_ms: i64) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.writer.submit(move |conn| ops::retry_outbox(conn, id, now_ms))
+        self.writer.submit(move |conn| outbox::retry_outbox(conn, id, now_ms))
     }
 
     async fn next_outbox_due_ms(&self, sink: &str) -> Result<Option<i64>, StoreError> {
@@ -406,7 +408,7 @@ impl Store for SqliteStore {
 
     fn raise_alert(&self, alert: Alert) -> impl Future<Output = Result<(), StoreError>> + Send {
         let ctx = Arc::clone(&self.ctx);
-        self.writer.submit(move |conn| ops::raise_alert(conn, &ctx, &alert))
+        self.writer.submit(move |conn| outbox::raise_alert(conn, &ctx, &alert))
     }
 
     async fn subscription(&self, id: &SubscriptionId) -> Result<Option<SubscriptionView>, StoreError> {

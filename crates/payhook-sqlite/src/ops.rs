@@ -1,43 +1,24 @@
-//! The write operations, each run by the writer inside its own savepoint.
-//!
-//! Why one file of about 770 lines: every operation here runs inside the writer's savepoint and shares its
-//! statement cache and the outbox routing helpers; moving the outbox routing to a module of its own is the next
-//! step of the code-structure work.
+//! The write operations on events and orders, each run by the writer inside its own savepoint: ingest, the order
+//! ledger, settlements, the retry of deferred events, registration and replay. Outbox rows are written through
+//! `crate::outbox`, subscription and invoice effects applied by `crate::billing`.
 //!
 //! Invariant: dedup is decided by `INSERT … ON CONFLICT DO NOTHING` on a unique key, never by a SELECT before an
 //! INSERT; every state change is a guarded `UPDATE … WHERE status IN (…)`.
 
+use crate::context::{Ctx, Result, SqlResult};
 use crate::failpoint::{fires_on, injected};
-use crate::writer::{exec, rollback_to, unavailable};
+use crate::outbox::{insert_outbox, raise_alert, route_outbox};
+use crate::writer::{exec, rollback_to};
 use payhook_core::event::{Effect, Event, OrderId};
 use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Plan, Unapplied};
-use payhook_core::retry::{Next, RetryPolicy};
+use payhook_core::retry::Next;
 use payhook_store::payload;
 use payhook_store::{
-    ALERT_KIND, Alert, Claim, Claimed, Delivery, Dispatched, FORWARD_KIND, NewOrder, OutboxJob, Outcome, Parsed,
-    Recorded, Registered, Replayed, Retried, Routing, StoreError,
+    Alert, Claim, Claimed, Delivery, FORWARD_KIND, NewOrder, Outcome, Parsed, Recorded, Registered, Replayed, Retried,
+    Routing, StoreError,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use std::borrow::Cow;
-
-pub(crate) type Result<T> = std::result::Result<T, StoreError>;
-
-/// The configuration the write operations need: the retry policy of deferred events and the sink routing.
-#[derive(Debug)]
-pub(crate) struct Ctx {
-    pub(crate) retry: RetryPolicy,
-    pub(crate) routing: Routing,
-}
-
-pub(crate) trait SqlResult<T> {
-    fn db(self) -> Result<T>;
-}
-
-impl<T> SqlResult<T> for rusqlite::Result<T> {
-    fn db(self) -> Result<T> {
-        self.map_err(unavailable)
-    }
-}
 
 /// Records a verified delivery and applies its effect (see [`payhook_store::Store::ingest`]). `headers_json` is
 /// the delivery's headers in their stored form, encoded by the caller so that the writer thread does not.
@@ -147,32 +128,6 @@ fn forward(
         )?;
     }
     Ok(())
-}
-
-/// Inserts an outbox row, pending for a sink or `unrouted` when `sink` is empty.
-#[allow(clippy::too_many_arguments)]
-fn insert_outbox(
-    conn: &Connection,
-    kind: &str,
-    sink: &str,
-    order_id: Option<&str>,
-    source: Option<&str>,
-    event_id: Option<&str>,
-    payload: &str,
-    now_ms: i64,
-) -> Result<i64> {
-    if fires_on("sqlite::outbox_insert", conn) {
-        return Err(injected("sqlite::outbox_insert"));
-    }
-    let (status, next) = if sink.is_empty() { ("unrouted", None) } else { ("pending", Some(now_ms)) };
-    conn.prepare_cached(
-        "INSERT INTO outbox (kind, sink, order_id, source, event_id, payload, status, next_attempt_at, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )
-    .db()?
-    .execute(params![kind, sink, order_id, source, event_id, payload, status, next, now_ms])
-    .db()?;
-    Ok(conn.last_insert_rowid())
 }
 
 /// Keeps a record of an attempt that did not simply succeed on arrival.
@@ -299,26 +254,6 @@ fn apply_order(
     // random place.
     route_outbox(conn, routing, plan.outbox_kind, Some(plan.order_id.as_str()), source, event, &payload, now_ms)?;
     Ok(Recorded { outcome: Outcome::Processed, detail: None })
-}
-
-/// Writes an effect's outbox rows: one per sink that takes `kind`, or one `unrouted` row when no sink does, so the
-/// effect is still recorded once.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn route_outbox(
-    conn: &Connection,
-    routing: &Routing,
-    kind: &str,
-    order_id: Option<&str>,
-    source: &str,
-    event: &Event,
-    payload: &str,
-    now_ms: i64,
-) -> Result<()> {
-    let sinks = routing.sinks_for(kind);
-    for sink in if sinks.is_empty() { vec![""] } else { sinks } {
-        insert_outbox(conn, kind, sink, order_id, Some(source), Some(event.event_id.as_str()), payload, now_ms)?;
-    }
-    Ok(())
 }
 
 /// The plan's guarded `UPDATE`, which also appends the transition to the order's history (the audit lives in the
@@ -519,152 +454,6 @@ pub(crate) fn register_order(conn: &Connection, o: &NewOrder) -> Result<Register
     } else {
         Ok(Registered::Conflict { existing: existing.money })
     }
-}
-
-/// Raises an alert (see [`payhook_store::Store::raise_alert`]).
-///
-/// The first alert of a key opens a window and writes an outbox row that waits `gather_ms` before it is sent;
-/// repeats within the window are counted into that row while it waits, and counted as `suppressed` once it has
-/// gone, to be reported by the first alert of the next window.
-pub(crate) fn raise_alert(conn: &Connection, ctx: &Ctx, alert: &Alert) -> Result<()> {
-    let Some(routing) = &ctx.routing.alerts else {
-        return Ok(());
-    };
-    let window: Option<(i64, i64, i64)> = conn
-        .prepare_cached("SELECT window_start, outbox_id, suppressed FROM alert_windows WHERE key = ?1")
-        .db()?
-        .query_row([&alert.key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()
-        .db()?;
-    if let Some((start, outbox_id, _)) = window
-        && alert.now_ms < start + routing.window_ms
-    {
-        let gathered = conn
-            .prepare_cached(
-                "UPDATE outbox SET payload = json_set(payload, '$.count', json_extract(payload, '$.count') + 1,
-                                                     '$.last_text', ?2, '$.last_at_ms', ?3)
-                 WHERE id = ?1 AND status = 'pending' AND lease_owner IS NULL",
-            )
-            .db()?
-            .execute(params![outbox_id, alert.text, alert.now_ms])
-            .db()?;
-        let suppressed = i64::from(gathered == 0);
-        conn.prepare_cached("UPDATE alert_windows SET count = count + 1, suppressed = suppressed + ?2 WHERE key = ?1")
-            .db()?
-            .execute(params![alert.key, suppressed])
-            .db()?;
-        return Ok(());
-    }
-    let carried = window.map_or(0, |(_, _, suppressed)| suppressed);
-    let payload = serde_json::json!({
-        "kind": ALERT_KIND,
-        "key": alert.key,
-        "text": alert.text,
-        "count": 1,
-        "first_at_ms": alert.now_ms,
-        "window_ms": routing.window_ms,
-        "suppressed_before": carried,
-    })
-    .to_string();
-    conn.prepare_cached(
-        "INSERT INTO outbox (kind, sink, payload, status, next_attempt_at, created_at)
-         VALUES (?1, ?2, ?3, 'pending', ?4, ?5)",
-    )
-    .db()?
-    .execute(params![ALERT_KIND, routing.sink, payload, alert.now_ms + routing.gather_ms, alert.now_ms])
-    .db()?;
-    let outbox_id = conn.last_insert_rowid();
-    conn.prepare_cached(
-        "INSERT INTO alert_windows (key, window_start, outbox_id, count, suppressed) VALUES (?1, ?2, ?3, 1, 0)
-         ON CONFLICT (key) DO UPDATE SET window_start = ?2, outbox_id = ?3, count = 1, suppressed = 0",
-    )
-    .db()?
-    .execute(params![alert.key, alert.now_ms, outbox_id])
-    .db()?;
-    Ok(())
-}
-
-/// Leases due outbox rows of one sink (see [`payhook_store::Store::claim_outbox`]).
-pub(crate) fn claim_outbox(conn: &Connection, sink: &str, claim: &Claim) -> Result<Vec<OutboxJob>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "UPDATE outbox SET lease_owner = ?1, lease_until = ?2 + ?3
-             WHERE id IN (SELECT id FROM outbox INDEXED BY outbox_due
-                          WHERE sink = ?5 AND status = 'pending' AND next_attempt_at <= ?2
-                            AND (lease_until IS NULL OR lease_until <= ?2)
-                          ORDER BY next_attempt_at, id LIMIT ?4)
-             RETURNING id, sink, kind, payload, attempts, created_at",
-        )
-        .db()?;
-    let rows = stmt
-        .query_map(params![claim.owner, claim.now_ms, claim.lease_ms, claim.limit, sink], |r| {
-            Ok(OutboxJob {
-                id: r.get(0)?,
-                sink: r.get(1)?,
-                kind: r.get(2)?,
-                payload: r.get(3)?,
-                attempts: r.get(4)?,
-                created_at_ms: r.get(5)?,
-                owner: claim.owner.clone(),
-            })
-        })
-        .db()?;
-    let mut jobs = rows.collect::<rusqlite::Result<Vec<_>>>().db()?;
-    jobs.sort_by_key(|j| j.id);
-    Ok(jobs)
-}
-
-/// Records a delivery attempt (see [`payhook_store::Store::finish_outbox`]).
-pub(crate) fn finish_outbox(
-    conn: &Connection,
-    ctx: &Ctx,
-    job: &OutboxJob,
-    outcome: &Dispatched,
-    now_ms: i64,
-) -> Result<bool> {
-    let (status, next, last_status, error, delivered_at) = match outcome {
-        Dispatched::Delivered { status } => ("delivered", None, Some(*status), None, Some(now_ms)),
-        Dispatched::Retry { at_ms, status, error } => ("pending", Some(*at_ms), *status, Some(error.as_str()), None),
-        Dispatched::Dead { status, error } => ("dead", None, *status, Some(error.as_str()), None),
-    };
-    let changed = conn
-        .prepare_cached(
-            "UPDATE outbox SET status = ?3, attempts = attempts + 1, next_attempt_at = ?4, last_status = ?5,
-                               last_error = coalesce(?6, last_error), delivered_at = ?7,
-                               lease_owner = NULL, lease_until = NULL
-             WHERE id = ?1 AND lease_owner = ?2 AND status = 'pending'",
-        )
-        .db()?
-        .execute(params![job.id, job.owner, status, next, last_status, error, delivered_at])
-        .db()?;
-    if changed == 1
-        && let Dispatched::Dead { error, .. } = outcome
-        && ctx.routing.alerts.as_ref().is_none_or(|a| a.sink != job.sink)
-    {
-        let text = format!(
-            "payhook: {} row {} for sink {} is dead after {} attempts: {error}",
-            job.kind,
-            job.id,
-            job.sink,
-            job.attempts + 1
-        );
-        raise_alert(conn, ctx, &Alert { key: format!("sink:{}:dead", job.sink), text, now_ms })?;
-    }
-    Ok(changed == 1)
-}
-
-/// Re-queues a dead outbox row (see [`payhook_store::Store::retry_outbox`]).
-pub(crate) fn retry_outbox(conn: &Connection, id: i64, now_ms: i64) -> Result<bool> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?2,
-                               lease_owner = NULL, lease_until = NULL
-             WHERE id = ?1 AND status = 'dead'",
-        )
-        .db()?
-        .execute(params![id, now_ms])
-        .db()?;
-    Ok(changed == 1)
 }
 
 /// Replays a dead-lettered event (see [`payhook_store::Store::replay`]).

@@ -16,7 +16,7 @@
 //!
 //! The walk stops at the first row created at or after the cut; rows after it are not read.
 
-use crate::ops::{Result, SqlResult};
+use crate::context::{Result, SqlResult};
 use crate::retention::VISIT_FACTOR;
 use payhook_core::event::OrderAction;
 use payhook_core::ledger::OrderStatus;

@@ -15,7 +15,7 @@
 //! step ends with `PRAGMA incremental_vacuum(N)`: at most N free pages go back to the file system, so the file
 //! shrinks as it is pruned, in steps as short as the pruning ones.
 
-use crate::ops::{Result, SqlResult};
+use crate::context::{Result, SqlResult};
 use payhook_store::{PruneRequest, Pruned};
 use rusqlite::{Connection, params};
 

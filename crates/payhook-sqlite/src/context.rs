@@ -1,0 +1,25 @@
+//! What every write operation shares: the configuration it runs under, and the crate's `Result` with the
+//! conversion of SQLite's errors.
+
+use crate::writer::unavailable;
+use payhook_core::retry::RetryPolicy;
+use payhook_store::{Routing, StoreError};
+
+pub(crate) type Result<T> = std::result::Result<T, StoreError>;
+
+/// The configuration the write operations need: the retry policy of deferred events and the sink routing.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    pub(crate) retry: RetryPolicy,
+    pub(crate) routing: Routing,
+}
+
+pub(crate) trait SqlResult<T> {
+    fn db(self) -> Result<T>;
+}
+
+impl<T> SqlResult<T> for rusqlite::Result<T> {
+    fn db(self) -> Result<T> {
+        self.map_err(unavailable)
+    }
+}
