@@ -240,21 +240,33 @@ impl Config {
         for (var, path, value) in &overrides {
             set_path(&mut merged, path, value.clone()).with_context(|| format!("environment variable {var}"))?;
         }
-        let blame = |message: String| -> anyhow::Error {
-            let key = key_path_in(&message);
-            // serde names an unknown field alone: match it against an override's last segment too.
-            let from_env = |k: &String| overrides.iter().find(|(_, p, _)| p.join(".") == *k || p.last() == Some(k));
-            if let Some((var, _, _)) = key.as_ref().and_then(from_env) {
+        // Where the value at `key` (`server.listen`, `sources[1].secrets`) came from: the environment variable
+        // that set it or a table above it, else the file's line (that of the closest table, for a key the file
+        // does not write: a default).
+        let blame = |key: Option<&str>, message: String| -> anyhow::Error {
+            let under = |path: &[String], k: &str| {
+                let set = path.join(".");
+                k == set || k.starts_with(&format!("{set}.")) || k.starts_with(&format!("{set}["))
+            };
+            if let Some((var, _, _)) = key.and_then(|k| overrides.iter().find(|(_, p, _)| under(p, k))) {
                 return anyhow::anyhow!("environment variable {var}: {message}");
             }
-            match key.as_deref().and_then(|k| line_of_key(text, k)) {
+            match key.and_then(|k| line_of_key(text, k)) {
                 Some(line) => anyhow::anyhow!("{name}:{line}: {message}"),
                 None => anyhow::anyhow!("{name}: {message}"),
             }
         };
-        let raw: RawConfig = RawConfig::deserialize(merged).map_err(|e| blame(e.to_string()))?;
+        // serde_path_to_error gives the path of a value serde refused (a wrong type, an unknown key).
+        let raw: RawConfig = serde_path_to_error::deserialize(merged).map_err(|e| {
+            let key = e.path().to_string();
+            blame(Some(&key), format!("{key}: {}", e.inner().message()))
+        })?;
         let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-        resolve(raw, file, &var).map_err(|e| blame(format!("{e:#}")))
+        // Resolving names the key first in each message it writes (`server.listen: …`).
+        resolve(raw, file, &var).map_err(|e| {
+            let message = format!("{e:#}");
+            blame(key_path_in(&message).as_deref(), message)
+        })
     }
 }
 
@@ -290,12 +302,9 @@ fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Res
     Ok(())
 }
 
-/// The key a message is about: `server.listen: …`, `sources[1] (stripe): secrets: …`, or serde's "unknown field
-/// `urll`" (the bare key).
+/// The key a resolving message is about: `server.listen: …` or `sources[1] (stripe): secrets: …` (resolving
+/// writes every message so, and labels a source or sink with its name).
 fn key_path_in(message: &str) -> Option<String> {
-    if let Some(rest) = message.split("unknown field `").nth(1) {
-        return rest.split('`').next().map(str::to_owned);
-    }
     let mut path = Vec::new();
     for layer in message.split(": ") {
         let token: String = layer
@@ -311,14 +320,11 @@ fn key_path_in(message: &str) -> Option<String> {
     (!path.is_empty()).then(|| path.join("."))
 }
 
-/// The 1-based line where `key` (`server.listen`, `sources[1].secrets`, or a bare key that serde named alone) is
-/// written in `text`; for a key the file does not set, the line of the closest table it is in.
+/// The 1-based line where `key` (`server.listen`, `sources[1].secrets`) is written in `text`; for a key the file
+/// does not set, the line of the closest table it is in.
 fn line_of_key(text: &str, key: &str) -> Option<usize> {
     let doc = toml_edit::ImDocument::parse(text).ok()?;
     let line = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
-    if !key.contains('.') && !key.contains('[') {
-        return find_key(doc.as_table(), key).map(line);
-    }
     let mut table: &toml_edit::Table = doc.as_table();
     let mut found = None;
     for segment in key.split('.') {
@@ -339,24 +345,6 @@ fn line_of_key(text: &str, key: &str) -> Option<usize> {
         }
     }
     found.map(line)
-}
-
-/// The offset of the first place `name` is written as a key, in any table.
-fn find_key(table: &toml_edit::Table, name: &str) -> Option<usize> {
-    for (k, item) in table.iter() {
-        if k == name {
-            return table.key(k).and_then(|key| key.span()).map(|s| s.start);
-        }
-        let inner = match item {
-            toml_edit::Item::Table(t) => find_key(t, name),
-            toml_edit::Item::ArrayOfTables(a) => a.iter().find_map(|t| find_key(t, name)),
-            _ => None,
-        };
-        if inner.is_some() {
-            return inner;
-        }
-    }
-    None
 }
 
 /// A TOML error with its line and column.

@@ -510,3 +510,26 @@ fn the_reconnect_backoff_is_one_second_by_default_and_a_bound_out_of_range_is_re
         assert!(err.contains("storage.reconnect_backoff_max_ms must be between 1 and 60000"), "{err}");
     }
 }
+
+/// Every kind of problem names where the value came from: an unknown key and a wrong type in the file (their
+/// line, found from the path serde refused), a bad value of a known key, and an environment variable's value.
+#[test]
+fn unknown_keys_wrong_types_and_bad_overrides_name_their_origin() {
+    let problem = |text: &str, env: &[(&str, &str)]| {
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        format!("{:#}", Config::from_toml_and_env(text, "f.toml", None, env).unwrap_err())
+    };
+    let source = "[[sources]]\nname = \"a\"\nscheme = \"stripe\"\nformat = \"stripe\"\nsecrets = [\"s\"]\n";
+    let err = problem(&format!("{source}\n[[sources]]\nname = \"b\"\nschemex = \"stripe\"\n"), &[]);
+    assert!(err.starts_with("f.toml:9: sources[1].schemex: unknown field `schemex`"), "{err}");
+    let err = problem("[server]\n\nbody_limit_bytes = \"ten\"\n", &[]);
+    assert!(err.starts_with("f.toml:3: server.body_limit_bytes: invalid type: string \"ten\""), "{err}");
+    let err = problem("[log]\nformat = \"xml\"\n", &[]);
+    assert!(err.starts_with("f.toml:2: log.format: \"xml\" is not one of"), "{err}");
+    let err = problem("", &[("PAYHOOK_SERVER__BODY_LIMIT_BYTES", "ten")]);
+    assert!(err.starts_with("environment variable PAYHOOK_SERVER__BODY_LIMIT_BYTES: server.body_limit_bytes"), "{err}");
+    let err = problem("", &[("PAYHOOK_STORAGE__URLL", "x")]);
+    assert!(err.starts_with("environment variable PAYHOOK_STORAGE__URLL: storage.urll: unknown field"), "{err}");
+    let err = problem("", &[("PAYHOOK_LOG__FORMAT", "xml")]);
+    assert!(err.starts_with("environment variable PAYHOOK_LOG__FORMAT: log.format"), "{err}");
+}
