@@ -35,10 +35,11 @@ pub(crate) async fn claim(pool: &Pool, sink: &str, claim: &Claim) -> Result<Vec<
             let mut jobs = Vec::with_capacity(rows.len());
             for row in rows {
                 let attempts: i32 = row.try_get(4).map_err(|e| StoreError::corrupt("outbox attempts", e))?;
-                let kind: String = row.try_get(2).map_err(|e| StoreError::corrupt("outbox kind", e))?;
+                let kind: &str = row.try_get(2).map_err(|e| StoreError::corrupt("outbox kind", e))?;
+                let kind = crate::read::outbox_kind(kind)?;
                 let stored: String = row.try_get(3).map_err(|e| StoreError::corrupt("outbox payload", e))?;
                 // jsonb keeps its own key order and spacing: sinks get payhook's rendering of the document.
-                let payload = payhook_store::payload::canonical(&kind, &stored).unwrap_or(stored);
+                let payload = payhook_store::payload::canonical(kind, &stored).unwrap_or(stored);
                 jobs.push(OutboxJob {
                     id: row.try_get(0).map_err(|e| StoreError::corrupt("outbox id", e))?,
                     sink: row.try_get(1).map_err(|e| StoreError::corrupt("outbox sink", e))?,

@@ -8,8 +8,8 @@ use crate::pool;
 use crate::pool::{Object, Pool};
 use payhook_core::event::{Effect, EventId, OrderId, SourceName};
 use payhook_store::{
-    AttemptEntry, AuditEntry, BillingChange, EventView, OrderView, OutboxStatus, OutboxView, Outcome, ReceivedHeaders,
-    Stats, StoreError,
+    AttemptEntry, AuditEntry, BillingChange, EventView, OrderView, OutboxKind, OutboxStatus, OutboxView, Outcome,
+    ReceivedHeaders, Stats, StoreError,
 };
 use std::time::Duration;
 use tokio_postgres::Row;
@@ -80,6 +80,11 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize, what: 
     row.try_get(i).map_err(|e| StoreError::corrupt(what, e))
 }
 
+/// A stored outbox kind.
+pub(crate) fn outbox_kind(s: &str) -> Result<OutboxKind> {
+    OutboxKind::parse(s).ok_or_else(|| StoreError::inconsistent(format!("outbox kind {s:?}")))
+}
+
 fn outbox_view(r: &Row) -> Result<OutboxView> {
     let payload: &str = get(r, 4, "outbox payload")?;
     let status: &str = get(r, 3, "outbox status")?;
@@ -87,8 +92,9 @@ fn outbox_view(r: &Row) -> Result<OutboxView> {
     let last_status: Option<i32> = get(r, 11, "outbox last status")?;
     Ok(OutboxView {
         id: get(r, 0, "outbox id")?,
-        kind: get(r, 1, "outbox kind")?,
-        sink: get(r, 2, "outbox sink")?,
+        kind: outbox_kind(get(r, 1, "outbox kind")?)?,
+        // Stored as '' for a row no sink takes.
+        sink: Some(get::<String>(r, 2, "outbox sink")?).filter(|s| !s.is_empty()),
         status: OutboxStatus::parse(status)
             .ok_or_else(|| StoreError::inconsistent(format!("outbox status {status:?}")))?,
         payload: serde_json::from_str(payload).map_err(|e| StoreError::corrupt("outbox payload", e))?,

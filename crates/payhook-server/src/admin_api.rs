@@ -208,7 +208,7 @@ pub(crate) async fn retry_outbox<S: Store>(
 pub(crate) async fn retry_one_outbox<S: Store>(state: &AppState<S>, id: i64) -> Result<OutboxView, ApiError> {
     let row = admin::retry_outbox(&*state.store, id, now_ms()).await?;
     state.dispatcher_wake.notify_waiters();
-    tracing::info!(id, sink = row.sink, kind = row.kind, "dead outbox row re-queued");
+    tracing::info!(id, sink = row.sink, kind = row.kind.as_str(), "dead outbox row re-queued");
     Ok(row)
 }
 

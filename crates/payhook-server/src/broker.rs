@@ -210,7 +210,7 @@ impl RedisSink {
             .key(&stream)
             .key(&seen)
             .arg(job.id)
-            .arg(&job.kind)
+            .arg(job.kind.as_str())
             .arg(&job.payload)
             .arg(self.dedup_window_secs)
             .invoke_async(&mut connection)
@@ -297,7 +297,7 @@ fn render(template: &str, job: &OutboxJob, sink: &str, escape: impl Fn(&str) -> 
         .ok()
         .and_then(|v| v.get("order_id").and_then(|o| o.as_str()).map(&escape))
         .unwrap_or_else(|| "_".to_owned());
-    template.replace("{kind}", &job.kind).replace("{order_id}", &order_id).replace("{sink}", sink)
+    template.replace("{kind}", job.kind.as_str()).replace("{order_id}", &order_id).replace("{sink}", sink)
 }
 
 /// One NATS subject token: anything but ASCII letters, digits, `-` and `_` (a `.`, a wildcard, whitespace) becomes
@@ -333,7 +333,7 @@ mod tests {
         OutboxJob {
             id: 7,
             sink: "shop".into(),
-            kind: "order.paid".into(),
+            kind: payhook_store::OutboxKind::OrderPaid,
             payload: payload.into(),
             attempts: 0,
             created_at_ms: 0,

@@ -253,7 +253,7 @@ impl<S: Store> Dispatcher<S> {
                             sink = target.name,
                             url = %target.url,
                             id = job.id,
-                            kind = job.kind,
+                            kind = job.kind.as_str(),
                             outcome = "delivered",
                             status,
                             "outbox row delivered"
@@ -265,7 +265,7 @@ impl<S: Store> Dispatcher<S> {
                             sink = target.name,
                             url = %target.url,
                             id = job.id,
-                            kind = job.kind,
+                            kind = job.kind.as_str(),
                             outcome = "retry",
                             error,
                             "outbox row will be retried"
@@ -277,7 +277,7 @@ impl<S: Store> Dispatcher<S> {
                             sink = target.name,
                             url = %target.url,
                             id = job.id,
-                            kind = job.kind,
+                            kind = job.kind.as_str(),
                             outcome = "dead",
                             error,
                             "outbox row is dead"

@@ -193,7 +193,7 @@ pub fn redact_outbox_row(row: &mut payhook_store::OutboxView) {
     {
         *error = redacted;
     }
-    if row.kind == payhook_store::ALERT_KIND {
+    if row.kind == payhook_store::OutboxKind::Alert {
         for field in ["text", "last_text"] {
             if let Some(serde_json::Value::String(text)) = row.payload.get_mut(field)
                 && let std::borrow::Cow::Owned(redacted) = redact_urls(text)

@@ -23,3 +23,11 @@ impl<T> SqlResult<T> for rusqlite::Result<T> {
         self.map_err(unavailable)
     }
 }
+
+/// Column `i` of `row` as an outbox kind.
+pub(crate) fn outbox_kind(row: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<payhook_store::OutboxKind> {
+    let s: String = row.get(i)?;
+    payhook_store::OutboxKind::parse(&s).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, format!("outbox kind {s:?}").into())
+    })
+}

@@ -133,7 +133,7 @@ pub(crate) fn claim_outbox(conn: &Connection, sink: &str, claim: &Claim) -> Resu
             Ok(OutboxJob {
                 id: r.get(0)?,
                 sink: r.get(1)?,
-                kind: r.get(2)?,
+                kind: crate::context::outbox_kind(r, 2)?,
                 payload: r.get(3)?,
                 attempts: r.get(4)?,
                 created_at_ms: r.get(5)?,

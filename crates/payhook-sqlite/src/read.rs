@@ -80,8 +80,9 @@ pub(crate) fn outbox_rows(conn: &Connection, sql: &str, args: &[&dyn ToSql]) -> 
             Ok((
                 OutboxView {
                     id: r.get(0)?,
-                    kind: r.get(1)?,
-                    sink: r.get(2)?,
+                    kind: crate::context::outbox_kind(r, 1)?,
+                    // Stored as '' for a row no sink takes.
+                    sink: Some(r.get::<_, String>(2)?).filter(|s| !s.is_empty()),
                     status: {
                         let s: String = r.get(3)?;
                         OutboxStatus::parse(&s).ok_or_else(|| {

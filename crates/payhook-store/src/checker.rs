@@ -275,8 +275,8 @@ fn check_effects(view: &OrderView, found: &mut Vec<Violation>) {
         .filter_map(|t| OrderAction::ALL.into_iter().find(|a| a.target() == t.to).map(|a| a.outbox_kind().to_owned()))
         .collect();
     let mut rows: BTreeMap<(&str, &str), usize> = BTreeMap::new();
-    for row in view.outbox.iter().filter(|r| r.kind.starts_with("order.")) {
-        *rows.entry((row.kind.as_str(), row.sink.as_str())).or_default() += 1;
+    for row in view.outbox.iter().filter(|r| r.kind.as_str().starts_with("order.")) {
+        *rows.entry((row.kind.as_str(), row.sink.as_deref().unwrap_or(""))).or_default() += 1;
     }
     for ((kind, sink), n) in &rows {
         if *n > 1 {

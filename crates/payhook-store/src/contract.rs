@@ -15,9 +15,8 @@
 //! The policies they use have no jitter, so retry times are exact.
 
 use crate::{
-    ALERT_KIND, Alert, AlertRouting, Claim, Claimed, Delivery, Dispatched, EventView, FORWARD_KIND, NewOrder,
-    OrderView, OutboxFilter, OutboxJob, OutboxView, Outcome, Parsed, ReceivedHeaders, Recorded, Registered, Replayed,
-    Retried, Routing, Stats, Store,
+    Alert, AlertRouting, Claim, Claimed, Delivery, Dispatched, EventView, NewOrder, OrderView, OutboxFilter, OutboxJob,
+    OutboxView, Outcome, Parsed, ReceivedHeaders, Recorded, Registered, Replayed, Retried, Routing, Stats, Store,
 };
 use payhook_core::event::{Currency, EventId, Money, OrderAction, OrderId, SourceName};
 use payhook_core::format::Format;
@@ -1068,7 +1067,7 @@ pub(crate) async fn outbox_of<S: Store>(store: &S, filter: OutboxFilter) -> Vec<
 }
 
 async fn alerts<S: Store>(store: &S) -> Vec<OutboxView> {
-    outbox_of(store, OutboxFilter { kind: Some(ALERT_KIND.into()), ..OutboxFilter::default() }).await
+    outbox_of(store, OutboxFilter { kind: Some(crate::OutboxKind::Alert), ..OutboxFilter::default() }).await
 }
 
 /// A receipt goes to every sink that takes its kind, once each, and each is delivered exactly once.
@@ -1076,7 +1075,8 @@ pub async fn outbox_rows_are_written_per_matching_sink_and_delivered_once<S: Sto
     register_new(&store, new_order("ord_o1", 100, T0)).await;
     assert_eq!(ingest(&store, pay("evt_o1", "ord_o1", 100, T0 + 1)).await, processed());
     let order = order_view(&store, "ord_o1").await;
-    let mut sinks: Vec<(&str, &str)> = order.outbox.iter().map(|r| (r.sink.as_str(), r.status.as_str())).collect();
+    let mut sinks: Vec<(&str, &str)> =
+        order.outbox.iter().map(|r| (r.sink.as_deref().unwrap_or(""), r.status.as_str())).collect();
     sinks.sort();
     assert_eq!(sinks, [("audit", "pending"), ("crm", "pending"), ("mail", "pending")]);
 
@@ -1148,7 +1148,7 @@ pub async fn a_hundred_dead_letters_in_a_minute_raise_one_alert_with_the_count<S
     let rows = alerts(&store).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     let alert = &rows[0];
-    assert_eq!((alert.sink.as_str(), alert.status.as_str()), (ALERTS_SINK, "pending"));
+    assert_eq!((alert.sink.as_deref(), alert.status.as_str()), (Some(ALERTS_SINK), "pending"));
     assert_eq!(alert.payload["count"], 100, "{}", alert.payload);
     assert!(alert.payload["text"].as_str().is_some_and(|t| t.contains("dead-lettered")), "{}", alert.payload);
     assert!(claim_outbox(&store, ALERTS_SINK, "d", T0 + ALERT_GATHER_MS - 1).await.is_empty(), "still gathering");
@@ -1196,9 +1196,11 @@ pub async fn forwarded_sources_write_one_event_row_per_sink_for_new_events_only<
     d.source = SourceName::parse("fwd").expect("source");
     assert_eq!(ingest(&store, d.clone()).await.outcome, Outcome::Ignored);
     assert_eq!(ingest(&store, d).await.outcome, Outcome::Duplicate);
-    let rows = outbox_of(&store, OutboxFilter { kind: Some(FORWARD_KIND.into()), ..OutboxFilter::default() }).await;
+    let rows =
+        outbox_of(&store, OutboxFilter { kind: Some(crate::OutboxKind::EventReceived), ..OutboxFilter::default() })
+            .await;
     assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!((rows[0].sink.as_str(), rows[0].status.as_str()), ("lake", "pending"));
+    assert_eq!((rows[0].sink.as_deref(), rows[0].status.as_str()), (Some("lake"), "pending"));
     assert_eq!(rows[0].payload["event_id"], "evt_f1");
     assert_eq!(rows[0].payload["outcome"], "ignored");
     // The event's own view lists what it caused.
@@ -1207,7 +1209,7 @@ pub async fn forwarded_sources_write_one_event_row_per_sink_for_new_events_only<
         .await
         .expect("event")
         .expect("stored");
-    assert_eq!(view.outbox.pop().map(|r| r.kind), Some(FORWARD_KIND.to_owned()));
+    assert_eq!(view.outbox.pop().map(|r| r.kind), Some(crate::OutboxKind::EventReceived));
     // Another source is not forwarded.
     ingest(&store, ignored("evt_f2", "customer.created", T0 + 1)).await;
     assert_eq!(outbox_of(&store, OutboxFilter { sink: Some("lake".into()), ..OutboxFilter::default() }).await.len(), 1);
@@ -1246,7 +1248,11 @@ pub async fn a_dead_letter_is_replayed_once_its_order_exists_and_a_second_replay
     assert_eq!(first, Replayed::Done(processed()));
     let order = order_view(&store, "ord_r2").await;
     assert_eq!(order.status, OrderStatus::Paid);
-    assert_eq!(order.outbox.iter().filter(|r| r.kind == "order.paid").count(), 3, "one per sink: crm, mail, audit");
+    assert_eq!(
+        order.outbox.iter().filter(|r| r.kind == crate::OutboxKind::OrderPaid).count(),
+        3,
+        "one per sink: crm, mail, audit"
+    );
     let second = store.replay(&source(), &event_id("evt_r2"), parsed, now + 2).await.expect("replay");
     assert_eq!(second, Replayed::NotDeadLetter(Outcome::Processed));
     assert_eq!(order_view(&store, "ord_r2").await, order, "nothing changed");

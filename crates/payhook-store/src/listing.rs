@@ -66,7 +66,7 @@ pub fn every_outbox_filter() -> Vec<OutboxFilter> {
         let on = |bit: u32| bits & (1 << bit) != 0;
         let base = OutboxFilter {
             status: None,
-            kind: on(0).then(|| "payment_receipt".to_owned()),
+            kind: on(0).then_some(crate::OutboxKind::OrderPaid),
             sink: on(1).then(|| "receipts".to_owned()),
             order_id: on(2).then(|| "ord_1".to_owned()),
             before: on(3).then_some(i64::MAX),
@@ -169,7 +169,7 @@ pub fn event_route(f: &EventFilter) -> Route<'_> {
 /// through (everything but `delivered`, the bulk), else the sink, else the status, else every row.
 pub fn outbox_route(f: &OutboxFilter) -> Route<'_> {
     let status = f.status.map(crate::OutboxStatus::as_str);
-    let (kind, sink) = (f.kind.as_deref(), f.sink.as_deref());
+    let (kind, sink) = (f.kind.map(crate::OutboxKind::as_str), f.sink.as_deref());
     let path = match (f.order_id.as_deref(), status.filter(|s| *s != "delivered"), sink, status) {
         (Some(o), ..) => Path::Value(Column::OrderId, o),
         (None, Some(s), ..) => Path::Value(Column::Status, s),

@@ -191,15 +191,105 @@ impl std::fmt::Display for OutboxStatus {
     }
 }
 
+/// What an outbox row carries: the document's `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum OutboxKind {
+    /// An order was paid (`payload::OrderChanged`).
+    #[serde(rename = "order.paid")]
+    OrderPaid,
+    /// A payment failed.
+    #[serde(rename = "order.failed")]
+    OrderFailed,
+    /// An order was refunded.
+    #[serde(rename = "order.refunded")]
+    OrderRefunded,
+    /// A payment was disputed.
+    #[serde(rename = "order.disputed")]
+    OrderDisputed,
+    /// A subscription was created, changed or ended (`payload::SubscriptionChanged`).
+    #[serde(rename = "subscription.updated")]
+    SubscriptionUpdated,
+    /// A paid invoice granted an entitlement (`payload::EntitlementChanged`).
+    #[serde(rename = "entitlement.granted")]
+    EntitlementGranted,
+    /// A refund or the end of a subscription revoked one.
+    #[serde(rename = "entitlement.revoked")]
+    EntitlementRevoked,
+    /// An invoice's payment failed.
+    #[serde(rename = "invoice.payment_failed")]
+    InvoicePaymentFailed,
+    /// A forwarded source's delivery (`payload::EventReceived`).
+    #[serde(rename = "event.received")]
+    EventReceived,
+    /// An alert for the alerts sink.
+    #[serde(rename = "alert")]
+    Alert,
+}
+
+impl OutboxKind {
+    /// Every kind.
+    pub const ALL: [OutboxKind; 10] = [
+        Self::OrderPaid,
+        Self::OrderFailed,
+        Self::OrderRefunded,
+        Self::OrderDisputed,
+        Self::SubscriptionUpdated,
+        Self::EntitlementGranted,
+        Self::EntitlementRevoked,
+        Self::InvoicePaymentFailed,
+        Self::EventReceived,
+        Self::Alert,
+    ];
+
+    /// Every kind's name, in the order of [`OutboxKind::ALL`].
+    pub const NAMES: [&'static str; 10] = {
+        let mut names = [""; 10];
+        let mut i = 0;
+        while i < names.len() {
+            names[i] = Self::ALL[i].as_str();
+            i += 1;
+        }
+        names
+    };
+
+    /// The stored and sent name (the routing's `kinds`, the documents' `kind`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::OrderPaid => "order.paid",
+            Self::OrderFailed => "order.failed",
+            Self::OrderRefunded => "order.refunded",
+            Self::OrderDisputed => "order.disputed",
+            Self::SubscriptionUpdated => payhook_core::billing::SUBSCRIPTION_UPDATED,
+            Self::EntitlementGranted => payhook_core::billing::ENTITLEMENT_GRANTED,
+            Self::EntitlementRevoked => payhook_core::billing::ENTITLEMENT_REVOKED,
+            Self::InvoicePaymentFailed => payhook_core::billing::INVOICE_PAYMENT_FAILED,
+            Self::EventReceived => FORWARD_KIND,
+            Self::Alert => ALERT_KIND,
+        }
+    }
+
+    /// The inverse of [`OutboxKind::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for OutboxKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A side effect in the outbox: one row per (effect, sink).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OutboxView {
     /// Stable id, sent as `webhook-id` and `Idempotency-Key` on every attempt.
     pub id: i64,
-    /// `order.paid`, `order.refunded`, `event.received`, `alert`, …
-    pub kind: String,
-    /// The sink it goes to; empty when no configured sink takes this kind (the effect is recorded, not sent).
-    pub sink: String,
+    /// What it carries.
+    pub kind: OutboxKind,
+    /// The sink it goes to; `None` when no configured sink takes this kind (status `unrouted`: the effect is
+    /// recorded, not sent).
+    pub sink: Option<String>,
     /// Where it is in its delivery.
     pub status: OutboxStatus,
     /// The JSON document that is sent.
@@ -544,8 +634,8 @@ pub struct OutboxJob {
     pub id: i64,
     /// The sink.
     pub sink: String,
-    /// The kind.
-    pub kind: String,
+    /// What it carries.
+    pub kind: OutboxKind,
     /// The JSON document to send, as stored.
     pub payload: String,
     /// Attempts before this one.
@@ -632,7 +722,7 @@ pub struct OutboxFilter {
     /// Only this status.
     pub status: Option<OutboxStatus>,
     /// Only this kind.
-    pub kind: Option<String>,
+    pub kind: Option<OutboxKind>,
     /// Only this sink.
     pub sink: Option<String>,
     /// Only this order's rows.

@@ -6,6 +6,7 @@
 //! Fields are declared in the order they are sent. Absent values are sent as `null`, never left out: a sink's
 //! schema can rely on every key being there.
 
+use crate::OutboxKind;
 use payhook_core::event::Effect;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -122,21 +123,20 @@ pub fn render<T: Serialize>(document: &T) -> String {
 /// the kind has no type here (alerts: their count is gathered in the row, and they are rendered for a person by
 /// the dispatcher) or when the stored text does not match its type (rows written by an older payhook, with
 /// fewer fields); those are sent as stored.
-pub fn canonical(kind: &str, stored: &str) -> Option<String> {
-    use payhook_core::billing::{
-        ENTITLEMENT_GRANTED, ENTITLEMENT_REVOKED, INVOICE_PAYMENT_FAILED, SUBSCRIPTION_UPDATED,
-    };
+pub fn canonical(kind: OutboxKind, stored: &str) -> Option<String> {
     fn again<'a, T: Deserialize<'a> + Serialize>(stored: &'a str) -> Option<String> {
         serde_json::from_str::<T>(stored).ok().map(|document| render(&document))
     }
     match kind {
-        k if payhook_core::event::OrderAction::ALL.iter().any(|a| a.outbox_kind() == k) => {
+        OutboxKind::OrderPaid | OutboxKind::OrderFailed | OutboxKind::OrderRefunded | OutboxKind::OrderDisputed => {
             again::<OrderChanged>(stored)
         }
-        SUBSCRIPTION_UPDATED => again::<SubscriptionChanged>(stored),
-        ENTITLEMENT_GRANTED | ENTITLEMENT_REVOKED | INVOICE_PAYMENT_FAILED => again::<EntitlementChanged>(stored),
-        crate::FORWARD_KIND => again::<EventReceived>(stored),
-        _ => None,
+        OutboxKind::SubscriptionUpdated => again::<SubscriptionChanged>(stored),
+        OutboxKind::EntitlementGranted | OutboxKind::EntitlementRevoked | OutboxKind::InvoicePaymentFailed => {
+            again::<EntitlementChanged>(stored)
+        }
+        OutboxKind::EventReceived => again::<EventReceived>(stored),
+        OutboxKind::Alert => None,
     }
 }
 
@@ -162,14 +162,14 @@ mod tests {
         );
         // As PostgreSQL's jsonb prints it: keys by length, then bytes; a space after each colon and comma.
         let jsonb = r#"{"kind": "order.paid", "source": "shop", "status": "paid", "order_id": "ord_1", "event_id": "evt_1", "event_type": "payment.succeeded", "occurred_at": 1700000000, "previous_status": "pending"}"#;
-        assert_eq!(canonical("order.paid", jsonb).as_deref(), Some(ours.as_str()));
-        assert_eq!(canonical("order.paid", &ours).as_deref(), Some(ours.as_str()));
+        assert_eq!(canonical(OutboxKind::OrderPaid, jsonb).as_deref(), Some(ours.as_str()));
+        assert_eq!(canonical(OutboxKind::OrderPaid, &ours).as_deref(), Some(ours.as_str()));
     }
 
     #[test]
     fn rows_without_a_type_or_of_an_older_shape_are_sent_as_stored() {
-        assert_eq!(canonical("alert", r#"{"kind": "alert", "count": 2}"#), None);
-        assert_eq!(canonical("order.paid", r#"{"kind": "order.paid", "order_id": "ord_v1"}"#), None);
-        assert_eq!(canonical("order.paid", r#"{"kind": "order.paid", "extra": 1}"#), None);
+        assert_eq!(canonical(OutboxKind::Alert, r#"{"kind": "alert", "count": 2}"#), None);
+        assert_eq!(canonical(OutboxKind::OrderPaid, r#"{"kind": "order.paid", "order_id": "ord_v1"}"#), None);
+        assert_eq!(canonical(OutboxKind::OrderPaid, r#"{"kind": "order.paid", "extra": 1}"#), None);
     }
 }

@@ -287,7 +287,7 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
         AdminCommand::Outbox { command: OutboxCommand::Retry(a) } => {
             let row = admin::retry_outbox(store, a.id, now_ms()).await?;
             print_or(a.out.json, &row, || {
-                let sink = if row.sink.is_empty() { "no sink" } else { row.sink.as_str() };
+                let sink = row.sink.as_deref().unwrap_or("no sink");
                 println!("outbox row {} ({}, to {sink}) re-queued: {}", row.id, row.kind, row.status);
             })
         }
@@ -475,8 +475,8 @@ fn outbox_table(rows: &[OutboxView]) -> Table {
         t.row(vec![
             r.id.to_string(),
             utc(r.created_at_ms),
-            r.kind.clone(),
-            if r.sink.is_empty() { "-".to_owned() } else { r.sink.clone() },
+            r.kind.to_string(),
+            or_dash(r.sink.as_deref()),
             r.status.to_string(),
             r.attempts.to_string(),
             or_dash(r.order_id.as_deref()),

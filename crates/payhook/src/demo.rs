@@ -322,7 +322,10 @@ async fn tour(args: &DemoArgs, dir: &std::path::Path) -> Result<()> {
     for id in ["ord_1", "ord_2", "ord_3", "ord_4"] {
         let view = store.order(&OrderId::parse(id)?).await?;
         let (status, receipts) = view.map_or(("missing".to_owned(), 0), |v| {
-            (v.status.as_str().to_owned(), v.outbox.iter().filter(|o| o.kind == "order.paid").count())
+            (
+                v.status.as_str().to_owned(),
+                v.outbox.iter().filter(|o| o.kind == payhook_store::OutboxKind::OrderPaid).count(),
+            )
         });
         orders.row(vec![id.to_owned(), status, receipts.to_string()]);
     }

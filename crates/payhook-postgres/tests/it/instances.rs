@@ -11,7 +11,7 @@ use payhook_store::contract::{
     BASE_MS, T0, claim, event_id, event_view, new_order, order_view, pay, processed, refund, register_new, source,
     stats, test_policy, test_routing, unparseable,
 };
-use payhook_store::{ALERT_KIND, Alert, Claim, Dispatched, OutboxFilter, Outcome, Registered, Replayed, Stats, Store};
+use payhook_store::{Alert, Claim, Dispatched, OutboxFilter, Outcome, Registered, Replayed, Stats, Store};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -135,7 +135,7 @@ async fn overlapping_batches_of_three_instances_apply_every_fact_once_without_de
         let order = order_view(&store, &format!("ord_o{i}")).await;
         let expected = if i % 3 == 0 { OrderStatus::Refunded } else { OrderStatus::Paid };
         assert_eq!(order.status, expected, "ord_o{i}: {order:?}");
-        let receipts = order.outbox.iter().filter(|o| o.kind == "order.paid").count();
+        let receipts = order.outbox.iter().filter(|o| o.kind == payhook_store::OutboxKind::OrderPaid).count();
         assert!(receipts <= 1, "ord_o{i} has {receipts} receipts");
     }
     let s = stats(&store).await;
@@ -174,7 +174,11 @@ async fn concurrent_alerts_of_one_key_from_several_instances_make_one_alert_with
     .await;
     assert_eq!(raised.len(), 4);
     let rows = stores[0]
-        .list_outbox(OutboxFilter { kind: Some(ALERT_KIND.into()), limit: 100, ..OutboxFilter::default() })
+        .list_outbox(OutboxFilter {
+            kind: Some(payhook_store::OutboxKind::Alert),
+            limit: 100,
+            ..OutboxFilter::default()
+        })
         .await
         .expect("list")
         .rows;
@@ -311,7 +315,11 @@ async fn overlapping_batches_with_dead_letters_and_alerts_on_three_instances_nev
     assert_eq!(dead, ORDERS / 5 + UNREADABLE, "{first:?}");
 
     let alerts = stores[0]
-        .list_outbox(OutboxFilter { kind: Some(ALERT_KIND.into()), limit: 100, ..OutboxFilter::default() })
+        .list_outbox(OutboxFilter {
+            kind: Some(payhook_store::OutboxKind::Alert),
+            limit: 100,
+            ..OutboxFilter::default()
+        })
         .await
         .expect("list")
         .rows;
@@ -319,7 +327,7 @@ async fn overlapping_batches_with_dead_letters_and_alerts_on_three_instances_nev
     assert_eq!(alerts[0].payload["count"], dead, "{}", alerts[0].payload);
     for i in 0..ORDERS {
         let order = order_view(&store, &format!("ord_x{i}")).await;
-        let receipts = order.outbox.iter().filter(|o| o.kind == "order.paid").count();
+        let receipts = order.outbox.iter().filter(|o| o.kind == payhook_store::OutboxKind::OrderPaid).count();
         let expected: &[usize] = match (i % 5, i % 3) {
             (0, _) => &[0],    // the payment was dead-lettered
             (_, 0) => &[0, 3], // refunded; paid first (a receipt per sink: crm, mail, audit) or never

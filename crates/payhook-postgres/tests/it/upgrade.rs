@@ -42,7 +42,7 @@ async fn a_version_1_schema_with_outbox_rows_is_upgraded_and_its_rows_become_unr
     let old = order_view(&store, "ord_v1").await;
     assert_eq!(old.outbox.len(), 1, "{old:?}");
     let row = &old.outbox[0];
-    assert_eq!((row.sink.as_str(), row.status.as_str(), row.next_attempt_at_ms), ("", "unrouted", None), "{row:?}");
+    assert_eq!((row.sink.as_deref(), row.status.as_str(), row.next_attempt_at_ms), (None, "unrouted", None), "{row:?}");
     assert_eq!((row.source.as_deref(), row.event_id.as_deref()), (Some("shop"), Some("evt_v1")));
     assert!(store.claim_outbox("", payhook_store::contract::claim("d", T0, 1_000)).await.unwrap().is_empty());
 

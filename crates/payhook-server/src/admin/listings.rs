@@ -2,7 +2,7 @@
 //! becomes a page (`next_cursor`, and `partial` when the scan bound stopped it short).
 
 use super::*;
-use payhook_store::OutboxStatus;
+use payhook_store::{OutboxKind, OutboxStatus};
 
 /// Filters of an event listing, as the API's query string and the CLI's flags give them.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
@@ -173,10 +173,16 @@ pub async fn list_outbox<S: Store>(store: &S, query: &OutboxQuery) -> Result<Out
             AdminError::Invalid(format!("status {s:?} is not one of {}", OUTBOX_STATUSES.join(", ")))
         })?),
     };
+    let kind = match query.kind.as_deref() {
+        None => None,
+        Some(k) => Some(OutboxKind::parse(k).ok_or_else(|| {
+            AdminError::Invalid(format!("kind {k:?} is not one of {}", OutboxKind::NAMES.join(", ")))
+        })?),
+    };
     let limit = page_limit(query.limit)?;
     let filter = OutboxFilter {
         status,
-        kind: query.kind.clone(),
+        kind,
         sink: query.sink.clone(),
         order_id: query.order_id.clone(),
         before: query.before,

@@ -102,7 +102,7 @@ pub(super) fn outbox_table(rows: &[OutboxView], csrf: &str) -> Markup {
                         tr data-outbox-id=(r.id) {
                             td.mono { (r.id) }
                             td { (r.kind) }
-                            td { @if r.sink.is_empty() { span.muted { "none" } } @else { (r.sink) } }
+                            td { @if let Some(sink) = &r.sink { (sink) } @else { span.muted { "none" } } }
                             td { (badge(r.status.as_str())) }
                             td.hide-narrow { (r.attempts) }
                             td.hide-narrow.mono { (r.next_attempt_at_ms.map(time).unwrap_or_default()) }

@@ -45,7 +45,9 @@ pub(super) async fn retry_outbox<S: Store>(
     Path(id): Path<i64>,
 ) -> Response {
     let message = match retry_one_outbox(&state, id).await {
-        Ok(row) => format!("Outbox row {id} ({} to {}) is queued again", row.kind, row.sink),
+        Ok(row) => {
+            format!("Outbox row {id} ({} to {}) is queued again", row.kind, row.sink.as_deref().unwrap_or("no sink"))
+        }
         Err(e) => format!("Not re-queued: {}", e.status_and_message().1),
     };
     state.ui_sessions.set_flash(&session, message);

@@ -9,7 +9,11 @@ use serde_json::{Value, json};
 
 /// The outbox rows of `kind` in the whole store.
 async fn outbox_count(app: &TestApp, kind: &str) -> usize {
-    let filter = OutboxFilter { kind: Some(kind.to_owned()), limit: 1_000, ..OutboxFilter::default() };
+    let filter = OutboxFilter {
+        kind: Some(payhook_store::OutboxKind::parse(kind).expect("a kind")),
+        limit: 1_000,
+        ..OutboxFilter::default()
+    };
     app.store.list_outbox(filter).await.expect("list outbox").rows.len()
 }
 

@@ -86,7 +86,11 @@ pub async fn entitlements_of<S: Store>(store: &S) -> Vec<EntitlementView> {
 
 /// The number of outbox rows of `kind` in the whole store.
 pub async fn outbox_count<S: Store>(store: &S, kind: &str) -> usize {
-    let filter = OutboxFilter { kind: Some(kind.to_owned()), limit: 1_000, ..OutboxFilter::default() };
+    let filter = OutboxFilter {
+        kind: Some(crate::OutboxKind::parse(kind).expect("a kind")),
+        limit: 1_000,
+        ..OutboxFilter::default()
+    };
     store.list_outbox(filter).await.expect("list_outbox").rows.len()
 }
 

@@ -46,7 +46,7 @@ pub async fn claimed_documents<S: Store>(store: &S) -> Vec<(String, String, Stri
     let mut documents = Vec::new();
     for sink in DOCUMENT_SINKS {
         let jobs = store.claim_outbox(sink, claim("dispatcher", T0 + 3_600_000, 60_000)).await.expect("claim");
-        documents.extend(jobs.into_iter().map(|j| (j.sink, j.kind, j.payload)));
+        documents.extend(jobs.into_iter().map(|j| (j.sink, j.kind.as_str().to_owned(), j.payload)));
     }
     documents.sort();
     documents

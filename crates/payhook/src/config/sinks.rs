@@ -100,6 +100,12 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
     if s.kinds.is_empty() {
         bail!("kinds: list the outbox kinds this sink takes (order.paid, order.refunded, …) or \"*\"");
     }
+    if let Some(unknown) = s.kinds.iter().find(|k| *k != "*" && payhook_store::OutboxKind::parse(k).is_none()) {
+        bail!(
+            "kinds: {unknown:?} is not an outbox kind (one of {}, or \"*\"): a sink listening for it would never get a row",
+            payhook_store::OutboxKind::NAMES.join(", ")
+        );
+    }
     let secret = match (s.secret, &s.secret_env) {
         (Some(secret), _) => Some(secret),
         (None, Some(var)) => {

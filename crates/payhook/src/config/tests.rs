@@ -533,3 +533,11 @@ fn unknown_keys_wrong_types_and_bad_overrides_name_their_origin() {
     let err = problem("", &[("PAYHOOK_LOG__FORMAT", "xml")]);
     assert!(err.starts_with("environment variable PAYHOOK_LOG__FORMAT: log.format"), "{err}");
 }
+
+#[test]
+fn a_sink_listening_for_a_kind_that_does_not_exist_is_refused_with_its_line() {
+    let text = "[[sinks]]\nname = \"crm\"\nurl = \"https://crm.example/hook\"\nkinds = [\"order.payed\"]\n";
+    let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+    assert!(err.starts_with("f.toml:4: sinks[0] (crm): kinds: \"order.payed\" is not an outbox kind"), "{err}");
+    assert!(err.contains("order.paid"), "the message lists the kinds: {err}");
+}
