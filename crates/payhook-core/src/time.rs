@@ -66,29 +66,26 @@ fn digits(b: &[u8]) -> Option<u32> {
 
 /// Unix seconds as `YYYY-MM-DDTHH:MM:SSZ` (RFC 3339, UTC), the shape providers' payloads carry.
 pub fn rfc3339(secs: i64) -> String {
-    let t = utc(secs);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
+    format!("{}Z", written(secs, 'T'))
 }
 
 /// Unix milliseconds as `YYYY-MM-DD HH:MM:SS` in UTC, as the CLI's tables and the dashboard show times.
 pub fn display_ms(ms: i64) -> String {
-    let t = utc(ms.div_euclid(1000));
+    written(ms.div_euclid(1000), ' ')
+}
+
+/// `YYYY-MM-DD`, `between`, `HH:MM:SS` of unix seconds in UTC.
+fn written(secs: i64, between: char) -> String {
+    let t = utc(secs);
+    let (date, time) = (t.date(), t.time());
     format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
+        "{:04}-{:02}-{:02}{between}{:02}:{:02}:{:02}",
+        date.year(),
+        u8::from(date.month()),
+        date.day(),
+        time.hour(),
+        time.minute(),
+        time.second()
     )
 }
 

@@ -36,7 +36,6 @@ use payhook_store::payload;
 use payhook_store::{
     BillingAuditEntry, EntitlementView, NonceClaim, NonceClaimed, Outcome, Recorded, StoreError, SubscriptionView,
 };
-use std::borrow::Cow;
 use std::collections::HashMap;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -211,18 +210,7 @@ async fn apply_subscription(
     };
     let customer = change.customer_id.as_ref().map(CustomerId::as_str);
     let from = seen.map(|s| s.status.as_str());
-    let payload = payload::render(&payload::SubscriptionChanged {
-        kind: SUBSCRIPTION_UPDATED.into(),
-        subscription_id: id.into(),
-        customer_id: customer.map(Cow::Borrowed),
-        status: change.status.as_str().into(),
-        previous_status: from.map(Cow::Borrowed),
-        current_period_end: change.current_period_end,
-        source: source.into(),
-        event_id: event.event_id.as_str().into(),
-        event_type: event.event_type.as_str().into(),
-        occurred_at: event.occurred_at,
-    });
+    let payload = payload::subscription_changed(change, from, source, event);
     let revoke_reason =
         change.status.is_ended().then(|| format!("subscription {} ended ({})", change.subscription_id, change.status));
     let sinks = sinks_of(&ctx.routing, SUBSCRIPTION_UPDATED);
@@ -283,19 +271,8 @@ async fn apply_invoice(
         InvoiceDecision::Report => ("report", None, Some(INVOICE_PAYMENT_FAILED)),
     };
     let payload = kind.map(|kind| {
-        payload::render(&payload::EntitlementChanged {
-            kind: kind.into(),
-            invoice_id: invoice.into(),
-            customer_id: customer.map(Cow::Borrowed),
-            subscription_id: subscription.map(Cow::Borrowed),
-            amount: money.map(|m| m.amount_minor),
-            currency: money.map(|m| Cow::Borrowed(m.currency.as_str())),
-            reason: if kind == ENTITLEMENT_REVOKED { why.as_deref().map(Cow::Borrowed) } else { None },
-            source: source.into(),
-            event_id: event.event_id.as_str().into(),
-            event_type: event.event_type.as_str().into(),
-            occurred_at: event.occurred_at,
-        })
+        let reason = if kind == ENTITLEMENT_REVOKED { why.as_deref() } else { None };
+        payload::entitlement_changed(kind, invoice, customer, subscription, money, reason, source, event)
     });
     let sinks = kind.map(|kind| sinks_of(&ctx.routing, kind));
     run_apply(

@@ -5,6 +5,9 @@
 //! applies a plan and reports when its guard matched nothing, Rust explains why and settles the row in the same
 //! transaction.
 //!
+//! Why one file of about 650 lines: the module map below, the options and the `Store` implementation, whose
+//! methods each hand the call to the module that does it; split, one trait's implementation would be scattered.
+//!
 //! # Layout
 //!
 //! - [`PgStore`]: implements [`payhook_store::Store`]; [`PgOptions`] says how it runs.

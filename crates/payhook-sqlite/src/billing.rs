@@ -19,7 +19,6 @@ use payhook_store::{
     BillingAuditEntry, EntitlementView, NonceClaim, NonceClaimed, Outcome, Recorded, StoreError, SubscriptionView,
 };
 use rusqlite::{Connection, OptionalExtension, params};
-use std::borrow::Cow;
 
 fn processed(detail: Option<String>) -> Recorded {
     Recorded { outcome: Outcome::Processed, detail }
@@ -131,18 +130,7 @@ pub(crate) fn apply_subscription(
     }
     let from = current.as_ref().map(|c| c.status.as_str());
     audit(conn, "subscription", id, source, event, from, change.status.as_str(), now_ms)?;
-    let payload = payload::render(&payload::SubscriptionChanged {
-        kind: SUBSCRIPTION_UPDATED.into(),
-        subscription_id: id.into(),
-        customer_id: customer.map(Cow::Borrowed),
-        status: change.status.as_str().into(),
-        previous_status: from.map(Cow::Borrowed),
-        current_period_end: change.current_period_end,
-        source: source.into(),
-        event_id: event.event_id.as_str().into(),
-        event_type: event.event_type.as_str().into(),
-        occurred_at: event.occurred_at,
-    });
+    let payload = payload::subscription_changed(change, from, source, event);
     route_outbox(conn, &ctx.routing, SUBSCRIPTION_UPDATED, None, source, event, &payload, now_ms)?;
     if change.status.is_ended() {
         revoke_for_subscription(conn, ctx, source, event, &change.subscription_id, &change.status, now_ms)?;
@@ -174,7 +162,7 @@ fn revoke_for_subscription(
         .db()?;
     for (invoice_id, customer_id) in revoked {
         audit(conn, "entitlement", &invoice_id, source, event, Some("granted"), "revoked", now_ms)?;
-        let payload = entitlement_payload(
+        let payload = payload::entitlement_changed(
             ENTITLEMENT_REVOKED,
             &invoice_id,
             customer_id.as_deref(),
@@ -187,32 +175,6 @@ fn revoke_for_subscription(
         route_outbox(conn, &ctx.routing, ENTITLEMENT_REVOKED, None, source, event, &payload, now_ms)?;
     }
     Ok(())
-}
-
-#[allow(clippy::too_many_arguments)]
-fn entitlement_payload(
-    kind: &str,
-    invoice_id: &str,
-    customer_id: Option<&str>,
-    subscription_id: Option<&str>,
-    money: Option<&payhook_core::event::Money>,
-    reason: Option<&str>,
-    source: &str,
-    event: &Event,
-) -> String {
-    payload::render(&payload::EntitlementChanged {
-        kind: kind.into(),
-        invoice_id: invoice_id.into(),
-        customer_id: customer_id.map(Cow::Borrowed),
-        subscription_id: subscription_id.map(Cow::Borrowed),
-        amount: money.map(|m| m.amount_minor),
-        currency: money.map(|m| Cow::Borrowed(m.currency.as_str())),
-        reason: reason.map(Cow::Borrowed),
-        source: source.into(),
-        event_id: event.event_id.as_str().into(),
-        event_type: event.event_type.as_str().into(),
-        occurred_at: event.occurred_at,
-    })
 }
 
 /// Applies an invoice event (inside the caller's savepoint, after its business key was claimed).
@@ -274,7 +236,7 @@ pub(crate) fn apply_invoice(
         InvoiceDecision::NoOp(why) => Ok(processed(Some(why))),
         InvoiceDecision::Grant => {
             insert(EntitlementStatus::Granted, None)?;
-            let payload = entitlement_payload(
+            let payload = payload::entitlement_changed(
                 ENTITLEMENT_GRANTED,
                 invoice,
                 customer,
@@ -310,7 +272,7 @@ pub(crate) fn apply_invoice(
                 });
             };
             audit(conn, "entitlement", invoice, source, event, Some("granted"), "revoked", now_ms)?;
-            let payload = entitlement_payload(
+            let payload = payload::entitlement_changed(
                 ENTITLEMENT_REVOKED,
                 invoice,
                 customer.or(stored_customer.as_deref()),
@@ -324,7 +286,7 @@ pub(crate) fn apply_invoice(
             Ok(processed(None))
         }
         InvoiceDecision::Report => {
-            let payload = entitlement_payload(
+            let payload = payload::entitlement_changed(
                 INVOICE_PAYMENT_FAILED,
                 invoice,
                 customer,

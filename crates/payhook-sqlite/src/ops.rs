@@ -239,16 +239,7 @@ fn apply_order(
     if fires_on("sqlite::after_ledger_update", conn) {
         return Err(injected("sqlite::after_ledger_update"));
     }
-    let payload = payload::render(&payload::OrderChanged {
-        kind: plan.outbox_kind.into(),
-        order_id: plan.order_id.as_str().into(),
-        status: plan.to.as_str().into(),
-        previous_status: from.as_str().into(),
-        source: source.into(),
-        event_id: event.event_id.as_str().into(),
-        event_type: event.event_type.as_str().into(),
-        occurred_at: event.occurred_at,
-    });
+    let payload = payload::order_changed(plan, from.as_str(), source, event);
     // The order lists the rows in its own `outbox_ids` (trigger `outbox_listed_by_order`, migration 0006): its page
     // is already dirty from the guarded update, where an index on `outbox.order_id` would dirty one more page at a
     // random place.

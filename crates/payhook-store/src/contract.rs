@@ -1,5 +1,8 @@
 //! The store contract: the behaviour every [`Store`] backend must show, as a test suite they all run.
 //!
+//! Why one file of about 1,300 lines: the fixtures and checked calls every case uses, and the core ledger cases
+//! that use nothing else; the billing, counters, documents, listings and order-retention cases are in `contract/`.
+//!
 //! Each case is a `pub async fn` generic over `S: Store` that takes a freshly created, empty store and panics
 //! when the backend misbehaves. A backend runs the whole suite with one macro call in its integration tests:
 //!

@@ -1,6 +1,6 @@
 //! What crosses the storage boundary.
 //!
-//! Why one file of about 840 lines: these are the plain data types of the `Store` trait's signatures (what goes in,
+//! Why one file of about 930 lines: these are the plain data types of the `Store` trait's signatures (what goes in,
 //! what comes out, filters and counts), nearly all documentation; split, every backend would import from many
 //! files for one contract.
 
@@ -140,6 +140,19 @@ pub struct AuditEntry {
     pub at_ms: i64,
 }
 
+/// `[T::ALL[0].as_str(), …]` at compile time, for an enum with `ALL` and a `const fn as_str`.
+macro_rules! names_of {
+    ($t:ty, $n:literal) => {{
+        let mut names = [""; $n];
+        let mut i = 0;
+        while i < $n {
+            names[i] = <$t>::ALL[i].as_str();
+            i += 1;
+        }
+        names
+    }};
+}
+
 /// Where an outbox row is in its delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -159,15 +172,7 @@ impl OutboxStatus {
     pub const ALL: [OutboxStatus; 4] = [Self::Pending, Self::Delivered, Self::Dead, Self::Unrouted];
 
     /// Every status's name, in the order of [`OutboxStatus::ALL`].
-    pub const NAMES: [&'static str; 4] = {
-        let mut names = [""; 4];
-        let mut i = 0;
-        while i < names.len() {
-            names[i] = Self::ALL[i].as_str();
-            i += 1;
-        }
-        names
-    };
+    pub const NAMES: [&'static str; 4] = names_of!(Self, 4);
 
     /// The stored and displayed name.
     pub const fn as_str(self) -> &'static str {
@@ -242,15 +247,7 @@ impl OutboxKind {
     ];
 
     /// Every kind's name, in the order of [`OutboxKind::ALL`].
-    pub const NAMES: [&'static str; 10] = {
-        let mut names = [""; 10];
-        let mut i = 0;
-        while i < names.len() {
-            names[i] = Self::ALL[i].as_str();
-            i += 1;
-        }
-        names
-    };
+    pub const NAMES: [&'static str; 10] = names_of!(Self, 10);
 
     /// The stored and sent name (the routing's `kinds`, the documents' `kind`).
     pub const fn as_str(self) -> &'static str {

@@ -7,7 +7,9 @@
 //! schema can rely on every key being there.
 
 use crate::OutboxKind;
-use payhook_core::event::Effect;
+use payhook_core::billing::SubscriptionChange;
+use payhook_core::event::{Effect, Event, Money};
+use payhook_core::ledger::Plan;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
@@ -111,6 +113,69 @@ pub struct EventReceived<'a> {
     pub detail: Option<Cow<'a, str>>,
     /// When payhook received it, unix milliseconds.
     pub received_at_ms: i64,
+}
+
+/// The `OrderChanged` document of `plan` applied by `event` of `source`, the order's status having been `previous`.
+pub fn order_changed(plan: &Plan, previous: &str, source: &str, event: &Event) -> String {
+    render(&OrderChanged {
+        kind: plan.outbox_kind.into(),
+        order_id: plan.order_id.as_str().into(),
+        status: plan.to.as_str().into(),
+        previous_status: previous.into(),
+        source: source.into(),
+        event_id: event.event_id.as_str().into(),
+        event_type: event.event_type.as_str().into(),
+        occurred_at: event.occurred_at,
+    })
+}
+
+/// The `SubscriptionChanged` document of `change` applied by `event` of `source`; `previous` is the status the
+/// subscription had, `None` for a new one.
+pub fn subscription_changed(
+    change: &SubscriptionChange,
+    previous: Option<&str>,
+    source: &str,
+    event: &Event,
+) -> String {
+    render(&SubscriptionChanged {
+        kind: payhook_core::billing::SUBSCRIPTION_UPDATED.into(),
+        subscription_id: change.subscription_id.as_str().into(),
+        customer_id: change.customer_id.as_ref().map(|c| Cow::Borrowed(c.as_str())),
+        status: change.status.as_str().into(),
+        previous_status: previous.map(Cow::Borrowed),
+        current_period_end: change.current_period_end,
+        source: source.into(),
+        event_id: event.event_id.as_str().into(),
+        event_type: event.event_type.as_str().into(),
+        occurred_at: event.occurred_at,
+    })
+}
+
+/// The `EntitlementChanged` document of `kind` for `invoice_id`, caused by `event` of `source`.
+#[allow(clippy::too_many_arguments)]
+pub fn entitlement_changed(
+    kind: &str,
+    invoice_id: &str,
+    customer_id: Option<&str>,
+    subscription_id: Option<&str>,
+    money: Option<&Money>,
+    reason: Option<&str>,
+    source: &str,
+    event: &Event,
+) -> String {
+    render(&EntitlementChanged {
+        kind: kind.into(),
+        invoice_id: invoice_id.into(),
+        customer_id: customer_id.map(Cow::Borrowed),
+        subscription_id: subscription_id.map(Cow::Borrowed),
+        amount: money.map(|m| m.amount_minor),
+        currency: money.map(|m| Cow::Borrowed(m.currency.as_str())),
+        reason: reason.map(Cow::Borrowed),
+        source: source.into(),
+        event_id: event.event_id.as_str().into(),
+        event_type: event.event_type.as_str().into(),
+        occurred_at: event.occurred_at,
+    })
 }
 
 /// Renders a document as it is sent and stored: compact JSON. Only a type that cannot be encoded fails, and

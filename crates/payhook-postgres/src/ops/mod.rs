@@ -89,18 +89,7 @@ impl Change {
     pub(crate) fn new(plan: Plan, source: &str, event: &Event) -> Self {
         let first = plan.from.first().map_or("", |s| s.as_str());
         let from = (first, plan.from.get(1).map_or(first, |s| s.as_str()));
-        let render = |previous: &str| {
-            payload::render(&payload::OrderChanged {
-                kind: plan.outbox_kind.into(),
-                order_id: plan.order_id.as_str().into(),
-                status: plan.to.as_str().into(),
-                previous_status: previous.into(),
-                source: source.into(),
-                event_id: event.event_id.as_str().into(),
-                event_type: event.event_type.as_str().into(),
-                occurred_at: event.occurred_at,
-            })
-        };
+        let render = |previous: &str| payload::order_changed(&plan, previous, source, event);
         let mut payloads = vec![render(from.0)];
         if from.1 != from.0 {
             payloads.push(render(from.1));

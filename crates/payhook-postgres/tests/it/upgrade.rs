@@ -94,16 +94,7 @@ async fn a_version_6_inbox_becomes_the_held_partition_in_place_and_keeps_dedupli
     let Some(url) = test_url() else { return };
     let schema = TempSchema::create(&url).await;
     let side = schema.side().await;
-    for sql in [
-        include_str!("../../migrations/0001_init.sql"),
-        include_str!("../../migrations/0002_outbox_dispatch.sql"),
-        include_str!("../../migrations/0003_billing.sql"),
-        include_str!("../../migrations/0004_retention.sql"),
-        include_str!("../../migrations/0005_billing_audit_by_event.sql"),
-        include_str!("../../migrations/0006_counters.sql"),
-    ] {
-        side.batch_execute(sql).await.expect("schema version 6");
-    }
+    migrate_to(&side, 6).await;
     // What a payhook of schema version 6 left behind: a processed, an ignored and a dead-lettered event.
     side.batch_execute(
         "CREATE TABLE payhook_schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
@@ -173,19 +164,7 @@ async fn a_version_9_schema_gets_the_functions_of_sql_functions_and_no_overloads
     let Some(url) = test_url() else { return };
     let schema = TempSchema::create(&url).await;
     let side = schema.side().await;
-    for sql in [
-        include_str!("../../migrations/0001_init.sql"),
-        include_str!("../../migrations/0002_outbox_dispatch.sql"),
-        include_str!("../../migrations/0003_billing.sql"),
-        include_str!("../../migrations/0004_retention.sql"),
-        include_str!("../../migrations/0005_billing_audit_by_event.sql"),
-        include_str!("../../migrations/0006_counters.sql"),
-        include_str!("../../migrations/0007_inbox_partitions.sql"),
-        include_str!("../../migrations/0008_listing_indexes.sql"),
-        include_str!("../../migrations/0009_order_retention.sql"),
-    ] {
-        side.batch_execute(sql).await.expect("schema version 9");
-    }
+    migrate_to(&side, 9).await;
     side.batch_execute(
         "CREATE TABLE payhook_schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
          INSERT INTO payhook_schema_version (version) SELECT generate_series(1, 9);",
@@ -243,4 +222,23 @@ async fn a_version_9_schema_gets_the_functions_of_sql_functions_and_no_overloads
         store.ingest(pay("evt_v9", "ord_v9", 100, T0 + 1)).await.expect("ingest").outcome,
         payhook_store::Outcome::Duplicate
     );
+}
+
+/// The migrations of the schema's first `version` versions, as a payhook of that version left them (its
+/// functions as those migrations defined them).
+async fn migrate_to(side: &tokio_postgres::Client, version: usize) {
+    let migrations = [
+        include_str!("../../migrations/0001_init.sql"),
+        include_str!("../../migrations/0002_outbox_dispatch.sql"),
+        include_str!("../../migrations/0003_billing.sql"),
+        include_str!("../../migrations/0004_retention.sql"),
+        include_str!("../../migrations/0005_billing_audit_by_event.sql"),
+        include_str!("../../migrations/0006_counters.sql"),
+        include_str!("../../migrations/0007_inbox_partitions.sql"),
+        include_str!("../../migrations/0008_listing_indexes.sql"),
+        include_str!("../../migrations/0009_order_retention.sql"),
+    ];
+    for (i, sql) in migrations.iter().take(version).enumerate() {
+        side.batch_execute(sql).await.unwrap_or_else(|e| panic!("migration {}: {e}", i + 1));
+    }
 }
