@@ -160,7 +160,7 @@ struct Job {
 #[derive(Debug)]
 enum Pending {
     Ingest(Landed),
-    Register(Result<Registered, String>),
+    Register(ops::RegisterLanded),
 }
 
 impl Pending {
@@ -171,7 +171,7 @@ impl Pending {
             Pending::Ingest(Landed::Done { inserted, .. }) => *inserted,
             Pending::Ingest(Landed::Settle(..) | Landed::Billing { .. }) => true,
             Pending::Ingest(Landed::Failed(_)) => false,
-            Pending::Register(registered) => matches!(registered, Ok(Registered::Created)),
+            Pending::Register(registered) => matches!(registered, ops::RegisterLanded::Done(Registered::Created)),
         }
     }
 }
@@ -445,7 +445,12 @@ fn answer(reply: Reply, pending: Pending) {
                 Landed::Billing { .. } => Err(StoreError::inconsistent("a billing delivery was not applied")),
             })
             .is_ok(),
-        (Reply::Register(reply), Pending::Register(registered)) => reply.send(registered.map_err(savepoint)).is_ok(),
+        (Reply::Register(reply), Pending::Register(registered)) => reply
+            .send(match registered {
+                ops::RegisterLanded::Done(registered) => Ok(registered),
+                ops::RegisterLanded::Failed(detail) => Err(savepoint(detail)),
+            })
+            .is_ok(),
         (reply, pending) => unreachable!("job and result kinds match by construction: {reply:?} {pending:?}"),
     };
 }
@@ -542,7 +547,7 @@ async fn transact(
     // delivery inside its savepoint; that is the connection's fault, not the deliveries': fail the batch so that
     // the connection is dropped and the batch run again on a new one, which finds the primary.
     if pending.iter().any(|p| match p {
-        Pending::Ingest(Landed::Failed(detail)) | Pending::Register(Err(detail)) => {
+        Pending::Ingest(Landed::Failed(detail)) | Pending::Register(ops::RegisterLanded::Failed(detail)) => {
             crate::error::detail_is_read_only(detail)
         }
         _ => false,

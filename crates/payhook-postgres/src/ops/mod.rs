@@ -22,7 +22,7 @@ pub(crate) use connection::{Failure, on_connection, rerun_on_conflict};
 pub(crate) use ingest::{INGEST_SQL, IngestCall, Landed};
 pub(crate) use replay::replay;
 pub(crate) use rows::{IngestColumns, REGISTER_SQL, RegisterColumns, SETTLE_SQL, SettleColumns, register_lock_key};
-pub(crate) use settle::{FollowUps, Settle, money, parse_status, registered, settle_billing};
+pub(crate) use settle::{FollowUps, RegisterLanded, Settle, money, parse_status, registered, settle_billing};
 pub(crate) use worker::{claim_due, retry};
 
 use crate::billing;

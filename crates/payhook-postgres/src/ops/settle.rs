@@ -170,18 +170,35 @@ pub(crate) fn settle_billing(raw: Recorded, mut settle: Settle, policy: &RetryPo
     (recorded, settle)
 }
 
-/// What `payhook_register_batch` answered for one order: its registration, or why its savepoint failed.
-pub(crate) fn registered(order: &NewOrder, row: &Row) -> Result<Result<Registered, String>, StoreError> {
+/// What `payhook_register_batch` answered for one order.
+#[derive(Debug)]
+pub(crate) enum RegisterLanded {
+    /// Registered, or found already there.
+    Done(Registered),
+    /// Its savepoint rolled back (the database's error); nothing of it is stored.
+    Failed(String),
+}
+
+/// What `payhook_register_batch` answered for `order`, in `row`.
+pub(crate) fn registered(order: &NewOrder, row: &Row) -> Result<RegisterLanded, StoreError> {
     let outcome: String = row.try_get(0).map_err(|e| StoreError::corrupt("payhook_register_batch outcome", e))?;
     match outcome.as_str() {
-        "created" => Ok(Ok(Registered::Created)),
+        "created" => Ok(RegisterLanded::Done(Registered::Created)),
         "exists" => {
             let amount: i64 = row.try_get(2).map_err(|e| StoreError::corrupt("order amount", e))?;
             let currency: String = row.try_get(3).map_err(|e| StoreError::corrupt("order currency", e))?;
             let existing = money(amount, &currency)?;
-            Ok(Ok(if existing == order.money { Registered::AlreadyExists } else { Registered::Conflict { existing } }))
+            Ok(RegisterLanded::Done(if existing == order.money {
+                Registered::AlreadyExists
+            } else {
+                Registered::Conflict { existing }
+            }))
         }
-        "failed" => Ok(Err(row.try_get::<_, Option<String>>(1).ok().flatten().unwrap_or_default())),
+        "failed" => {
+            let detail: Option<String> =
+                row.try_get(1).map_err(|e| StoreError::corrupt("payhook_register_batch detail", e))?;
+            Ok(RegisterLanded::Failed(detail.unwrap_or_default()))
+        }
         other => Err(StoreError::inconsistent(format!("payhook_register_batch outcome {other:?}"))),
     }
 }
