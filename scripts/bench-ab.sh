@@ -8,6 +8,9 @@
 # the server's own CPU time (user + system, from /proc/PID/stat) and reports it per delivery: the load generator
 # shares the cores, so acked/s alone mixes the client's cost into the server's. $PAYHOOK_BENCH_ROUNDS rounds
 # (default 3); the ratios are of the medians, B over A.
+#
+# PAYHOOK_BENCH_AB_BACKEND=postgres runs each server on a fresh schema of $PAYHOOK_BENCH_POSTGRES_URL (else
+# $PAYHOOK_TEST_POSTGRES_URL, else postgres://postgres@127.0.0.1:5432/test) instead, dropped at the end.
 set -euo pipefail
 a=$(realpath "$1") b=$(realpath "$2")
 orders=${3:-20000}
@@ -20,14 +23,30 @@ source "$root/scripts/bench-lib.sh"
 mapfile -t bench_args < <(scenario_args "$scenario" "$orders" "$concurrency")
 work=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+schemas=()
+backend=${PAYHOOK_BENCH_AB_BACKEND:-sqlite}
+[[ $backend == sqlite || $backend == postgres ]] || { echo "PAYHOOK_BENCH_AB_BACKEND: sqlite or postgres" >&2; exit 2; }
+db=${PAYHOOK_BENCH_POSTGRES_URL:-${PAYHOOK_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}}
+sep='?'; [[ $db == *\?* ]] && sep='&'
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for s in "${schemas[@]}"; do psql -q "$db" -c "DROP SCHEMA IF EXISTS $s CASCADE" >/dev/null 2>&1 || true; done
+  rm -rf "$work"
+}
 trap cleanup EXIT
 export PAYHOOK_API_TOKEN=bench-token-0123456789abcdef
 ticks=$(getconf CLK_TCK)
 
 run() { # label binary round port
   local label=$1 bin=$2 round=$3 port=$4 file="$work/$1-$3"
-  bench_config "$file.toml" "$port" "url = \"sqlite://$file.db\""
+  if [[ $backend == postgres ]]; then
+    local schema="payhook_ab_$$_${label,,}_$round"
+    schemas+=("$schema")
+    psql -q "$db" -c "CREATE SCHEMA $schema" >/dev/null
+    bench_config "$file.toml" "$port" "url = \"$db${sep}options=-csearch_path%3D$schema\""
+  else
+    bench_config "$file.toml" "$port" "url = \"sqlite://$file.db\""
+  fi
   "$bin" --config "$file.toml" serve 2>"$file.log" &
   local pid=$!
   pids+=("$pid")
@@ -51,7 +70,7 @@ for round in $(seq "$rounds"); do
   done
 done
 
-python3 - "$work" "$rounds" "$a" "$b" <<'PY'
+python3 - "$work" "$rounds" "$a" "$b" "$backend" <<'PY'
 import json, statistics, sys
 work, rounds, a, b = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 runs = {}
@@ -61,7 +80,7 @@ for label in "AB":
         report = json.load(open(f"{work}/{label}-{r}.json"))
         report["cpu_us"] = int(open(f"{work}/{label}-{r}.cpu_us").read())
         runs[label].append(report)
-print(runs["A"][0]["command"].rsplit(" --seed ", 1)[0], f"  ({rounds} rounds, A and B interleaved)")
+print(runs["A"][0]["command"].rsplit(" --seed ", 1)[0], f"  ({rounds} rounds, A and B interleaved, {sys.argv[5]})")
 print(f"A = {a}\nB = {b}")
 print("| build | round | deliveries | acked/s | server CPU µs/delivery | p99 ms | violations |")
 print("|---|---|---|---|---|---|---|")
