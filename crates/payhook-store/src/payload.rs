@@ -231,6 +231,76 @@ mod tests {
         assert_eq!(canonical(OutboxKind::OrderPaid, &ours).as_deref(), Some(ours.as_str()));
     }
 
+    /// README.md lists each document's keys in the order they are sent; the list must be what is rendered.
+    #[test]
+    fn the_readme_lists_every_document_s_keys_in_the_order_they_are_sent() {
+        use payhook_core::billing::{SubscriptionAction, SubscriptionStatus};
+        use payhook_core::event::{Currency, InvoiceId, OrderId, SubscriptionId};
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README");
+        let listed = |kind: &str| -> Vec<String> {
+            let row = readme
+                .lines()
+                .find(|l| {
+                    l.starts_with("| `") && l.split(" | ").next().is_some_and(|k| k.contains(&format!("`{kind}`")))
+                })
+                .unwrap_or_else(|| panic!("README lists no row for {kind}"));
+            let keys = row.trim_end_matches(" |").rsplit(" | ").next().expect("a keys column");
+            keys.split(", ").map(|k| k.trim_matches('`').to_owned()).collect()
+        };
+        let keys = |document: String| -> Vec<String> {
+            let mut out = Vec::new();
+            let mut de = serde_json::Deserializer::from_str(&document);
+            let map: serde_json::Map<String, serde_json::Value> =
+                serde::Deserialize::deserialize(&mut de).expect("an object");
+            // serde_json's Map is ordered by key: read the order from the text instead.
+            for key in map.keys() {
+                out.push((document.find(&format!("\"{key}\":")).expect("the key"), key.clone()));
+            }
+            out.sort();
+            out.into_iter().map(|(_, k)| k).collect()
+        };
+        let event = Event {
+            event_id: payhook_core::event::EventId::parse("evt_1").unwrap(),
+            event_type: "t".into(),
+            occurred_at: 1,
+            business_key: "k".into(),
+            effect: Effect::Ignored,
+        };
+        let plan = payhook_core::ledger::plan(&Effect::Order {
+            order_id: OrderId::parse("ord_1").unwrap(),
+            action: payhook_core::event::OrderAction::Pay,
+            money: None,
+        })
+        .expect("a plan");
+        assert_eq!(keys(order_changed(&plan, "pending", "s", &event)), listed("order.paid"));
+        let change = SubscriptionChange {
+            subscription_id: SubscriptionId::parse("sub_1").unwrap(),
+            customer_id: None,
+            action: SubscriptionAction::Created,
+            status: SubscriptionStatus::parse("active").unwrap(),
+            current_period_end: None,
+            full_object: true,
+        };
+        assert_eq!(keys(subscription_changed(&change, None, "s", &event)), listed("subscription.updated"));
+        let money = Money::new(100, Currency::parse("usd").unwrap()).unwrap();
+        let invoice = InvoiceId::parse("in_1").unwrap();
+        let entitlement = entitlement_changed("x", invoice.as_str(), None, None, Some(&money), None, "s", &event);
+        assert_eq!(keys(entitlement), listed("entitlement.granted"));
+        let received = render(&EventReceived {
+            kind: "event.received".into(),
+            source: "s".into(),
+            event_id: "e".into(),
+            event_type: None,
+            occurred_at: None,
+            business_key: None,
+            effect: None,
+            outcome: "ignored".into(),
+            detail: None,
+            received_at_ms: 1,
+        });
+        assert_eq!(keys(received), listed("event.received"));
+    }
+
     #[test]
     fn rows_without_a_type_or_of_an_older_shape_are_sent_as_stored() {
         assert_eq!(canonical(OutboxKind::Alert, r#"{"kind": "alert", "count": 2}"#), None);
