@@ -1,6 +1,9 @@
-//! The generic format: `{"id","type","created","data":{...}}`, `created` in unix seconds.
+//! The generic format: `{"id","type","created","data":{...}}`, `created` in unix seconds; also the payload
+//! structure of the Standard Webhooks specification, `{"type","timestamp","data"}`.
 //!
-//! Event id: `id`. Business keys:
+//! Event id: `id`, else the delivery's `webhook-id` (or `svix-id`) header: Standard Webhooks names the message
+//! there, the same on every redelivery, and its example payloads carry no id. Time: `created` (unix seconds),
+//! else `timestamp` (ISO 8601), else the `webhook-timestamp` (or `svix-timestamp`) header. Business keys:
 //!
 //! - `payment.succeeded|failed|refunded|disputed` (`data: {order_id, amount?, currency?}`, amount required to
 //!   pay): `{type}:{order_id}`.
@@ -13,14 +16,15 @@
 //!   is there, else the event id (every failed attempt is reported).
 //! - anything else is ignored, keyed `{type}:{id}`.
 
-use super::common::{Envelope, ended_status, envelope, money_at, opt_int_at, opt_str_at, str_at};
+use super::common::{Envelope, ended_status, int_at, money_at, opt_int_at, opt_str_at, str_at};
 use super::{Outgoing, ParseError};
 use crate::billing::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
-use crate::event::{CustomerId, Effect, Event, InvoiceId, OrderAction, OrderId, SubscriptionId};
+use crate::event::{CustomerId, Effect, Event, EventId, InvoiceId, OrderAction, OrderId, SubscriptionId};
+use crate::signature::Headers;
 use serde_json::Value;
 
-pub(super) fn parse(root: &Value) -> Result<Event, ParseError> {
-    let env = envelope(root)?;
+pub(super) fn parse(headers: &(impl Headers + ?Sized), root: &Value) -> Result<Event, ParseError> {
+    let env = envelope(headers, root)?;
     let action = match env.event_type.as_str() {
         "payment.succeeded" => OrderAction::Pay,
         "payment.failed" => OrderAction::Fail,
@@ -41,6 +45,27 @@ pub(super) fn parse(root: &Value) -> Result<Event, ParseError> {
     }
     let key = format!("{}:{}", env.event_type, order_id);
     Ok(env.order(key, order_id, action, money))
+}
+
+/// The event's id, type and time, from the body or, where it has none, the Standard Webhooks headers.
+fn envelope(headers: &(impl Headers + ?Sized), root: &Value) -> Result<Envelope, ParseError> {
+    let header = |names: [&str; 2]| names.into_iter().find_map(|n| headers.get(n));
+    let event_id = match opt_str_at(root, "/id")? {
+        Some(id) => id,
+        None => header(["webhook-id", "svix-id"]).ok_or(ParseError::Missing("/id"))?,
+    };
+    let occurred_at = if root.pointer("/created").is_some() {
+        int_at(root, "/created")?
+    } else if let Some(at) = opt_str_at(root, "/timestamp")? {
+        crate::time::parse_iso8601(at).ok_or(crate::event::InvalidValue {
+            field: "timestamp",
+            reason: "must be an ISO 8601 date-time such as 2022-11-03T20:26:10.344522Z",
+        })?
+    } else {
+        let at = header(["webhook-timestamp", "svix-timestamp"]).ok_or(ParseError::Missing("/created"))?;
+        at.trim().parse().map_err(|_| ParseError::MissingHeader("webhook-timestamp"))?
+    };
+    Ok(Envelope { event_id: EventId::parse(event_id)?, event_type: str_at(root, "/type")?.to_owned(), occurred_at })
 }
 
 fn subscription(root: &Value, env: Envelope, action: SubscriptionAction) -> Result<Event, ParseError> {
@@ -93,6 +118,46 @@ mod tests {
 
     fn parse(v: Value) -> Result<Event, ParseError> {
         Format::Generic.parse(v.to_string().as_bytes())
+    }
+
+    /// The Standard Webhooks specification's example payload, as a Standard Webhooks sender delivers it.
+    const SPEC_EXAMPLE: &str = r#"{
+        "type": "contact.created",
+        "timestamp": "2022-11-03T20:26:10.344522Z",
+        "data": {"id": "1f81eb52-5198-4599-803e-771906343485", "type": "contact", "email": "example@example.com"}
+    }"#;
+
+    #[test]
+    fn the_standard_webhooks_example_takes_its_id_from_webhook_id_and_its_time_from_timestamp() {
+        let headers = [("webhook-id", "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W"), ("webhook-timestamp", "1667507170")];
+        let e = Format::Generic.parse_delivery(&headers, SPEC_EXAMPLE.as_bytes()).unwrap().remove(0);
+        assert_eq!(e.event_id.as_str(), "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W");
+        assert_eq!(
+            (e.event_type.as_str(), e.occurred_at, &e.effect),
+            ("contact.created", 1_667_507_170, &Effect::Ignored)
+        );
+        assert_eq!(e.business_key, "contact.created:msg_2KWPBgLlAfxdpx2AI54pPJ85f4W");
+        // Svix's names for the same headers; a payment event in that shape is applied as any other.
+        let svix = [("svix-id", "msg_p1"), ("svix-timestamp", "1667507170")];
+        let pay = r#"{"type":"payment.succeeded","data":{"order_id":"ord_1","amount":100,"currency":"usd"}}"#;
+        let e = Format::Generic.parse_delivery(&svix, pay.as_bytes()).unwrap().remove(0);
+        assert_eq!((e.event_id.as_str(), e.occurred_at), ("msg_p1", 1_667_507_170), "the header's time");
+        assert!(matches!(e.effect, Effect::Order { action: OrderAction::Pay, .. }), "{e:?}");
+        // The body's own id and time win over the headers.
+        let own = r#"{"id":"evt_own","type":"x","created":5}"#;
+        let e = Format::Generic.parse_delivery(&headers, own.as_bytes()).unwrap().remove(0);
+        assert_eq!((e.event_id.as_str(), e.occurred_at), ("evt_own", 5));
+    }
+
+    #[test]
+    fn without_an_id_in_the_body_or_the_headers_the_event_is_refused() {
+        assert_eq!(Format::Generic.parse(SPEC_EXAMPLE.as_bytes()).unwrap_err(), ParseError::Missing("/id"));
+        let headers = [("webhook-id", "msg_1")];
+        let bad_time = r#"{"type":"x","timestamp":"yesterday"}"#;
+        let err = Format::Generic.parse_delivery(&headers, bad_time.as_bytes()).unwrap_err();
+        assert!(matches!(err, ParseError::Invalid(_)), "{err:?}");
+        let err = Format::Generic.parse_delivery(&headers, br#"{"type":"x"}"#).unwrap_err();
+        assert_eq!(err, ParseError::Missing("/created"));
     }
 
     fn sub(v: Value) -> (Event, SubscriptionChange) {

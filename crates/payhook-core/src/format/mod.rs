@@ -72,7 +72,7 @@ impl Format {
     pub fn parse_delivery(self, headers: &(impl Headers + ?Sized), body: &[u8]) -> Result<Vec<Event>, ParseError> {
         let root: Value = serde_json::from_slice(body).map_err(|e| ParseError::Json(e.to_string()))?;
         match self {
-            Format::Generic => generic::parse(&root).map(|e| vec![e]),
+            Format::Generic => generic::parse(headers, &root).map(|e| vec![e]),
             Format::Stripe => stripe::parse(&root).map(|e| vec![e]),
             Format::Paystack => paystack::parse(&root).map(|e| vec![e]),
             Format::Shopify => shopify::parse(headers, &root).map(|e| vec![e]),

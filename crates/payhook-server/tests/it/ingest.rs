@@ -186,6 +186,29 @@ async fn standard_webhooks_deliveries_verify_with_webhook_and_svix_header_names(
     assert_eq!((reply.status, &reply.json["error"]), (StatusCode::UNAUTHORIZED, &json!("mismatch")), "{}", reply.json);
 }
 
+/// A payload shaped like the Standard Webhooks specification's example (`{type, timestamp, data}`, no id) is
+/// recorded under its `webhook-id`, and a redelivery is a duplicate; a payment in that shape pays its order.
+#[tokio::test]
+async fn a_standard_webhooks_payload_without_an_id_is_recorded_under_its_webhook_id() {
+    let app = TestApp::spawn().await;
+    let example = br#"{"type":"contact.created","timestamp":"2022-11-03T20:26:10.344522Z","data":{"id":"1f81eb52-5198-4599-803e-771906343485","type":"contact"}}"#.to_vec();
+    let headers = app.sign("standard", &example, now_secs());
+    let msg_id = headers.iter().find(|(k, _)| k == "webhook-id").unwrap().1.clone();
+    let reply = app.post_raw("standard", &headers, example.clone()).await;
+    assert_eq!((reply.status, &reply.json["status"]), (StatusCode::OK, &json!("ignored")), "{}", reply.json);
+    assert_eq!(reply.json["event_id"], msg_id);
+    let stored = app.event("standard", &msg_id).await.expect("stored under its webhook-id");
+    assert_eq!((stored.event_type.as_deref(), stored.status.as_str()), (Some("contact.created"), "ignored"));
+    let again = app.post_raw("standard", &app.sign("standard", &example, now_secs()), example).await;
+    assert_eq!(again.json["status"], "duplicate", "{}", again.json);
+
+    app.register_order("ord_sw", 700, "usd").await;
+    let pay = br#"{"type":"payment.succeeded","timestamp":"2026-12-02T10:00:00Z","data":{"order_id":"ord_sw","amount":700,"currency":"usd"}}"#.to_vec();
+    let reply = app.post_raw("standard", &app.sign("standard", &pay, now_secs()), pay).await;
+    assert_eq!((reply.status, &reply.json["status"]), (StatusCode::OK, &json!("processed")), "{}", reply.json);
+    assert_eq!(app.order("ord_sw").await["status"], "paid");
+}
+
 #[tokio::test]
 async fn an_unparseable_standard_webhooks_body_is_kept_under_its_webhook_id() {
     let app = TestApp::spawn().await;
