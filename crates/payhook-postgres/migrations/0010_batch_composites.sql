@@ -25,6 +25,7 @@ CREATE TYPE payhook_delivery AS (
     currency     text,
     outbox_kind  text,
     payloads     text[],
+    create_order boolean,
     route_lo     integer,
     route_hi     integer
 );

@@ -280,6 +280,21 @@ pub struct SourceSettings {
     pub format: Format,
     /// Sinks that receive every verified, deduplicated event of this source (kind `event.received`).
     pub forward: Vec<String>,
+    /// Whether its payments need a registered order.
+    pub orders: Orders,
+}
+
+/// Where a source's orders come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Orders {
+    /// Registered through `POST /v1/orders` (or `payhook orders import`): a payment for an unknown order waits
+    /// for it (deferred, then dead-lettered), and its amount and currency are checked against it.
+    #[default]
+    Registered,
+    /// Created by the first payment that names them, from its amount and currency; refunds, failures and disputes
+    /// of an unknown order wait for that payment as they do for a registration.
+    Implicit,
 }
 
 /// How the worker that retries deferred events runs.
@@ -339,6 +354,9 @@ impl Settings {
         for source in &self.sources {
             if !source.forward.is_empty() {
                 routing.forwards.insert(source.name.as_str().to_owned(), source.forward.clone());
+            }
+            if source.orders == Orders::Implicit {
+                routing.implicit_orders.insert(source.name.as_str().to_owned());
             }
         }
         routing.alerts = self.alerts.as_ref().map(|a| payhook_store::AlertRouting {

@@ -227,6 +227,11 @@ fn apply_order(
     plan: &Plan,
     now_ms: i64,
 ) -> Result<Recorded> {
+    if let Some(order) = routing.implicit_order(source, &event.effect, now_ms) {
+        // `orders = "implicit"`: the payment creates its order when it does not exist, with the registration's
+        // own statement (which also makes the order's deferred events due), inside this effect's savepoint.
+        register_order(conn, &order)?;
+    }
     let Some(from) = guarded_update(conn, plan, source, event, now_ms)? else {
         let snapshot = order_snapshot(conn, &plan.order_id)?;
         let (outcome, why) = match ledger::explain(plan, snapshot.as_ref()) {

@@ -31,11 +31,13 @@ pub use payhook_core::retry::RetryPolicy;
 mod billing;
 mod counters;
 mod documents;
+mod implicit_orders;
 mod listings;
 mod order_retention;
 pub use billing::*;
 pub use counters::*;
 pub use documents::*;
+pub use implicit_orders::*;
 pub use listings::*;
 pub use order_retention::*;
 
@@ -105,6 +107,9 @@ macro_rules! store_contract_tests {
                 the_end_of_a_subscription_revokes_its_entitlements,
                 a_signature_nonce_is_claimed_once_and_forgotten_after_its_window,
                 pruning_removes_only_settled_events_older_than_the_retention,
+            ],
+            $crate::contract::setup($crate::contract::test_policy(), $crate::contract::implicit_routing()) => [
+                orders_of_an_implicit_source_are_created_by_their_first_payment,
             ],
             $crate::contract::setup($crate::contract::test_policy(), $crate::contract::retention_routing()) => [
                 settled_orders_are_pruned_with_their_outbox_rows_unless_something_still_waits_on_them,

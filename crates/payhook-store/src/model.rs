@@ -579,6 +579,9 @@ pub struct Routing {
     pub all_kinds: Vec<String>,
     /// Sinks that receive every verified, deduplicated event of a source (kind `event.received`).
     pub forwards: std::collections::HashMap<String, Vec<String>>,
+    /// Sources whose orders are implicit (`orders = "implicit"`): a payment for an order that does not exist
+    /// creates it from the payment's amount and currency, in the payment's transaction.
+    pub implicit_orders: std::collections::BTreeSet<String>,
     /// Where alerts go, if anywhere.
     pub alerts: Option<AlertRouting>,
 }
@@ -600,6 +603,19 @@ pub const ALERT_KIND: &str = "alert";
 pub const FORWARD_KIND: &str = "event.received";
 
 impl Routing {
+    /// The order a payment `effect` of `source` creates when it does not exist yet: one for a source whose orders
+    /// are implicit and a payment that names its amount, `None` otherwise (the order must be registered).
+    pub fn implicit_order(&self, source: &str, effect: &Effect, now_ms: i64) -> Option<NewOrder> {
+        match effect {
+            Effect::Order { order_id, action: payhook_core::event::OrderAction::Pay, money: Some(money) }
+                if self.implicit_orders.contains(source) =>
+            {
+                Some(NewOrder { id: order_id.clone(), money: money.clone(), now_ms })
+            }
+            _ => None,
+        }
+    }
+
     /// The sinks that take `kind`, without duplicates, in configuration order.
     pub fn sinks_for(&self, kind: &str) -> Vec<&str> {
         let mut sinks: Vec<&str> = Vec::new();

@@ -138,6 +138,8 @@ struct RawSource {
     required_components: Option<Vec<String>>,
     #[serde(default)]
     forward: Vec<String>,
+    #[serde(default)]
+    orders: payhook_server::settings::Orders,
 }
 
 /// Everything the binary needs, resolved and checked.
@@ -519,7 +521,7 @@ fn resolve_source(s: RawSource) -> Result<SourceSettings> {
         }
         verifier = verifier.with_required_components(&components).context("required_components")?;
     }
-    Ok(SourceSettings { name, verifier, format: s.format, forward: s.forward })
+    Ok(SourceSettings { name, verifier, format: s.format, forward: s.forward, orders: s.orders })
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 -- lock): one call, so a batch of any size is one round trip and one statement. Each element of `p_deliveries` is
 -- one delivery (the composite type `payhook_delivery`, migration 0010); an order event carries its planned
 -- change (`lock`, `order_id`, the guard's `from1`/`from2`, `to_status`, the expected money, the outbox kind and
--- its documents, see payhook_apply).
+-- its documents, see payhook_apply). `create_order` (a payment of a source whose orders are implicit) creates a
+-- missing order from the payment's amount and currency before it is applied, as payhook_register_batch would.
 --
 -- Each delivery runs in its own BEGIN … EXCEPTION block, a subtransaction, i.e. a savepoint: an error rolls back
 -- that delivery's writes only and is returned as outcome 'failed', so that its batch-mates still commit.
@@ -62,6 +63,14 @@ BEGIN
                     VALUES (row_id, 1, d.received_at, outcome, detail);
                 END IF;
             ELSE
+                IF order_status IS NULL AND d.create_order THEN
+                    INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
+                    VALUES (d.order_id, d.amount, d.currency, 'pending', d.received_at, d.received_at)
+                    ON CONFLICT (id) DO NOTHING;
+                    UPDATE inbox SET next_attempt_at = d.received_at
+                    WHERE status = 'deferred' AND order_id = d.order_id AND next_attempt_at > d.received_at;
+                    order_status := 'pending'; order_amount := d.amount; order_currency := d.currency;
+                END IF;
                 -- An assignment is evaluated as a plain expression, without starting an executor for a SELECT.
                 v_applied := payhook_apply(
                     d.source, d.event_id, d.event_type, d.payloads, d.business_key, d.order_id, d.from1, d.from2,

@@ -40,6 +40,8 @@ pub(crate) struct IngestCall {
     /// A subscription or invoice event: applied after the batch function recorded it (see `crate::billing`).
     pub(super) billing: Option<Box<Event>>,
     pub(super) forward: Option<Box<ForwardDraft>>,
+    /// A payment of a source whose orders are implicit: a missing order is created from it.
+    pub(super) create_order: bool,
 }
 
 impl IngestCall {
@@ -82,6 +84,7 @@ impl IngestCall {
             change: None,
             billing: None,
             forward,
+            create_order: false,
         };
         match d.parsed {
             Parsed::Unparseable { reason, .. } => call.reason = Some(reason),
@@ -97,6 +100,8 @@ impl IngestCall {
                     call.effect = Some(json);
                 }
                 call.change = ledger::plan(&event.effect).map(|plan| Change::new(plan, d.source.as_str(), &event));
+                call.create_order =
+                    routing.implicit_order(d.source.as_str(), &event.effect, d.received_at_ms).is_some();
                 call.event_type = Some(event.event_type.clone());
                 call.occurred_at = Some(event.occurred_at);
                 call.business_key = Some(event.business_key.clone());

@@ -33,6 +33,7 @@ pub(super) struct DeliveryRow<'a> {
     pub(super) currency: Option<&'a str>,
     pub(super) outbox_kind: Option<&'a str>,
     pub(super) payloads: Option<&'a [String]>,
+    pub(super) create_order: bool,
     pub(super) route_lo: Option<i32>,
     pub(super) route_hi: Option<i32>,
 }
@@ -73,6 +74,7 @@ impl<'a> IngestColumns<'a> {
             currency: c.and_then(Change::currency),
             outbox_kind: c.map(|c| c.plan.outbox_kind),
             payloads: c.map(|c| c.payloads.as_slice()),
+            create_order: call.create_order,
             route_lo: route.map(|r| r.0),
             route_hi: route.map(|r| r.1),
         });

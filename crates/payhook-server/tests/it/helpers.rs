@@ -80,6 +80,7 @@ fn source_settings(name: &str, format: Format) -> SourceSettings {
         verifier: verifier(name, secret(name)),
         format,
         forward: Vec::new(),
+        orders: payhook_server::settings::Orders::Registered,
     }
 }
 

@@ -223,3 +223,26 @@ async fn an_unparseable_standard_webhooks_body_is_kept_under_its_webhook_id() {
     let reply = app.post_raw("standard", &app.sign("standard", &raw, now_secs()), raw).await;
     assert_eq!(reply.json["status"], "duplicate", "{}", reply.json);
 }
+
+/// `orders = "implicit"`: a Stripe payment for an order nobody registered pays it, created from the payment's
+/// amount and currency, through the whole server; the same source with registered orders defers it.
+#[tokio::test]
+async fn a_source_with_implicit_orders_is_paid_without_registering_the_order() {
+    let app = TestApp::spawn_with(|s, _| {
+        let stripe = s.sources.iter_mut().find(|src| src.name.as_str() == "stripe").expect("stripe source");
+        stripe.orders = payhook_server::settings::Orders::Implicit;
+    })
+    .await;
+    let (status, body) = app.deliver("stripe", &event("evt_impl", Pay, "ord_impl", 4_200)).await;
+    assert_eq!((status, &body["status"]), (StatusCode::OK, &json!("processed")), "{body}");
+    let order = app.order("ord_impl").await;
+    assert_eq!(
+        (&order["status"], &order["amount"], &order["currency"]),
+        (&json!("paid"), &json!(4_200), &json!("usd"))
+    );
+    assert_eq!(app.deliver("stripe", &event("evt_impl", Pay, "ord_impl", 4_200)).await.1["status"], "duplicate");
+
+    let registered = TestApp::spawn().await;
+    let (_, body) = registered.deliver("stripe", &event("evt_reg", Pay, "ord_reg", 4_200)).await;
+    assert_eq!(body["status"], "deferred", "{body}");
+}

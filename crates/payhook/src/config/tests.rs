@@ -541,3 +541,16 @@ fn a_sink_listening_for_a_kind_that_does_not_exist_is_refused_with_its_line() {
     assert!(err.starts_with("f.toml:4: sinks[0] (crm): kinds: \"order.payed\" is not an outbox kind"), "{err}");
     assert!(err.contains("order.paid"), "the message lists the kinds: {err}");
 }
+
+#[test]
+fn a_source_s_orders_are_registered_unless_it_says_implicit_and_a_typo_is_named_with_its_line() {
+    let source = "[[sources]]\nname = \"a\"\nscheme = \"stripe\"\nformat = \"stripe\"\nsecrets = [\"s\"]\n";
+    let c = Config::from_toml(source, "f.toml", None).unwrap();
+    assert_eq!(c.settings.sources[0].orders, payhook_server::settings::Orders::Registered);
+    let c = Config::from_toml(&format!("{source}orders = \"implicit\"\n"), "f.toml", None).unwrap();
+    assert_eq!(c.settings.sources[0].orders, payhook_server::settings::Orders::Implicit);
+    assert!(c.settings.routing().implicit_orders.contains("a"));
+    let err =
+        format!("{:#}", Config::from_toml(&format!("{source}orders = \"implict\"\n"), "f.toml", None).unwrap_err());
+    assert!(err.starts_with("f.toml:6: sources[0].orders: unknown variant `implict`"), "{err}");
+}
