@@ -111,7 +111,11 @@ pub struct OutboxQuery {
     /// Only this status (`pending`, `delivered`, `dead`, `unrouted`).
     #[param(pattern = "^(pending|delivered|dead|unrouted)$")]
     pub status: Option<String>,
-    /// Only this kind.
+    /// Only this kind (`order.paid`, `order.failed`, `order.refunded`, `order.disputed`, `subscription.updated`,
+    /// `entitlement.granted`, `entitlement.revoked`, `invoice.payment_failed`, `event.received`, `alert`).
+    #[param(
+        pattern = r"^(order\.paid|order\.failed|order\.refunded|order\.disputed|subscription\.updated|entitlement\.granted|entitlement\.revoked|invoice\.payment_failed|event\.received|alert)$"
+    )]
     pub kind: Option<String>,
     /// Only this sink.
     pub sink: Option<String>,

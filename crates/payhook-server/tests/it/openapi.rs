@@ -75,3 +75,21 @@ async fn the_event_detail_schema_names_every_field_the_api_answers_and_says_whic
         assert!(text.contains("UTF-8"), "{field} does not say when it is set: {}", properties[field]);
     }
 }
+
+/// The outbox listing's `status` and `kind` filters are documented as exactly the values the handler accepts, so
+/// a client generated from the document sends nothing it refuses.
+#[tokio::test]
+async fn the_outbox_filters_patterns_list_exactly_the_statuses_and_kinds_there_are() {
+    let app = TestApp::spawn().await;
+    let doc =
+        read_json(app.client.get(app.url("/openapi.json")).bearer_auth(API_TOKEN).send().await.unwrap()).await.json;
+    let params = doc["paths"]["/v1/outbox"]["get"]["parameters"].as_array().expect("parameters").clone();
+    let alternatives = |name: &str| -> Vec<String> {
+        let param = params.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("no parameter {name}"));
+        let pattern = param["schema"]["pattern"].as_str().unwrap_or_else(|| panic!("{name} has no pattern: {param}"));
+        let inner = pattern.strip_prefix("^(").and_then(|p| p.strip_suffix(")$")).expect("^(a|b)$");
+        inner.split('|').map(|a| a.replace("\\.", ".")).collect()
+    };
+    assert_eq!(alternatives("status"), payhook_store::OutboxStatus::NAMES);
+    assert_eq!(alternatives("kind"), payhook_store::OutboxKind::NAMES);
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# payhook's own instructions per delivery, counted by valgrind's callgrind, which do not drift with the machine's
+# other load (CPU time does): the release server runs under callgrind for two fixed workloads of the steady
+# scenario (the same seed, 4 connections, the lean client), and the difference of the two instruction counts over
+# the difference of their deliveries is the cost of one delivery, its order's registration included; start-up and
+# shutdown cancel out. The load generator runs natively and is not counted.
+#
+#   scripts/instructions.sh            # prints the figure
+#   scripts/instructions.sh --check    # also fails when it is above the number in scripts/instructions-threshold
+#
+# $PAYHOOK_INSTR_ORDERS sets the two workloads' orders (default "200 800").
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/scripts/bench-lib.sh"
+cd "$root"
+command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
+cargo build --release --quiet --locked -p payhook
+bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
+read -r small large <<< "${PAYHOOK_INSTR_ORDERS:-200 800}"
+work=$(mktemp -d)
+pid=
+cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+export PAYHOOK_API_TOKEN=bench-token-0123456789abcdef
+
+measure() { # ORDERS PORT: prints "INSTRUCTIONS DELIVERIES"
+  local orders=$1 port=$2 dir="$work/$1"
+  mkdir -p "$dir"
+  bench_config "$dir/payhook.toml" "$port" "url = \"sqlite://$dir/payhook.db\""
+  valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" "$bin" --config "$dir/payhook.toml" serve \
+    2>"$dir/serve.log" &
+  pid=$!
+  wait_ready "$port" "$dir/serve.log"
+  "$bin" --config "$dir/payhook.toml" bench --url "http://127.0.0.1:$port" --scenario steady --source payments \
+    --orders "$orders" --dup 0.2 --refund 0.1 --shuffle --concurrency 4 --client lean --seed 7 --verify --json \
+    > "$dir/report.json"
+  kill -TERM "$pid"
+  wait "$pid" || true
+  pid=
+  local instructions
+  instructions=$(awk '/^(summary|totals):/ {print $2; exit}' "$dir/callgrind.out")
+  [[ -n $instructions ]] || { echo "no instruction count in $dir/callgrind.out" >&2; tail -20 "$dir/serve.log" >&2; exit 1; }
+  python3 - "$dir/report.json" "$instructions" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+assert report["verify"]["violations"] == 0, report["verify"]
+print(sys.argv[2], report["deliveries"])
+PY
+}
+
+read -r ir_small n_small <<< "$(measure "$small" 18471)"
+read -r ir_large n_large <<< "$(measure "$large" 18472)"
+per=$(( (ir_large - ir_small) / (n_large - n_small) ))
+echo "instructions per delivery: $per  (callgrind; $n_small and $n_large deliveries: $ir_small and $ir_large instructions)"
+if [[ ${1:-} == --check ]]; then
+  threshold=$(grep -v '^#' "$root/scripts/instructions-threshold" | tr -d '[:space:]')
+  if (( per > threshold )); then
+    echo "instructions per delivery $per are above the threshold $threshold (scripts/instructions-threshold)" >&2
+    exit 1
+  fi
+  echo "under the threshold $threshold"
+fi
