@@ -518,7 +518,10 @@ async fn run(sync: bool, kills: usize, settle: bool, delay: Duration) -> Run {
 
     // One order in ten is registered only after the first failover: its early payments are deferred meanwhile,
     // and the retry worker applies them once it exists.
-    let workload = Arc::new(Workload::new(&mut rng, "fo", 700 * kills.max(1)));
+    // Sized so that the load between two kills (about 1,700 deliveries, 7 s) outlasts a failover and the standby's
+    // rebuild after it on a loaded machine: with 700 orders a kill, a 4 s rebuild let the load run past the next
+    // kill's moment, and the last kill found the workload done.
+    let workload = Arc::new(Workload::new(&mut rng, "fo", 1_200 * kills.max(1)));
     let late = |i: usize| settle && i % 10 == 9;
     let early: Vec<String> = (0..workload.orders()).filter(|i| !late(*i)).map(|i| workload.order_id(i)).collect();
     register_all(&servers, early).await;
