@@ -4,7 +4,8 @@
 //! what a delivery costs payhook; this does.
 //!
 //! Time a thread spent before it exited during the run is in the process's total but in no live thread's: it is
-//! reported as `exited threads`.
+//! reported as `exited threads`. The process's memory comes from `/proc/<pid>/status` at the end of the run: its
+//! resident set then (`VmRSS`) and the peak since it started (`VmHWM`).
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -20,6 +21,9 @@ pub(super) struct CpuSnapshot {
     total: u64,
     /// Thread id → (thread name, ticks).
     threads: BTreeMap<u32, (String, u64)>,
+    /// Resident set now and its peak since the process started, in KiB (`None` where `/proc` does not say).
+    rss_kib: Option<u64>,
+    peak_rss_kib: Option<u64>,
 }
 
 impl CpuSnapshot {
@@ -35,7 +39,8 @@ impl CpuSnapshot {
                 threads.insert(tid, stat_ticks(&text)?);
             }
         }
-        Ok(Self { total, threads })
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        Ok(Self { total, threads, rss_kib: status_kib(&status, "VmRSS:"), peak_rss_kib: status_kib(&status, "VmHWM:") })
     }
 
     /// The CPU spent from `before` to `self`, as microseconds per acknowledged delivery, in all and by thread
@@ -58,12 +63,21 @@ impl CpuSnapshot {
             by_name.insert("exited threads", exited);
         }
         let rows: Vec<(&str, u64)> = by_name.into_iter().filter(|(_, t)| *t > 0).collect();
+        let mib = |kib: Option<u64>| kib.map(|k| k as f64 / 1024.0);
         json!({
+            "rss_mib": mib(self.rss_kib),
+            "peak_rss_mib": mib(self.peak_rss_kib),
             "total_s": total as f64 / TICKS_PER_SEC as f64,
             "us_per_acked": per(total),
             "by_thread_us_per_acked": rows.iter().map(|(n, t)| ((*n).to_owned(), json!(per(*t)))).collect::<serde_json::Map<_, _>>(),
         })
     }
+}
+
+/// The value in KiB of a `/proc/<pid>/status` field such as `VmHWM:` (written `VmHWM:   123456 kB`).
+fn status_kib(status: &str, field: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line[field.len()..].trim().strip_suffix("kB")?.trim().parse().ok()
 }
 
 /// The name and the user + system ticks of one `stat` line. The name is in parentheses and may itself hold
@@ -95,6 +109,8 @@ mod tests {
         let snapshot = |total, threads: &[(u32, &str, u64)]| CpuSnapshot {
             total,
             threads: threads.iter().map(|(tid, name, t)| (*tid, ((*name).to_owned(), *t))).collect(),
+            rss_kib: Some(51_200),
+            peak_rss_kib: Some(102_400),
         };
         let before = snapshot(100, &[(1, "payhook", 50), (2, "tokio-runtime-w", 30), (3, "gone", 20)]);
         let after = snapshot(
@@ -104,6 +120,7 @@ mod tests {
         // 400 ticks (4 s) over 1,000 deliveries: 4,000 µs each; 350 of them in live threads, 50 in exited ones.
         let cpu = after.since(&before, 1_000);
         assert_eq!(cpu["us_per_acked"], 4_000.0);
+        assert_eq!((cpu["rss_mib"].as_f64(), cpu["peak_rss_mib"].as_f64()), (Some(50.0), Some(100.0)));
         assert_eq!(
             cpu["by_thread_us_per_acked"],
             json!({ "tokio-runtime-w": 2_000.0, "sqlite-writer": 1_500.0, "exited threads": 500.0 })
@@ -112,7 +129,12 @@ mod tests {
 
     #[test]
     fn threads_read_a_tick_after_the_process_make_the_total() {
-        let snapshot = |total, t| CpuSnapshot { total, threads: [(1, ("w".to_owned(), t))].into_iter().collect() };
+        let snapshot = |total, t| CpuSnapshot {
+            total,
+            threads: [(1, ("w".to_owned(), t))].into_iter().collect(),
+            rss_kib: None,
+            peak_rss_kib: None,
+        };
         let cpu = snapshot(12, 13).since(&snapshot(10, 10), 1);
         assert_eq!(cpu["us_per_acked"], 30_000.0);
         assert_eq!(cpu["by_thread_us_per_acked"], json!({ "w": 30_000.0 }));
@@ -122,5 +144,7 @@ mod tests {
     fn this_process_can_be_read() {
         let snapshot = CpuSnapshot::read(std::process::id()).expect("/proc of this process");
         assert!(!snapshot.threads.is_empty());
+        assert!(snapshot.peak_rss_kib.is_some_and(|peak| peak > 0 && peak >= snapshot.rss_kib.unwrap_or(0)));
+        assert_eq!(status_kib("Name:\tx\nVmHWM:\t  123456 kB\n", "VmHWM:"), Some(123_456));
     }
 }

@@ -46,6 +46,9 @@ pub(super) fn print_text(r: &Value) {
             f(&cpu["total_s"]),
             split.join(", ")
         );
+        if let (Some(rss), Some(peak)) = (cpu["rss_mib"].as_f64(), cpu["peak_rss_mib"].as_f64()) {
+            println!("server memory: {rss:.1} MiB resident at the end, {peak:.1} MiB at the peak");
+        }
     }
     println!("outcomes: {}", r["outcomes"]);
     println!(

@@ -228,6 +228,8 @@ async fn bench_reports_throughput_and_verifies_the_final_state() {
     assert!(threads.keys().any(|name| name.starts_with("tokio")), "{report}");
     let split: f64 = threads.values().filter_map(Value::as_f64).sum();
     assert!((split - n("/server_cpu/us_per_acked")).abs() < 1e-6, "the threads add up to the total: {report}");
+    let (rss, peak) = (n("/server_cpu/rss_mib"), n("/server_cpu/peak_rss_mib"));
+    assert!(rss > 1.0 && peak >= rss && peak < 1_024.0, "the server's memory: {report}");
     server.stop();
 
     // The database agrees with the report.
