@@ -103,6 +103,7 @@ impl App {
                 verifier: Verifier::new(scheme, &[Secret::new(secret)], 300).expect("secret"),
                 format,
                 forward: Vec::new(),
+                orders: payhook_server::settings::Orders::Registered,
             })
             .collect();
         let mut app = App { runtime, running: None, store: None, settings, served: 0, _dir: None };
