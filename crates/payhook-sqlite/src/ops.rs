@@ -80,7 +80,7 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, headers_json: &str, ctx: &
             recorded
         }
         Some(event) => {
-            let recorded = apply(conn, ctx, source, event, now_ms)?;
+            let recorded = apply(conn, ctx, source, event, now_ms, true)?;
             if recorded.outcome == Outcome::Processed && recorded.detail.is_none() {
                 // The row was inserted as processed: the common path costs no second write.
                 recorded
@@ -162,8 +162,10 @@ fn dead_letter_alert(
 
 /// Applies `event`'s effect: business-key claim, then the order ledger or the billing rules (guarded update, audit,
 /// outbox). When the effect is not applied (duplicate business key, deferred, rejected) its own writes are rolled
-/// back, so the key stays free for an event that can use it.
-fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64) -> Result<Recorded> {
+/// back, so the key stays free for an event that can use it. `arriving` is true for a delivery's first attempt:
+/// only then may a payment of a source with implicit orders create its order (a retry or a replay does not, as on
+/// PostgreSQL, whose retries and replays go through `payhook_reapply`).
+fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64, arriving: bool) -> Result<Recorded> {
     if event.effect == Effect::Ignored {
         return Ok(Recorded { outcome: Outcome::Ignored, detail: None });
     }
@@ -172,7 +174,7 @@ fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64)
         Ok(Some(duplicate)) => Ok(duplicate),
         Ok(None) => match &event.effect {
             Effect::Order { .. } => match ledger::plan(&event.effect) {
-                Some(plan) => apply_order(conn, &ctx.routing, source, event, &plan, now_ms),
+                Some(plan) => apply_order(conn, &ctx.routing, source, event, &plan, now_ms, arriving),
                 None => Ok(Recorded { outcome: Outcome::Ignored, detail: None }),
             },
             Effect::Subscription(change) => {
@@ -226,8 +228,9 @@ fn apply_order(
     event: &Event,
     plan: &Plan,
     now_ms: i64,
+    arriving: bool,
 ) -> Result<Recorded> {
-    if let Some(order) = routing.implicit_order(source, &event.effect, now_ms) {
+    if let Some(order) = routing.implicit_order(source, &event.effect, now_ms).filter(|_| arriving) {
         // `orders = "implicit"`: the payment creates its order when it does not exist, with the registration's
         // own statement (which also makes the order's deferred events due), inside this effect's savepoint.
         register_order(conn, &order)?;
@@ -416,7 +419,7 @@ pub(crate) fn retry(conn: &Connection, c: &Claimed, now_ms: i64, ctx: &Ctx) -> R
     };
     let effect: Effect = serde_json::from_str(&effect).map_err(|e| StoreError::corrupt("a stored effect", e))?;
     let event = Event { event_id: c.event_id.clone(), event_type, occurred_at, business_key, effect };
-    let recorded = apply(conn, ctx, c.source.as_str(), &event, now_ms)?;
+    let recorded = apply(conn, ctx, c.source.as_str(), &event, now_ms, false)?;
     let recorded = settle(conn, ctx, c.row_id, recorded, c.attempts + 1, now_ms, c.source.as_str(), &event)?;
     Ok(Retried::Done(recorded))
 }
@@ -556,7 +559,7 @@ pub(crate) fn replay(
     let recorded = if event.effect == Effect::Ignored {
         Recorded { outcome: Outcome::Ignored, detail: None }
     } else {
-        apply(conn, ctx, source, event, now_ms)?
+        apply(conn, ctx, source, event, now_ms, false)?
     };
     // The attempt count goes on: an event whose order still does not exist is dead-lettered again rather than
     // retried for another three days.

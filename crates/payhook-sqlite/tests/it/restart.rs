@@ -273,3 +273,31 @@ async fn payloads_stored_in_the_inbox_rows_are_read_replayed_and_cleared_in_plac
     assert_eq!(left, 0);
     store.shutdown().await;
 }
+
+/// A payment deferred while its source's orders were registered stays deferred after the source is switched to
+/// implicit orders: only a payment's first arrival creates its order (retries and replays do not, as on
+/// PostgreSQL); registering the order applies it.
+#[tokio::test]
+async fn switching_a_source_to_implicit_orders_does_not_create_the_orders_of_payments_already_deferred() {
+    use payhook_store::contract::{claim, implicit_routing, new_order, order_id, pay, register_new, retry};
+    use payhook_store::{Outcome, Retried, Store};
+    let store = crate::TempStore::open(test_policy());
+    assert_eq!(store.ingest(pay("evt_sw", "ord_sw", 100, T0)).await.expect("ingest").outcome, Outcome::Deferred);
+    let (_dir, path) = store.close();
+    let store = SqliteStore::open(SqliteOptions {
+        retry: test_policy(),
+        routing: implicit_routing(),
+        ..SqliteOptions::new(&path)
+    })
+    .expect("reopen with implicit orders");
+    let due = store.claim_due(claim("w", T0 + 3_600_000, 60_000)).await.expect("claim");
+    assert_eq!(due.len(), 1, "{due:?}");
+    let retried = retry(&store, due.into_iter().next().expect("one"), T0 + 3_600_000).await;
+    assert!(matches!(&retried, Retried::Done(r) if r.outcome == Outcome::Deferred), "{retried:?}");
+    assert!(store.order(&order_id("ord_sw")).await.expect("read").is_none(), "a retry created no order");
+    register_new(&store, new_order("ord_sw", 100, T0 + 3_600_001)).await;
+    let due = store.claim_due(claim("w", T0 + 3_600_002, 60_000)).await.expect("claim");
+    let retried = retry(&store, due.into_iter().next().expect("due once registered"), T0 + 3_600_002).await;
+    assert!(matches!(&retried, Retried::Done(r) if r.outcome == Outcome::Processed), "{retried:?}");
+    store.shutdown().await;
+}
