@@ -9,6 +9,7 @@
 //! - [`ledger`]: the order state machine; turns an effect into a guarded [`ledger::Plan`] and explains a guard
 //!   that matched nothing.
 //! - [`billing`]: subscriptions (newest event wins, ended is final) and entitlements (one per paid invoice).
+//! - [`preset`]: providers' signature rules, formats and example deliveries, written as data (`presets/*.toml`).
 //! - [`retry`]: the retry policy, a pure function from attempt count to the next attempt or a dead letter.
 //! - [`mod@time`]: calendar time, providers' date-times to unix seconds and back.
 
@@ -16,6 +17,7 @@ pub mod billing;
 pub mod event;
 pub mod format;
 pub mod ledger;
+pub mod preset;
 pub mod retry;
 pub mod signature;
 pub mod time;

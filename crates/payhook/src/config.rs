@@ -6,9 +6,12 @@
 
 use anyhow::{Context, Result, bail};
 use payhook_core::event::SourceName;
-use payhook_core::format::Format;
+use payhook_core::format::{DeclaredFormat, Format, FormatSpec};
+use payhook_core::preset::Preset;
 use payhook_core::retry::RetryPolicy;
-use payhook_core::signature::{DEFAULT_REQUIRED_COMPONENTS, Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
+use payhook_core::signature::{
+    DEFAULT_REQUIRED_COMPONENTS, DeclaredScheme, Encoding, HmacAlgorithm, Scheme, Secret, SignatureSpec, Verifier,
+};
 use payhook_postgres::PgOptions;
 use payhook_server::settings::{AlertSettings, DispatcherSettings, ReplaySettings};
 use payhook_server::{
@@ -124,8 +127,13 @@ struct RawWorker {
 #[serde(deny_unknown_fields)]
 struct RawSource {
     name: String,
-    scheme: String,
-    format: Format,
+    /// A built-in scheme or a preset; absent (or `"declared"`) with a `signature` table.
+    scheme: Option<String>,
+    /// The source's own signature rule.
+    signature: Option<SignatureSpec>,
+    /// What `{url}` stands for in a declared rule: the notification URL as registered with the provider.
+    notification_url: Option<String>,
+    format: RawFormat,
     #[serde(default)]
     secrets: Vec<String>,
     secrets_env: Option<String>,
@@ -140,6 +148,114 @@ struct RawSource {
     forward: Vec<String>,
     #[serde(default)]
     orders: payhook_server::settings::Orders,
+}
+
+/// A source's format: a built-in format or a preset by name, or the source's own `[format]` table.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawFormat {
+    Named(String),
+    Declared(Box<FormatSpec>),
+}
+
+/// The names `scheme = …` takes besides the presets.
+const BUILT_IN_SCHEMES: [&str; 8] =
+    ["stripe", "standard-webhooks", "github", "paystack", "shopify", "adyen", "http-message-signatures", "hmac"];
+
+/// The scheme a source names, or declares in its `signature` table.
+fn resolve_scheme(s: &mut RawSource) -> Result<Scheme> {
+    let hmac_only = |key: &str, present: bool| -> Result<()> {
+        if present {
+            bail!("{key}: only the hmac scheme takes this key");
+        }
+        Ok(())
+    };
+    let name = s.scheme.as_deref().unwrap_or(if s.signature.is_some() { "declared" } else { "" });
+    if name != "hmac" {
+        hmac_only("header", s.header.is_some())?;
+        hmac_only("algorithm", s.algorithm.is_some())?;
+        hmac_only("encoding", s.encoding.is_some())?;
+        hmac_only("prefix", s.prefix.is_some())?;
+    }
+    if s.notification_url.is_some() && (BUILT_IN_SCHEMES.contains(&name) || name.is_empty()) {
+        bail!("notification_url: only a declared rule or a preset takes this key (it is what {{url}} stands for)");
+    }
+    if let Some(spec) = s.signature.take() {
+        if name != "declared" {
+            bail!("signature: a source with its own signature table has no scheme (or scheme = \"declared\")");
+        }
+        let scheme = DeclaredScheme::new("declared", spec, s.notification_url.clone())
+            .map_err(|e| anyhow::anyhow!("signature.{e}"))?;
+        return Ok(Scheme::Declared(std::sync::Arc::new(scheme)));
+    }
+    Ok(match name {
+        "stripe" => Scheme::Stripe,
+        "standard-webhooks" => Scheme::StandardWebhooks,
+        "github" => Scheme::Github,
+        "paystack" => Scheme::Paystack,
+        "shopify" => Scheme::Shopify,
+        "adyen" => Scheme::Adyen,
+        "http-message-signatures" => Scheme::HttpMessageSignatures,
+        "hmac" => Scheme::Hmac {
+            header: s
+                .header
+                .take()
+                .context("header: the hmac scheme needs the signature header's name")?
+                .to_ascii_lowercase(),
+            algorithm: s.algorithm.unwrap_or(HmacAlgorithm::Sha256),
+            encoding: s.encoding.unwrap_or(Encoding::Hex),
+            prefix: s.prefix.take().filter(|p| !p.is_empty()),
+        },
+        "" => {
+            bail!("scheme: a source needs a scheme (a built-in one or a preset) or its own [sources.signature] table")
+        }
+        "declared" => bail!("scheme: \"declared\" needs a [sources.signature] table"),
+        other => match Preset::get(other) {
+            Some(preset) => match preset?.scheme(s.notification_url.clone())? {
+                Some(scheme) => scheme,
+                None => {
+                    bail!("scheme: the {other} preset describes a payload format only; sign with a built-in scheme")
+                }
+            },
+            None => bail!(
+                "scheme: unknown scheme {other:?} (expected one of {}, a preset ({}), or a [sources.signature] table)",
+                BUILT_IN_SCHEMES.join(", "),
+                Preset::names()
+                    .filter(|n| Preset::get(n).and_then(Result::ok).is_some_and(|p| p.signature.is_some()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
+    })
+}
+
+/// The format a source names, or declares in its `format` table.
+fn resolve_format(format: &RawFormat) -> Result<Format> {
+    match format {
+        RawFormat::Declared(spec) => {
+            let format = DeclaredFormat::new("declared", spec).map_err(|e| anyhow::anyhow!("format.{e}"))?;
+            Ok(Format::Declared(std::sync::Arc::new(format)))
+        }
+        RawFormat::Named(name) => {
+            if let Some(format) = Format::built_in(name) {
+                return Ok(format);
+            }
+            match Preset::get(name) {
+                Some(preset) => match preset?.format()? {
+                    Some(format) => Ok(format),
+                    None => bail!("format: the {name} preset has no payload format (it describes a signature only)"),
+                },
+                None => bail!(
+                    "format: unknown format {name:?} (expected one of {}, a preset ({}), or a [sources.format] table)",
+                    Format::ALL.iter().map(Format::name).collect::<Vec<_>>().join(", "),
+                    Preset::names()
+                        .filter(|n| Preset::get(n).and_then(Result::ok).is_some_and(|p| p.format.is_some()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
+    }
 }
 
 /// Everything the binary needs, resolved and checked.
@@ -465,43 +581,10 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>, var: &dyn Fn(&str) -> Option<S
     Ok(Config { file, listen, settings, storage, log_format, api_token_origin })
 }
 
-fn resolve_source(s: RawSource) -> Result<SourceSettings> {
-    let name = SourceName::parse(s.name).context("name")?;
-    let hmac_only = |key: &str, present: bool| -> Result<()> {
-        if present {
-            bail!("{key}: only the hmac scheme takes this key");
-        }
-        Ok(())
-    };
-    let named = match s.scheme.as_str() {
-        "stripe" => Some(Scheme::Stripe),
-        "standard-webhooks" => Some(Scheme::StandardWebhooks),
-        "github" => Some(Scheme::Github),
-        "paystack" => Some(Scheme::Paystack),
-        "shopify" => Some(Scheme::Shopify),
-        "adyen" => Some(Scheme::Adyen),
-        "http-message-signatures" => Some(Scheme::HttpMessageSignatures),
-        _ => None,
-    };
-    let scheme = match (named, s.scheme.as_str()) {
-        (Some(scheme), _) => {
-            hmac_only("header", s.header.is_some())?;
-            hmac_only("algorithm", s.algorithm.is_some())?;
-            hmac_only("encoding", s.encoding.is_some())?;
-            hmac_only("prefix", s.prefix.is_some())?;
-            scheme
-        }
-        (None, "hmac") => Scheme::Hmac {
-            header: s.header.context("header: the hmac scheme needs the signature header's name")?.to_ascii_lowercase(),
-            algorithm: s.algorithm.unwrap_or(HmacAlgorithm::Sha256),
-            encoding: s.encoding.unwrap_or(Encoding::Hex),
-            prefix: s.prefix.filter(|p| !p.is_empty()),
-        },
-        (None, other) => bail!(
-            "scheme: unknown scheme {other:?} (expected stripe, standard-webhooks, github, paystack, shopify, adyen, \
-             http-message-signatures or hmac)"
-        ),
-    };
+fn resolve_source(mut s: RawSource) -> Result<SourceSettings> {
+    let name = SourceName::parse(s.name.clone()).context("name")?;
+    let scheme = resolve_scheme(&mut s)?;
+    let format = resolve_format(&s.format)?;
     let mut secrets: Vec<Secret> = s.secrets.into_iter().map(Secret::new).collect();
     if let Some(var) = &s.secrets_env {
         let value =
@@ -521,7 +604,7 @@ fn resolve_source(s: RawSource) -> Result<SourceSettings> {
         }
         verifier = verifier.with_required_components(&components).context("required_components")?;
     }
-    Ok(SourceSettings { name, verifier, format: s.format, forward: s.forward, orders: s.orders })
+    Ok(SourceSettings { name, verifier, format, forward: s.forward, orders: s.orders })
 }
 
 #[cfg(test)]

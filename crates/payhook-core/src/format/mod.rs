@@ -13,19 +13,24 @@
 
 mod adyen;
 mod common;
+mod declared;
 mod generic;
 mod paystack;
 mod shopify;
 mod stripe;
 
+pub use declared::{
+    Accepted, AmountUnit, DeclaredFormat, EffectSpec, ExampleSpec, ExampleVars, FormatSpec, FormatSpecError,
+    RenderedExample, ValueSpec,
+};
+
 use crate::event::{Event, InvalidValue, OrderAction};
 use crate::signature::Headers;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::sync::Arc;
 
 /// The payload formats payhook understands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Format {
     /// `{"id","type","created","data":{...}}` with `payment.*`, `subscription.*` and `invoice.*` types.
     Generic,
@@ -41,6 +46,8 @@ pub enum Format {
     /// Adyen's standard notifications: a batch of `NotificationRequestItem`s, one event each (`AUTHORISATION`,
     /// `REFUND`, `CHARGEBACK`).
     Adyen,
+    /// A format written as data (a source's `[format]` table, or a preset's): see [`DeclaredFormat`].
+    Declared(Arc<DeclaredFormat>),
 }
 
 /// Why a verified body could not be turned into an event. The message is stored as the dead letter's reason.
@@ -52,6 +59,9 @@ pub enum ParseError {
     /// A field the format needs is absent or has the wrong JSON type.
     #[error("missing or mistyped field `{0}`")]
     Missing(&'static str),
+    /// A field a declarative format needs is absent (named as the format writes it: a pointer, a header, …).
+    #[error("missing or mistyped field `{0}`")]
+    Field(String),
     /// A header the format needs is absent (Shopify sends its topic and event id in headers).
     #[error("missing header `{0}`")]
     MissingHeader(&'static str),
@@ -64,12 +74,30 @@ pub enum ParseError {
 }
 
 impl Format {
-    /// Every format, for tests and listings.
+    /// Every format written in code, for tests and listings.
     pub const ALL: [Format; 5] = [Format::Generic, Format::Stripe, Format::Paystack, Format::Shopify, Format::Adyen];
 
+    /// The format written in code that is called `name` (`generic`, `stripe`, `paystack`, `shopify`, `adyen`).
+    pub fn built_in(name: &str) -> Option<Format> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// Its name: the built-in formats' kebab-case name, a declared format's preset name (or `declared`).
+    pub fn name(&self) -> &str {
+        match self {
+            Format::Generic => "generic",
+            Format::Stripe => "stripe",
+            Format::Paystack => "paystack",
+            Format::Shopify => "shopify",
+            Format::Adyen => "adyen",
+            Format::Declared(d) => d.name(),
+        }
+    }
+
     /// Parses a verified delivery, its headers (looked up by lowercase name) and its body, into the events it
-    /// carries: always at least one, several for an Adyen batch, in the order of the body.
-    pub fn parse_delivery(self, headers: &(impl Headers + ?Sized), body: &[u8]) -> Result<Vec<Event>, ParseError> {
+    /// carries: always at least one, several for an Adyen batch (or a declared format's `batch`), in the order of
+    /// the body.
+    pub fn parse_delivery(&self, headers: &(impl Headers + ?Sized), body: &[u8]) -> Result<Vec<Event>, ParseError> {
         let root: Value = serde_json::from_slice(body).map_err(|e| ParseError::Json(e.to_string()))?;
         match self {
             Format::Generic => generic::parse(headers, &root).map(|e| vec![e]),
@@ -77,12 +105,13 @@ impl Format {
             Format::Paystack => paystack::parse(&root).map(|e| vec![e]),
             Format::Shopify => shopify::parse(headers, &root).map(|e| vec![e]),
             Format::Adyen => adyen::parse(&root),
+            Format::Declared(d) => d.parse(headers, &root),
         }
     }
 
     /// Parses a verified body that carries exactly one event, without headers. Shopify always needs its headers
     /// ([`ParseError::MissingHeader`]); an Adyen batch of several items is [`ParseError::NotSingle`].
-    pub fn parse(self, body: &[u8]) -> Result<Event, ParseError> {
+    pub fn parse(&self, body: &[u8]) -> Result<Event, ParseError> {
         let no_headers: [(&str, &str); 0] = [];
         let mut events = self.parse_delivery(&no_headers, body)?;
         match events.pop() {
@@ -96,8 +125,12 @@ impl Format {
     /// Paystack and Shopify send no webhook for a failed payment: for `Fail` they encode the generic format's
     /// body instead (which a source of that format rejects as unreadable), so that `payhook send` and the
     /// benchmark can still exercise the pipeline.
-    pub fn encodes(self, action: OrderAction) -> bool {
-        !matches!((self, action), (Format::Paystack | Format::Shopify, OrderAction::Fail))
+    /// A declared format encodes the actions its examples show.
+    pub fn encodes(&self, action: OrderAction) -> bool {
+        match self {
+            Format::Declared(d) => d.example_for(EffectSpec::from(action)).is_some(),
+            _ => !matches!((self, action), (Format::Paystack | Format::Shopify, OrderAction::Fail)),
+        }
     }
 }
 
@@ -140,23 +173,49 @@ impl Format {
     /// with [`Format::encode_headers`] reads it back to the same order effect. Adyen bodies come out unsigned
     /// (signing them is the signature module's job). An action the provider has no event for (see
     /// [`Format::encodes`]) is encoded in the generic format.
-    pub fn encode(self, e: &Outgoing<'_>) -> Vec<u8> {
+    pub fn encode(&self, e: &Outgoing<'_>) -> Vec<u8> {
         let v = match self {
             Format::Generic => Some(generic::encode(e)),
             Format::Stripe => Some(stripe::encode(e)),
             Format::Paystack => paystack::encode(e),
             Format::Shopify => shopify::encode(e),
             Format::Adyen => Some(adyen::encode(e)),
+            Format::Declared(d) => match d.example_for(EffectSpec::from(e.action)).map(|x| x.render(&e.vars())) {
+                Some(Ok(rendered)) => return rendered.body,
+                _ => None,
+            },
         };
         v.unwrap_or_else(|| generic::encode(e)).to_string().into_bytes()
     }
 
     /// The headers the provider would send with [`Format::encode`]'s body, signature aside: Shopify's topic, event
-    /// id and trigger time; nothing for the other formats.
-    pub fn encode_headers(self, e: &Outgoing<'_>) -> Vec<(String, String)> {
+    /// id and trigger time, a declared format's example headers; nothing for the other formats.
+    pub fn encode_headers(&self, e: &Outgoing<'_>) -> Vec<(String, String)> {
         match self {
             Format::Shopify if self.encodes(e.action) => shopify::encode_headers(e),
+            Format::Declared(d) => match d.example_for(EffectSpec::from(e.action)).map(|x| x.render(&e.vars())) {
+                Some(Ok(rendered)) => rendered.headers,
+                _ => Vec::new(),
+            },
             _ => Vec::new(),
+        }
+    }
+}
+
+impl Outgoing<'_> {
+    /// The example placeholders' values for this event.
+    pub fn vars(&self) -> ExampleVars {
+        ExampleVars::for_order(self.event_id, self.order_id, self.amount_minor, self.currency, self.created)
+    }
+}
+
+impl From<OrderAction> for EffectSpec {
+    fn from(action: OrderAction) -> Self {
+        match action {
+            OrderAction::Pay => Self::Pay,
+            OrderAction::Refund => Self::Refund,
+            OrderAction::Fail => Self::Fail,
+            OrderAction::Dispute => Self::Dispute,
         }
     }
 }
@@ -222,8 +281,10 @@ mod tests {
 
     #[test]
     fn formats_are_named_in_kebab_case() {
-        let names: Vec<String> = Format::ALL.iter().map(|f| serde_json::to_string(f).unwrap()).collect();
-        assert_eq!(names, ["\"generic\"", "\"stripe\"", "\"paystack\"", "\"shopify\"", "\"adyen\""]);
+        let names: Vec<&str> = Format::ALL.iter().map(Format::name).collect();
+        assert_eq!(names, ["generic", "stripe", "paystack", "shopify", "adyen"]);
+        assert_eq!(Format::built_in("shopify"), Some(Format::Shopify));
+        assert_eq!(Format::built_in("paddle"), None);
     }
 
     #[test]

@@ -35,6 +35,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::alphabet;
@@ -42,6 +43,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
 mod adyen;
+mod declared;
 mod ed25519;
 mod http;
 mod mac;
@@ -50,6 +52,8 @@ mod structured;
 use http::{HttpKey, parse_http_key};
 
 pub use adyen::adyen_signing_string;
+pub(crate) use declared::split_template;
+pub use declared::{Algorithm, DeclaredScheme, KeyDecoding, SignatureSpec, SignedPart, SpecError, Split, TimeUnit};
 pub use http::{
     ComponentError, DEFAULT_REQUIRED_COMPONENTS, DERIVED_COMPONENTS, RequestParts, SignatureInput,
     check_component_name, check_content_digest, content_digest, parse_signature, parse_signature_input, signature_base,
@@ -157,6 +161,8 @@ impl fmt::Debug for Secret {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HmacAlgorithm {
+    /// HMAC-SHA1 (20-byte signatures), for the providers that still sign with it.
+    Sha1,
     /// HMAC-SHA256 (32-byte signatures).
     Sha256,
     /// HMAC-SHA512 (64-byte signatures).
@@ -172,6 +178,30 @@ pub enum Encoding {
     Hex,
     /// Standard base64 alphabet with padding.
     Base64,
+    /// The URL-safe base64 alphabet (RFC 4648 §5); padding optional when verifying, omitted when signing.
+    Base64Url,
+}
+
+impl HmacAlgorithm {
+    /// The length of its MACs in bytes.
+    pub fn tag_len(self) -> usize {
+        match self {
+            Self::Sha1 => 20,
+            Self::Sha256 => 32,
+            Self::Sha512 => 64,
+        }
+    }
+}
+
+impl Encoding {
+    /// `bytes` written in this encoding, as a signer writes them.
+    pub fn encode(self, bytes: &[u8]) -> String {
+        match self {
+            Self::Hex => hex::encode(bytes),
+            Self::Base64 => STANDARD.encode(bytes),
+            Self::Base64Url => base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
+        }
+    }
 }
 
 /// A signature scheme: which headers carry what, and which bytes are signed.
@@ -284,14 +314,17 @@ pub enum Scheme {
     /// signers (including the RFC's own examples) send none. There is no
     /// delivery id.
     HttpMessageSignatures,
+    /// A rule written as data (a source's `[signature]` table, or a preset's): see [`DeclaredScheme`].
+    Declared(Arc<DeclaredScheme>),
 }
 
 impl Scheme {
     /// A short, stable name for logs, metrics and the stored delivery:
     /// `stripe`, `standard-webhooks`, `hmac`, `github`, `paystack` or
     /// `shopify`, `adyen` and `http-message-signatures`.
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
+            Self::Declared(d) => d.name(),
             Self::Stripe => "stripe",
             Self::StandardWebhooks => "standard-webhooks",
             Self::Hmac { .. } => "hmac",
@@ -318,7 +351,9 @@ impl Scheme {
             Self::Github => BodyHmac::GITHUB,
             Self::Paystack => BodyHmac::PAYSTACK,
             Self::Shopify => BodyHmac::SHOPIFY,
-            Self::Stripe | Self::StandardWebhooks | Self::Adyen | Self::HttpMessageSignatures => return None,
+            Self::Stripe | Self::StandardWebhooks | Self::Adyen | Self::HttpMessageSignatures | Self::Declared(_) => {
+                return None;
+            }
         })
     }
 }
@@ -521,6 +556,8 @@ enum Key {
     Mac(KeyedMac),
     /// An Ed25519 key (Standard Webhooks `v1a`).
     Ed25519(Ed25519Key),
+    /// A secret a declarative `shared-secret` rule expects to find in its header as is.
+    Shared(SharedSecret),
     /// An RFC 9421 key and the `keyid` it is known by.
     Http {
         /// The `keyid` parameter that selects this key.
@@ -534,22 +571,44 @@ impl Key {
     fn mac(&self) -> Option<&KeyedMac> {
         match self {
             Self::Mac(mac) => Some(mac),
-            Self::Ed25519(_) | Self::Http { .. } => None,
+            Self::Ed25519(_) | Self::Shared(_) | Self::Http { .. } => None,
         }
     }
 
     fn ed25519(&self) -> Option<&Ed25519Key> {
         match self {
             Self::Ed25519(key) => Some(key),
-            Self::Mac(_) | Self::Http { .. } => None,
+            Self::Mac(_) | Self::Shared(_) | Self::Http { .. } => None,
         }
     }
 
     fn http(&self) -> Option<(&str, &HttpKey)> {
         match self {
             Self::Http { keyid, key } => Some((keyid, key)),
-            Self::Mac(_) | Self::Ed25519(_) => None,
+            Self::Mac(_) | Self::Ed25519(_) | Self::Shared(_) => None,
         }
+    }
+}
+
+/// A secret that a delivery must carry as is; compared through SHA-256 digests in constant time, so that neither
+/// its content nor its length shows in the comparison's timing.
+#[derive(Clone)]
+struct SharedSecret {
+    text: String,
+    digest: [u8; 32],
+}
+
+impl SharedSecret {
+    fn new(bytes: &[u8]) -> Self {
+        use sha2::Digest as _;
+        Self { text: String::from_utf8_lossy(bytes).into_owned(), digest: sha2::Sha256::digest(bytes).into() }
+    }
+
+    fn matches(&self, candidate: &str) -> bool {
+        use sha2::Digest as _;
+        use subtle::ConstantTimeEq as _;
+        let digest: [u8; 32] = sha2::Sha256::digest(candidate.as_bytes()).into();
+        bool::from(digest.ct_eq(&self.digest))
     }
 }
 
@@ -578,6 +637,18 @@ fn parse_key(scheme: &Scheme, text: &str) -> Result<Key, &'static str> {
             sha256(&decoded)
         }
         Scheme::Stripe => sha256(text.as_bytes()),
+        Scheme::Declared(d) => {
+            let bytes = d.key_bytes(text)?;
+            match d.algorithm() {
+                Algorithm::Ed25519 if bytes.len() == 64 => Ed25519Key::from_private(&bytes).map(Key::Ed25519),
+                Algorithm::Ed25519 => Ed25519Key::from_public(&bytes).map(Key::Ed25519),
+                Algorithm::SharedSecret => Ok(Key::Shared(SharedSecret::new(&bytes))),
+                algorithm => {
+                    let hmac = algorithm.hmac().unwrap_or(HmacAlgorithm::Sha256);
+                    KeyedMac::new(hmac, &bytes).map(Key::Mac).map_err(|_| "unusable key length")
+                }
+            }
+        }
         Scheme::HttpMessageSignatures => parse_http_key(text),
         Scheme::Adyen => {
             let key = hex::decode(text).map_err(|_| "not valid hex (Adyen HMAC keys are hex)")?;
@@ -718,6 +789,7 @@ impl Verifier {
             }
             Scheme::Adyen => self.verify_adyen(body),
             Scheme::HttpMessageSignatures => self.verify_http(headers, body, now_unix),
+            Scheme::Declared(d) => self.verify_declared(d, headers, body, now_unix),
             Scheme::Github => self.verify_hmac(headers, body, &BodyHmac::GITHUB),
             Scheme::Paystack => self.verify_hmac(headers, body, &BodyHmac::PAYSTACK),
             Scheme::Shopify => self.verify_hmac(headers, body, &BodyHmac::SHOPIFY),
@@ -829,6 +901,101 @@ impl Verifier {
         Ok(Verified { secret_index, delivery_id: Some(id.to_owned()), timestamp: Some(timestamp), nonce: None })
     }
 
+    fn verify_declared(
+        &self,
+        d: &DeclaredScheme,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<Verified, VerifyError> {
+        let (candidates, timestamp) = d.read(headers)?;
+        if let Some((_, secs)) = timestamp {
+            self.check_fresh(secs, now_unix)?;
+        }
+        let secret_index = match d.algorithm() {
+            Algorithm::SharedSecret => self
+                .keys
+                .iter()
+                .position(|k| matches!(k, Key::Shared(secret) if candidates.iter().any(|c| secret.matches(c)))),
+            Algorithm::Ed25519 => {
+                let message = d.content(headers, body, timestamp.map(|t| t.0))?.concat();
+                self.keys.iter().position(|key| {
+                    key.ed25519().is_some_and(|key| {
+                        candidates.iter().any(|c| d.decode(c).is_some_and(|sig| key.verify(&message, &sig)))
+                    })
+                })
+            }
+            algorithm => {
+                let parts = d.content(headers, body, timestamp.map(|t| t.0))?;
+                let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_ref()).collect();
+                let expected = algorithm.hmac().map_or(32, HmacAlgorithm::tag_len);
+                self.find_match(&parts, || candidates.iter().copied(), d.spec().encoding, expected)
+            }
+        };
+        let secret_index = secret_index.ok_or(VerifyError::Mismatch)?;
+        Ok(Verified {
+            secret_index,
+            delivery_id: d.delivery_id(headers),
+            timestamp: timestamp.map(|t| t.1),
+            nonce: None,
+        })
+    }
+
+    /// Signs `body` with a declarative rule and the first key that can, in `context` (the URL and the other
+    /// headers the delivery is sent with, which the rule may cover).
+    fn sign_declared(
+        &self,
+        d: &DeclaredScheme,
+        body: &[u8],
+        now_unix: i64,
+        msg_id: &str,
+        context: &RequestContext<'_>,
+    ) -> Vec<(String, String)> {
+        let timestamp = d.timestamp_text(now_unix).unwrap_or_default();
+        let Some(key) = self.keys.iter().find(|k| k.ed25519().is_none_or(Ed25519Key::can_sign)) else {
+            return Vec::new();
+        };
+        if let Key::Shared(secret) = key {
+            return d.signed_headers(&secret.text, &timestamp, msg_id);
+        }
+        // The content may cover the timestamp and id headers this signature travels with: give them first.
+        let mut sent = d.signed_headers("", &timestamp, msg_id);
+        sent.remove(0);
+        sent.extend(context.headers.iter().cloned());
+        let request = SigningRequest { headers: &sent, url: context.url };
+        let Ok(parts) = d.content(&request, body, Some(&timestamp)) else {
+            return Vec::new();
+        };
+        let bytes = match key {
+            Key::Mac(mac) => {
+                let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_ref()).collect();
+                mac.compute(&parts).into_bytes()
+            }
+            Key::Ed25519(ed) => match ed.sign(&parts.concat()) {
+                Some(sig) => sig.to_vec(),
+                None => return Vec::new(),
+            },
+            Key::Shared(_) | Key::Http { .. } => return Vec::new(),
+        };
+        d.signed_headers(&d.spec().encoding.encode(&bytes), &timestamp, msg_id)
+    }
+
+    /// [`Verifier::sign`] for a delivery sent to `context.url` with `context.headers` besides the signature's:
+    /// the declarative rules that cover the URL, a query parameter or another header need them; the other
+    /// schemes sign as [`Verifier::sign`] does.
+    pub fn sign_with(
+        &self,
+        body: &[u8],
+        now_unix: i64,
+        msg_id: &str,
+        context: &RequestContext<'_>,
+    ) -> Vec<(String, String)> {
+        match &self.scheme {
+            Scheme::Declared(d) => self.sign_declared(d, body, now_unix, msg_id, context),
+            _ => self.sign(body, now_unix, msg_id),
+        }
+    }
+
     fn verify_hmac(
         &self,
         headers: &(impl Headers + ?Sized),
@@ -842,10 +1009,7 @@ impl Verifier {
                 .ok_or_else(|| VerifyError::Malformed(format!("signature does not start with {p:?}")))?,
             None => raw,
         };
-        let expected = match params.algorithm {
-            HmacAlgorithm::Sha256 => 32,
-            HmacAlgorithm::Sha512 => 64,
-        };
+        let expected = params.algorithm.tag_len();
         let parts: [&[u8]; 1] = [body];
         let secret_index = self
             .find_match(&parts, || std::iter::once(value), params.encoding, expected)
@@ -875,16 +1039,22 @@ impl Verifier {
     /// negative `now_unix` produces a timestamp that [`Verifier::verify`]
     /// rejects as malformed.
     pub fn sign(&self, body: &[u8], now_unix: i64, msg_id: &str) -> Vec<(String, String)> {
+        if let Scheme::Declared(d) = &self.scheme {
+            return self.sign_declared(d, body, now_unix, msg_id, &RequestContext { url: None, headers: &[] });
+        }
         let key = match self.keys.iter().find(|key| key.ed25519().is_none_or(Ed25519Key::can_sign)) {
             Some(Key::Mac(mac)) => mac,
             Some(Key::Ed25519(ed)) => return self.sign_standard_v1a(ed, body, now_unix, msg_id),
             // RFC 9421 signs through `sign_request`, which is told the request line; and when only public keys
             // are configured nothing can sign.
-            Some(Key::Http { .. }) | None => return Vec::new(),
+            Some(Key::Http { .. } | Key::Shared(_)) | None => return Vec::new(),
         };
         match &self.scheme {
             // Adyen's signature lives in the body: see `adyen_sign_body`.
             Scheme::Adyen | Scheme::HttpMessageSignatures => Vec::new(),
+            Scheme::Declared(d) => {
+                self.sign_declared(d, body, now_unix, msg_id, &RequestContext { url: None, headers: &[] })
+            }
             Scheme::Stripe => {
                 let ts = now_unix.to_string();
                 let tag = key.compute(&[ts.as_bytes(), b".", body]);
@@ -905,10 +1075,7 @@ impl Verifier {
                     return Vec::new();
                 };
                 let bytes = key.compute(&[body]).into_bytes();
-                let encoded = match params.encoding {
-                    Encoding::Hex => hex::encode(bytes),
-                    Encoding::Base64 => STANDARD.encode(bytes),
-                };
+                let encoded = params.encoding.encode(&bytes);
                 let value = format!("{}{encoded}", params.prefix.unwrap_or(""));
                 let mut out = vec![(params.canonical_header.to_owned(), value)];
                 if let Some((_, name)) = params.delivery {
@@ -916,6 +1083,36 @@ impl Verifier {
                 }
                 out
             }
+        }
+    }
+}
+
+/// Where a delivery is sent, for signing with a rule that covers more than its body.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestContext<'a> {
+    /// The URL it is POSTed to (`{url}`, `{query:NAME}`).
+    pub url: Option<&'a str>,
+    /// The headers it is sent with besides the signature's own (`{header:NAME}`).
+    pub headers: &'a [(String, String)],
+}
+
+/// The request a signer is about to send, as the rule's template reads it.
+struct SigningRequest<'a> {
+    headers: &'a [(String, String)],
+    url: Option<&'a str>,
+}
+
+impl Headers for SigningRequest<'_> {
+    fn get(&self, name: &str) -> Option<&str> {
+        <[(String, String)] as Headers>::get(self.headers, name)
+    }
+
+    fn derived(&self, component: &str) -> Option<Cow<'_, str>> {
+        let url = self.url?;
+        match component {
+            "@target-uri" => Some(Cow::Borrowed(url)),
+            "@query" => Some(Cow::Owned(url.find('?').map_or_else(|| "?".to_owned(), |at| url[at..].to_owned()))),
+            _ => None,
         }
     }
 }

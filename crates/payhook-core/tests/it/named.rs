@@ -70,10 +70,8 @@ fn github_requires_the_sha256_prefix_and_paystack_requires_sha512_length() {
 
 #[test]
 fn every_scheme_has_a_short_stable_name() {
-    let names: Vec<&str> =
-        [Scheme::Stripe, Scheme::StandardWebhooks, github_scheme(), Scheme::Github, Scheme::Paystack, Scheme::Shopify]
-            .iter()
-            .map(Scheme::name)
-            .collect();
+    let schemes =
+        [Scheme::Stripe, Scheme::StandardWebhooks, github_scheme(), Scheme::Github, Scheme::Paystack, Scheme::Shopify];
+    let names: Vec<&str> = schemes.iter().map(Scheme::name).collect();
     assert_eq!(names, ["stripe", "standard-webhooks", "hmac", "github", "paystack", "shopify"]);
 }

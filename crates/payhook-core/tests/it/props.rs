@@ -143,16 +143,16 @@ fn build(kind: Kind, secrets: &[&String]) -> Verifier {
 }
 
 fn encode(encoding: Encoding, bytes: &[u8]) -> String {
-    match encoding {
-        Encoding::Hex => hex::encode(bytes),
-        Encoding::Base64 => STANDARD.encode(bytes),
-    }
+    encoding.encode(bytes)
 }
 
 fn decode(encoding: Encoding, text: &str) -> Vec<u8> {
     match encoding {
         Encoding::Hex => hex::decode(text).expect("sign() emits valid hex"),
         Encoding::Base64 => STANDARD.decode(text).expect("sign() emits valid base64"),
+        Encoding::Base64Url => {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text).expect("sign() emits valid base64url")
+        }
     }
 }
 
@@ -257,6 +257,9 @@ proptest! {
             Encoding::Hex => "0123456789abcdef".chars().collect(),
             Encoding::Base64 => {
                 "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".chars().collect()
+            }
+            Encoding::Base64Url => {
+                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".chars().collect()
             }
         };
         let candidates: Vec<char> = alphabet

@@ -1,0 +1,813 @@
+//! Declarative payload formats: where a provider's event keeps its id, type, time, order, amount and billing ids,
+//! written as JSON pointers, headers and templates (a `[format]` table), with a table from the provider's event
+//! types to payhook's effects.
+//!
+//! **Values.** Each field is a value expression: a JSON pointer (`/data/id`; numbers read as their decimal text),
+//! a header (`header:x-github-event`), a template mixing both with literal text (`{header:x-github-event}.{/action}`),
+//! a literal (`active`), or a list of those, of which the first that is present (not absent, null or empty) counts.
+//!
+//! **Rules.** `[[format.events]]` are tried in order: the first whose `type` is the event's type and whose `when`
+//! conditions hold decides the effect, and may override any field for that event. An event no rule matches is
+//! recorded as ignored. A rule's effect needs its ids: an order effect its order id (and a payment its amount and
+//! currency, when the format reads amounts at all), a subscription its subscription id, an invoice its invoice id;
+//! a missing one is a [`ParseError`], kept as a dead letter.
+//!
+//! **Keys.** The event id is the `event_id` value (build one from stable fields when the provider sends none); the
+//! business key is the `business_key` template (default `{type}:{object_id}`, where an absent object id stands for
+//! the event id).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::ParseError;
+use super::common::{currency_exponent, decimal_to_minor, ended_status};
+use crate::billing::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
+use crate::event::SubscriptionId;
+use crate::event::{
+    Currency, CustomerId, Effect, Event, EventId, InvalidValue, InvoiceId, Money, OrderAction, OrderId,
+};
+use crate::signature::Headers;
+use crate::signature::split_template;
+use crate::time::parse_iso8601;
+
+/// A value expression as written: one, or a list whose first present value counts.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum ValueSpec {
+    /// One expression.
+    One(String),
+    /// The first present of several.
+    FirstOf(Vec<String>),
+}
+
+/// What a `when` condition accepts: one string or any of a list.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Accepted {
+    /// Exactly this.
+    One(String),
+    /// Any of these.
+    Any(Vec<String>),
+}
+
+/// The effect a rule gives an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+pub enum EffectSpec {
+    /// The order is paid.
+    #[serde(rename = "pay")]
+    Pay,
+    /// The order is refunded.
+    #[serde(rename = "refund")]
+    Refund,
+    /// The order's payment failed.
+    #[serde(rename = "fail")]
+    Fail,
+    /// The order's payment is disputed.
+    #[serde(rename = "dispute")]
+    Dispute,
+    /// A subscription was created.
+    #[serde(rename = "subscription.created")]
+    SubscriptionCreated,
+    /// A subscription changed.
+    #[serde(rename = "subscription.updated")]
+    SubscriptionUpdated,
+    /// A subscription ended.
+    #[serde(rename = "subscription.deleted")]
+    SubscriptionDeleted,
+    /// An invoice was paid: its entitlement is granted.
+    #[serde(rename = "invoice.paid")]
+    InvoicePaid,
+    /// An invoice's payment failed.
+    #[serde(rename = "invoice.failed")]
+    InvoiceFailed,
+    /// An invoice's payment was refunded: its entitlement is revoked.
+    #[serde(rename = "invoice.refunded")]
+    InvoiceRefunded,
+    /// Recorded and answered `ignored`.
+    #[serde(rename = "ignore")]
+    Ignore,
+}
+
+impl EffectSpec {
+    /// The order action, for the order effects.
+    pub fn order_action(self) -> Option<OrderAction> {
+        Some(match self {
+            Self::Pay => OrderAction::Pay,
+            Self::Refund => OrderAction::Refund,
+            Self::Fail => OrderAction::Fail,
+            Self::Dispute => OrderAction::Dispute,
+            _ => return None,
+        })
+    }
+
+    /// The name it is written with.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pay => "pay",
+            Self::Refund => "refund",
+            Self::Fail => "fail",
+            Self::Dispute => "dispute",
+            Self::SubscriptionCreated => "subscription.created",
+            Self::SubscriptionUpdated => "subscription.updated",
+            Self::SubscriptionDeleted => "subscription.deleted",
+            Self::InvoicePaid => "invoice.paid",
+            Self::InvoiceFailed => "invoice.failed",
+            Self::InvoiceRefunded => "invoice.refunded",
+            Self::Ignore => "ignore",
+        }
+    }
+}
+
+/// How amounts are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AmountUnit {
+    /// In the currency's minor unit (cents): an integer, or a string of digits.
+    #[default]
+    Minor,
+    /// In major units (`"24.00"`, `24.5`), scaled by the currency's exponent (2 for most, 0 for the yen, 3 for the
+    /// dinars).
+    Major,
+}
+
+/// A `[format]` table as written, or one of its `[[format.events]]` rules (which take `type`, `effect` and `when`,
+/// and override the fields; the table takes `batch` and `events`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FormatSpec {
+    /// A pointer to an array of events, for providers that send several in one body.
+    pub batch: Option<String>,
+    /// The event id.
+    pub event_id: Option<ValueSpec>,
+    /// The event type, matched against the rules' `type`.
+    pub event_type: Option<ValueSpec>,
+    /// When it happened: unix seconds (or milliseconds, above 10^12) or an ISO 8601 date-time.
+    pub occurred_at: Option<ValueSpec>,
+    /// The provider object it is about (the business key's `{object_id}`).
+    pub object_id: Option<ValueSpec>,
+    /// The merchant's order id.
+    pub order_id: Option<ValueSpec>,
+    /// The amount.
+    pub amount: Option<ValueSpec>,
+    /// The amount's unit.
+    pub amount_unit: Option<AmountUnit>,
+    /// The currency.
+    pub currency: Option<ValueSpec>,
+    /// The customer.
+    pub customer_id: Option<ValueSpec>,
+    /// The subscription.
+    pub subscription_id: Option<ValueSpec>,
+    /// The invoice.
+    pub invoice_id: Option<ValueSpec>,
+    /// A subscription's status after the event.
+    pub status: Option<ValueSpec>,
+    /// A subscription's current period end.
+    pub period_end: Option<ValueSpec>,
+    /// The business key template.
+    pub business_key: Option<String>,
+    /// The rules, in order.
+    #[serde(default)]
+    pub events: Vec<FormatSpec>,
+    /// A rule's event type.
+    #[serde(rename = "type")]
+    pub event: Option<String>,
+    /// A rule's effect.
+    pub effect: Option<EffectSpec>,
+    /// A rule's conditions: each value expression must give the string, or one of the list.
+    #[serde(default)]
+    pub when: BTreeMap<String, Accepted>,
+}
+
+/// Why a format table cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct FormatSpecError {
+    /// The key at fault (`event_id`, `events[2].effect`, …).
+    pub key: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// One piece of a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Pointer(String),
+    Header(String),
+    Var(Var),
+}
+
+/// The business key's own placeholders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Var {
+    Type,
+    EventId,
+    ObjectId,
+    OrderId,
+    InvoiceId,
+    SubscriptionId,
+}
+
+/// One compiled expression.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expr {
+    Pointer(String),
+    Header(String),
+    Literal(String),
+    Template(Vec<Piece>),
+}
+
+/// A compiled value: the first of its expressions that gives something.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Field {
+    written: String,
+    exprs: Vec<Expr>,
+}
+
+fn compile_template(text: &str, vars: bool) -> Result<Vec<Piece>, String> {
+    split_template(text)?
+        .into_iter()
+        .map(|(placeholder, t)| {
+            if !placeholder {
+                return Ok(Piece::Text(t));
+            }
+            if t.starts_with('/') {
+                return Ok(Piece::Pointer(t));
+            }
+            if let Some(h) = t.strip_prefix("header:").filter(|h| !h.is_empty()) {
+                return Ok(Piece::Header(h.to_ascii_lowercase()));
+            }
+            let var = match t.as_str() {
+                "type" => Var::Type,
+                "event_id" => Var::EventId,
+                "object_id" => Var::ObjectId,
+                "order_id" => Var::OrderId,
+                "invoice_id" => Var::InvoiceId,
+                "subscription_id" => Var::SubscriptionId,
+                _ => return Err(format!("unknown placeholder {{{t}}} (expected {{/pointer}} or {{header:NAME}})")),
+            };
+            if vars { Ok(Piece::Var(var)) } else { Err(format!("{{{t}}} is only for business_key")) }
+        })
+        .collect()
+}
+
+fn var_name(var: Var) -> &'static str {
+    match var {
+        Var::Type => "type",
+        Var::EventId => "event_id",
+        Var::ObjectId => "object_id",
+        Var::OrderId => "order_id",
+        Var::InvoiceId => "invoice_id",
+        Var::SubscriptionId => "subscription_id",
+    }
+}
+
+fn compile_expr(text: &str) -> Result<Expr, String> {
+    if text.contains('{') || text.contains('}') {
+        return compile_template(text, false).map(Expr::Template);
+    }
+    if text.starts_with('/') {
+        return Ok(Expr::Pointer(text.to_owned()));
+    }
+    if let Some(h) = text.strip_prefix("header:") {
+        if h.is_empty() {
+            return Err("header: needs a header name".into());
+        }
+        return Ok(Expr::Header(h.to_ascii_lowercase()));
+    }
+    if text.is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(Expr::Literal(text.to_owned()))
+}
+
+fn compile_field(spec: &ValueSpec) -> Result<Field, String> {
+    let texts: Vec<&String> = match spec {
+        ValueSpec::One(t) => vec![t],
+        ValueSpec::FirstOf(list) if list.is_empty() => return Err("an empty list".into()),
+        ValueSpec::FirstOf(list) => list.iter().collect(),
+    };
+    let exprs = texts.iter().map(|t| compile_expr(t)).collect::<Result<_, _>>()?;
+    let written = texts.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(" or ");
+    Ok(Field { written, exprs })
+}
+
+/// The fields of the table, or a rule's overrides.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Fields {
+    event_id: Option<Field>,
+    event_type: Option<Field>,
+    occurred_at: Option<Field>,
+    object_id: Option<Field>,
+    order_id: Option<Field>,
+    amount: Option<Field>,
+    amount_unit: Option<AmountUnit>,
+    currency: Option<Field>,
+    customer_id: Option<Field>,
+    subscription_id: Option<Field>,
+    invoice_id: Option<Field>,
+    status: Option<Field>,
+    period_end: Option<Field>,
+    business_key: Option<Vec<Piece>>,
+}
+
+impl Fields {
+    fn compile(spec: &FormatSpec, at: &str) -> Result<Self, FormatSpecError> {
+        let err = |key: &str, reason: String| FormatSpecError { key: format!("{at}{key}"), reason };
+        let field =
+            |key: &str, v: &Option<ValueSpec>| v.as_ref().map(compile_field).transpose().map_err(|e| err(key, e));
+        Ok(Self {
+            event_id: field("event_id", &spec.event_id)?,
+            event_type: field("event_type", &spec.event_type)?,
+            occurred_at: field("occurred_at", &spec.occurred_at)?,
+            object_id: field("object_id", &spec.object_id)?,
+            order_id: field("order_id", &spec.order_id)?,
+            amount: field("amount", &spec.amount)?,
+            amount_unit: spec.amount_unit,
+            currency: field("currency", &spec.currency)?,
+            customer_id: field("customer_id", &spec.customer_id)?,
+            subscription_id: field("subscription_id", &spec.subscription_id)?,
+            invoice_id: field("invoice_id", &spec.invoice_id)?,
+            status: field("status", &spec.status)?,
+            period_end: field("period_end", &spec.period_end)?,
+            business_key: spec
+                .business_key
+                .as_deref()
+                .map(|t| compile_template(t, true))
+                .transpose()
+                .map_err(|e| err("business_key", e))?,
+        })
+    }
+}
+
+/// One compiled rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rule {
+    event: String,
+    effect: EffectSpec,
+    when: Vec<(Field, Vec<String>)>,
+    fields: Fields,
+}
+
+/// A checked, compiled payload format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredFormat {
+    name: String,
+    batch: Option<String>,
+    fields: Fields,
+    rules: Vec<Rule>,
+    examples: Vec<ExampleSpec>,
+}
+
+/// Where a value expression reads: the event's JSON and the request's headers.
+struct Input<'a, H: ?Sized> {
+    root: &'a Value,
+    headers: &'a H,
+}
+
+/// A JSON value as text: strings as they are, numbers and booleans as written; absent for null, "" and containers.
+fn text_of(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+impl<H: Headers + ?Sized> Input<'_, H> {
+    fn piece(&self, piece: &Piece, vars: &dyn Fn(Var) -> Option<String>) -> Option<String> {
+        match piece {
+            Piece::Text(t) => Some(t.clone()),
+            Piece::Pointer(p) => self.root.pointer(p).and_then(text_of),
+            Piece::Header(h) => self.headers.get(h).filter(|v| !v.is_empty()).map(str::to_owned),
+            Piece::Var(v) => vars(*v),
+        }
+    }
+
+    fn render(&self, pieces: &[Piece], vars: &dyn Fn(Var) -> Option<String>) -> Option<String> {
+        pieces.iter().map(|p| self.piece(p, vars)).collect::<Option<String>>()
+    }
+
+    /// [`Input::render`], or the placeholder that is absent.
+    fn render_or_absent(&self, pieces: &[Piece], vars: &dyn Fn(Var) -> Option<String>) -> Result<String, String> {
+        let mut out = String::new();
+        for piece in pieces {
+            match self.piece(piece, vars) {
+                Some(text) => out.push_str(&text),
+                None => {
+                    return Err(match piece {
+                        Piece::Pointer(p) => p.clone(),
+                        Piece::Header(h) => format!("header:{h}"),
+                        Piece::Var(v) => format!("{{{}}} of business_key", var_name(*v)),
+                        Piece::Text(t) => t.clone(),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn eval(&self, field: &Field) -> Option<String> {
+        field.exprs.iter().find_map(|e| match e {
+            Expr::Pointer(p) => self.root.pointer(p).and_then(text_of),
+            Expr::Header(h) => self.headers.get(h).filter(|v| !v.is_empty()).map(str::to_owned),
+            Expr::Literal(l) => Some(l.clone()),
+            Expr::Template(pieces) => self.render(pieces, &|_| None),
+        })
+    }
+}
+
+fn missing(field: &Field) -> ParseError {
+    ParseError::Field(field.written.clone())
+}
+
+/// An amount in minor units from its text: digits (minor), or a decimal scaled by the currency's exponent (major).
+fn amount_minor(text: &str, unit: AmountUnit, currency: &Currency) -> Result<i64, ParseError> {
+    let invalid = |reason| ParseError::Invalid(InvalidValue { field: "amount", reason });
+    match unit {
+        AmountUnit::Minor => {
+            let digits = text.strip_suffix(".0").unwrap_or(text);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(invalid("must be a whole number of minor units (amount_unit = \"minor\")"));
+            }
+            digits.parse().map_err(|_| invalid("is too large"))
+        }
+        AmountUnit::Major => Ok(decimal_to_minor(text, currency_exponent(currency))?),
+    }
+}
+
+/// A time from its text: unix seconds, unix milliseconds (above 10^12), or an ISO 8601 date-time.
+fn time_of(text: &str) -> Option<i64> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        let n: i64 = text.parse().ok()?;
+        return Some(if n > 1_000_000_000_000 { n / 1000 } else { n });
+    }
+    parse_iso8601(text)
+}
+
+impl DeclaredFormat {
+    /// Checks `spec` and compiles it under `name` (a preset's name, or `declared`).
+    pub fn new(name: &str, spec: &FormatSpec) -> Result<Self, FormatSpecError> {
+        let top = |key: &str, reason: &str| FormatSpecError { key: key.to_owned(), reason: reason.to_owned() };
+        if spec.event.is_some() || spec.effect.is_some() || !spec.when.is_empty() {
+            return Err(top("type", "type, effect and when belong in a [[format.events]] rule"));
+        }
+        if spec.event_id.is_none() {
+            return Err(top("event_id", "is required: where the event's id is (or a template that builds one)"));
+        }
+        if spec.event_type.is_none() {
+            return Err(top("event_type", "is required: where the event's type is"));
+        }
+        if let Some(batch) = &spec.batch
+            && !batch.starts_with('/')
+        {
+            return Err(top("batch", "must be a JSON pointer such as /events"));
+        }
+        let fields = Fields::compile(spec, "")?;
+        let mut rules = Vec::with_capacity(spec.events.len());
+        for (i, rule) in spec.events.iter().enumerate() {
+            let at = format!("events[{i}].");
+            let err =
+                |key: &str, reason: &str| FormatSpecError { key: format!("{at}{key}"), reason: reason.to_owned() };
+            if rule.batch.is_some() || !rule.events.is_empty() {
+                return Err(err("batch", "batch and events belong in the [format] table, not in a rule"));
+            }
+            let event = rule.event.clone().ok_or_else(|| err("type", "is required: the provider's event type"))?;
+            let effect = rule.effect.ok_or_else(|| err("effect", "is required"))?;
+            let when = rule
+                .when
+                .iter()
+                .map(|(k, accepted)| {
+                    let field = compile_field(&ValueSpec::One(k.clone())).map_err(|e| err("when", &e))?;
+                    let values = match accepted {
+                        Accepted::One(v) => vec![v.clone()],
+                        Accepted::Any(list) => list.clone(),
+                    };
+                    Ok((field, values))
+                })
+                .collect::<Result<Vec<_>, FormatSpecError>>()?;
+            let fields = Fields::compile(rule, &at)?;
+            rules.push(Rule { event, effect, when, fields });
+        }
+        let format = Self { name: name.to_owned(), batch: spec.batch.clone(), fields, rules, examples: Vec::new() };
+        for (i, rule) in format.rules.iter().enumerate() {
+            let need = |present: bool, key: &str| {
+                if present {
+                    Ok(())
+                } else {
+                    Err(FormatSpecError {
+                        key: format!("events[{i}].{key}"),
+                        reason: format!("a {} rule needs it, here or in [format]", rule.effect.name()),
+                    })
+                }
+            };
+            let f = |get: fn(&Fields) -> bool| get(&rule.fields) || get(&format.fields);
+            if rule.effect.order_action().is_some() {
+                need(f(|x| x.order_id.is_some()), "order_id")?;
+            }
+            if rule.effect == EffectSpec::Pay && f(|x| x.amount.is_some()) {
+                need(f(|x| x.currency.is_some()), "currency")?;
+            }
+            if matches!(
+                rule.effect,
+                EffectSpec::SubscriptionCreated | EffectSpec::SubscriptionUpdated | EffectSpec::SubscriptionDeleted
+            ) {
+                need(f(|x| x.subscription_id.is_some()), "subscription_id")?;
+            }
+            if matches!(rule.effect, EffectSpec::InvoicePaid | EffectSpec::InvoiceFailed | EffectSpec::InvoiceRefunded)
+            {
+                need(f(|x| x.invoice_id.is_some()), "invoice_id")?;
+            }
+        }
+        Ok(format)
+    }
+
+    /// The name it was compiled under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The provider event types its rules map, with their effects, in rule order.
+    pub fn mapped(&self) -> impl Iterator<Item = (&str, EffectSpec)> {
+        self.rules.iter().map(|r| (r.event.as_str(), r.effect))
+    }
+
+    /// The events of one delivery, in the order of the body.
+    pub fn parse(&self, headers: &(impl Headers + ?Sized), root: &Value) -> Result<Vec<Event>, ParseError> {
+        match &self.batch {
+            None => Ok(vec![self.parse_one(headers, root)?]),
+            Some(pointer) => {
+                let items = root
+                    .pointer(pointer)
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| ParseError::Field(pointer.clone()))?;
+                if items.is_empty() {
+                    return Err(ParseError::Field(format!("{pointer}/0")));
+                }
+                items.iter().map(|item| self.parse_one(headers, item)).collect()
+            }
+        }
+    }
+
+    fn parse_one(&self, headers: &(impl Headers + ?Sized), root: &Value) -> Result<Event, ParseError> {
+        let input = Input { root, headers };
+        let base = &self.fields;
+        let type_field = base.event_type.as_ref().ok_or(ParseError::Missing("event_type"))?;
+        let event_type = input.eval(type_field).ok_or_else(|| missing(type_field))?;
+        let rule = self.rules.iter().find(|r| {
+            r.event == event_type
+                && r.when.iter().all(|(field, accepted)| input.eval(field).is_some_and(|v| accepted.contains(&v)))
+        });
+        let pick =
+            |get: fn(&Fields) -> &Option<Field>| rule.and_then(|r| get(&r.fields).as_ref()).or(get(base).as_ref());
+        let value = |get: fn(&Fields) -> &Option<Field>| pick(get).and_then(|f| input.eval(f));
+        let required = |get: fn(&Fields) -> &Option<Field>| match pick(get) {
+            Some(f) => input.eval(f).ok_or_else(|| missing(f)),
+            None => Err(ParseError::Missing("a field the rule needs")),
+        };
+        let id_field = pick(|f| &f.event_id).ok_or(ParseError::Missing("event_id"))?;
+        let event_id = EventId::parse(input.eval(id_field).ok_or_else(|| missing(id_field))?)?;
+        let occurred_at = match pick(|f| &f.occurred_at) {
+            Some(f) => match input.eval(f) {
+                Some(text) => Some(time_of(&text).ok_or(ParseError::Invalid(InvalidValue {
+                    field: "occurred_at",
+                    reason: "must be unix seconds, unix milliseconds or an ISO 8601 date-time",
+                }))?),
+                None => None,
+            },
+            None => None,
+        };
+        let object_id = value(|f| &f.object_id);
+        let effect_spec = rule.map_or(EffectSpec::Ignore, |r| r.effect);
+        let money = || -> Result<Option<Money>, ParseError> {
+            // A payment of a format that reads amounts must carry one; other effects may go without.
+            let (amount, currency) = if effect_spec == EffectSpec::Pay && pick(|f| &f.amount).is_some() {
+                (required(|f| &f.amount)?, required(|f| &f.currency)?)
+            } else {
+                match (value(|f| &f.amount), value(|f| &f.currency)) {
+                    (Some(amount), Some(currency)) => (amount, currency),
+                    _ => return Ok(None),
+                }
+            };
+            let currency = Currency::parse(&currency)?;
+            let unit = rule.and_then(|r| r.fields.amount_unit).or(base.amount_unit).unwrap_or_default();
+            Ok(Some(Money::new(amount_minor(&amount, unit, &currency)?, currency)?))
+        };
+        let effect = match effect_spec {
+            EffectSpec::Ignore => Effect::Ignored,
+            e if e.order_action().is_some() => Effect::Order {
+                order_id: OrderId::parse(required(|f| &f.order_id)?)?,
+                action: e.order_action().unwrap_or(OrderAction::Pay),
+                money: money()?,
+            },
+            EffectSpec::SubscriptionCreated | EffectSpec::SubscriptionUpdated | EffectSpec::SubscriptionDeleted => {
+                let action = match effect_spec {
+                    EffectSpec::SubscriptionCreated => SubscriptionAction::Created,
+                    EffectSpec::SubscriptionUpdated => SubscriptionAction::Updated,
+                    _ => SubscriptionAction::Deleted,
+                };
+                let customer_id = value(|f| &f.customer_id).map(CustomerId::parse).transpose()?;
+                let stated = value(|f| &f.status);
+                let status = match action {
+                    SubscriptionAction::Deleted => ended_status(stated.as_deref())?,
+                    _ => SubscriptionStatus::parse(stated.as_deref().unwrap_or("active"))?,
+                };
+                if occurred_at.is_none() {
+                    // The billing rules order a subscription's events by their time.
+                    return Err(pick(|f| &f.occurred_at).map_or(ParseError::Missing("occurred_at"), missing));
+                }
+                let current_period_end = value(|f| &f.period_end).and_then(|t| time_of(&t));
+                Effect::Subscription(SubscriptionChange {
+                    subscription_id: SubscriptionId::parse(required(|f| &f.subscription_id)?)?,
+                    full_object: customer_id.is_some() && stated.is_some(),
+                    customer_id,
+                    action,
+                    status,
+                    current_period_end,
+                })
+            }
+            _ => {
+                let action = match effect_spec {
+                    EffectSpec::InvoicePaid => InvoiceAction::Paid,
+                    EffectSpec::InvoiceFailed => InvoiceAction::PaymentFailed,
+                    _ => InvoiceAction::Refunded,
+                };
+                Effect::Invoice(InvoiceChange {
+                    invoice_id: InvoiceId::parse(required(|f| &f.invoice_id)?)?,
+                    customer_id: value(|f| &f.customer_id).map(CustomerId::parse).transpose()?,
+                    subscription_id: value(|f| &f.subscription_id).map(SubscriptionId::parse).transpose()?,
+                    action,
+                    money: money()?,
+                })
+            }
+        };
+        let business_key = {
+            let vars = |v: Var| match v {
+                Var::Type => Some(event_type.clone()),
+                Var::EventId => Some(event_id.as_str().to_owned()),
+                Var::ObjectId => Some(object_id.clone().unwrap_or_else(|| event_id.as_str().to_owned())),
+                Var::OrderId => value(|f| &f.order_id),
+                Var::InvoiceId => value(|f| &f.invoice_id),
+                Var::SubscriptionId => value(|f| &f.subscription_id),
+            };
+            let template = rule.and_then(|r| r.fields.business_key.as_ref()).or(base.business_key.as_ref());
+            match template {
+                Some(pieces) => input.render_or_absent(pieces, &vars).map_err(ParseError::Field)?,
+                None => format!("{event_type}:{}", object_id.as_deref().unwrap_or(event_id.as_str())),
+            }
+        };
+        Ok(Event { event_id, event_type, occurred_at: occurred_at.unwrap_or(0), business_key, effect })
+    }
+}
+
+/// An example delivery of a preset, shaped like the provider's documented one, with `{{placeholders}}` (see
+/// [`ExampleVars`]): what `payhook trigger` sends and the presets' tests deliver.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExampleSpec {
+    /// The provider's event type.
+    pub event: String,
+    /// Unsigned headers the provider also sends.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The query string the provider appends to the notification URL.
+    pub query: Option<String>,
+    /// The body.
+    pub body: String,
+}
+
+/// The values an example is rendered with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExampleVars {
+    /// `{{event_id}}`.
+    pub event_id: String,
+    /// `{{order_id}}`.
+    pub order_id: String,
+    /// `{{amount}}` (minor units) and `{{amount_major}}` (by the currency's exponent).
+    pub amount_minor: i64,
+    /// `{{currency}}` (lower case) and `{{CURRENCY}}` (upper case).
+    pub currency: String,
+    /// `{{created}}` (unix seconds), `{{created_ms}}` and `{{created_iso}}` (RFC 3339).
+    pub created: i64,
+    /// `{{object_id}}`: the provider's payment or charge.
+    pub object_id: String,
+    /// `{{customer_id}}`.
+    pub customer_id: String,
+    /// `{{subscription_id}}`.
+    pub subscription_id: String,
+    /// `{{invoice_id}}`.
+    pub invoice_id: String,
+}
+
+impl ExampleVars {
+    /// Values for an event about `order_id`: the provider's object, customer, subscription and invoice ids are
+    /// derived from the order id, so that every event of one order names the same objects, as a provider's do.
+    pub fn for_order(event_id: &str, order_id: &str, amount_minor: i64, currency: &str, created: i64) -> Self {
+        use sha2::{Digest as _, Sha256};
+        let tag = hex::encode(&Sha256::digest(order_id.as_bytes())[..8]);
+        Self {
+            event_id: event_id.to_owned(),
+            order_id: order_id.to_owned(),
+            amount_minor,
+            currency: currency.to_ascii_lowercase(),
+            created,
+            object_id: format!("{tag}01"),
+            customer_id: format!("{tag}02"),
+            subscription_id: format!("{tag}03"),
+            invoice_id: format!("{tag}04"),
+        }
+    }
+
+    fn value(&self, name: &str) -> Option<String> {
+        let exponent = Currency::parse(&self.currency).map_or(2, |c| currency_exponent(&c));
+        Some(match name {
+            "event_id" => self.event_id.clone(),
+            "order_id" => self.order_id.clone(),
+            "amount" => self.amount_minor.to_string(),
+            "amount_major" => super::common::minor_to_decimal(self.amount_minor, exponent),
+            "currency" => self.currency.clone(),
+            "CURRENCY" => self.currency.to_ascii_uppercase(),
+            "created" => self.created.to_string(),
+            "created_ms" => (self.created * 1000).to_string(),
+            "created_iso" => crate::time::rfc3339(self.created),
+            "object_id" => self.object_id.clone(),
+            "customer_id" => self.customer_id.clone(),
+            "subscription_id" => self.subscription_id.clone(),
+            "invoice_id" => self.invoice_id.clone(),
+            _ => return None,
+        })
+    }
+}
+
+/// An example rendered: what a provider would send, signature aside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedExample {
+    /// The body.
+    pub body: Vec<u8>,
+    /// The unsigned headers.
+    pub headers: Vec<(String, String)>,
+    /// The query string, without `?`.
+    pub query: Option<String>,
+}
+
+/// Replaces every `{{name}}` in `text`; `escape` writes values as the inside of a JSON string. An unknown name is
+/// an error naming it.
+fn fill(text: &str, vars: &ExampleVars, escape: bool) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut rest = text;
+    while let Some(at) = rest.find("{{") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let end = after.find("}}").ok_or_else(|| format!("unclosed {{{{ at {:?}", &rest[at..]))?;
+        let name = &after[..end];
+        let value = vars.value(name).ok_or_else(|| format!("unknown placeholder {{{{{name}}}}}"))?;
+        if escape {
+            let quoted = serde_json::to_string(&value).map_err(|e| e.to_string())?;
+            out.push_str(&quoted[1..quoted.len() - 1]);
+        } else {
+            out.push_str(&value);
+        }
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+impl ExampleSpec {
+    /// The example with `vars` filled in.
+    pub fn render(&self, vars: &ExampleVars) -> Result<RenderedExample, String> {
+        let headers = self
+            .headers
+            .iter()
+            .map(|(k, v)| Ok((k.to_ascii_lowercase(), fill(v, vars, false)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        let query = self.query.as_deref().map(|q| fill(q, vars, false)).transpose()?;
+        Ok(RenderedExample { body: fill(self.body.trim(), vars, true)?.into_bytes(), headers, query })
+    }
+}
+
+impl DeclaredFormat {
+    /// The same format with example deliveries, which `Format::encode` then writes.
+    pub fn with_examples(mut self, examples: Vec<ExampleSpec>) -> Self {
+        self.examples = examples;
+        self
+    }
+
+    /// Its examples.
+    pub fn examples(&self) -> &[ExampleSpec] {
+        &self.examples
+    }
+
+    /// The effect the rules give an example's event type (its first rule; `when` conditions aside).
+    pub fn effect_of(&self, event: &str) -> Option<EffectSpec> {
+        self.rules.iter().find(|r| r.event == event).map(|r| r.effect)
+    }
+
+    /// The first example whose event has `effect`.
+    pub fn example_for(&self, effect: EffectSpec) -> Option<&ExampleSpec> {
+        self.examples.iter().find(|e| self.effect_of(&e.event) == Some(effect))
+    }
+}

@@ -1,0 +1,584 @@
+//! Declarative signature schemes: a provider's signature rule written as data (a `[signature]` table) instead of
+//! code, so that a provider payhook has no code for can be configured, and so that the presets of the providers it
+//! ships are written in the same language as a user's own.
+//!
+//! A rule says where the signature travels (one header, split as a plain value, `k=v` pairs or a list), what was
+//! signed (a [template](SignedPart) over the raw body, the timestamp, a delivery id, headers, the notification URL,
+//! query parameters and JSON fields of the body), with which algorithm (HMAC-SHA1/256/512, Ed25519, or a shared
+//! secret sent as is) and in which encoding, and how a configured secret becomes key bytes. Verification keeps the
+//! order of the built-in schemes: header parsing, then freshness, then the MAC, each comparison in constant time.
+
+use std::borrow::Cow;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE, URL_SAFE_NO_PAD};
+use serde::Deserialize;
+
+use super::{Encoding, Headers, HmacAlgorithm, VerifyError, missing, parse_timestamp};
+
+/// A signature rule as written in configuration (a source's `[sources.signature]` table or a preset's
+/// `[signature]`). [`DeclaredScheme::new`] checks it and compiles its template.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignatureSpec {
+    /// The header that carries the signature (any case; looked up case-insensitively).
+    pub header: String,
+    /// How the header's value holds the signature(s).
+    #[serde(default)]
+    pub split: Split,
+    /// `plain` only: a literal prefix (such as `sha256=`) that must be there and is stripped.
+    pub prefix: Option<String>,
+    /// `pairs`: between two pairs (default `,`); `list`: between two items (default a space).
+    pub separator: Option<String>,
+    /// `pairs`: the key of the signature values (it may repeat while the provider rotates its secret).
+    pub signature_key: Option<String>,
+    /// `pairs`: the key of the signed timestamp.
+    pub timestamp_key: Option<String>,
+    /// `list`: only items starting with this prefix (such as `v1,`) are signatures; it is stripped.
+    pub item_prefix: Option<String>,
+    /// The header of the signed timestamp, when it is not a pair of the signature header.
+    pub timestamp_header: Option<String>,
+    /// The timestamp's unit.
+    #[serde(default)]
+    pub timestamp_unit: TimeUnit,
+    /// The header of the provider's delivery id (`{id}` in `signed`).
+    pub id_header: Option<String>,
+    /// What is signed, as a template (see [`SignedPart`]); `{body}` by default.
+    #[serde(default = "default_signed")]
+    pub signed: String,
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// How the signature bytes are written.
+    #[serde(default = "default_encoding")]
+    pub encoding: Encoding,
+    /// How a configured secret becomes key bytes.
+    #[serde(default)]
+    pub key: KeyDecoding,
+    /// Stripped from a secret before it is decoded, when the secret starts with it (such as `whsec_`).
+    pub key_prefix: Option<String>,
+}
+
+fn default_signed() -> String {
+    "{body}".to_owned()
+}
+
+fn default_encoding() -> Encoding {
+    Encoding::Hex
+}
+
+/// How a signature header's value holds the signature(s).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    /// The whole value is one signature.
+    #[default]
+    Plain,
+    /// `k=v` pairs: the signature(s) and perhaps the timestamp under their keys (`t=…,v1=…`).
+    Pairs,
+    /// Several signatures separated by a separator, each perhaps behind a version prefix (`v1,… v1,…`).
+    List,
+}
+
+/// The unit of a signed timestamp.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeUnit {
+    /// Unix seconds.
+    #[default]
+    Seconds,
+    /// Unix milliseconds.
+    Milliseconds,
+}
+
+/// A declarative scheme's algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Algorithm {
+    /// HMAC-SHA1 of the signed content.
+    #[serde(rename = "hmac-sha1")]
+    HmacSha1,
+    /// HMAC-SHA256 of the signed content.
+    #[serde(rename = "hmac-sha256")]
+    HmacSha256,
+    /// HMAC-SHA512 of the signed content.
+    #[serde(rename = "hmac-sha512")]
+    HmacSha512,
+    /// An Ed25519 signature of the signed content; a secret of 32 bytes is a public key (verify only), of 64 bytes
+    /// a private seed followed by its public key (signs and verifies).
+    #[serde(rename = "ed25519")]
+    Ed25519,
+    /// No signature: the header carries the secret itself (Flutterwave's `verif-hash`). It proves only that the
+    /// sender knows the secret, not that the body is the one it sent; prefer a real signature where the provider
+    /// offers one.
+    #[serde(rename = "shared-secret")]
+    SharedSecret,
+}
+
+impl Algorithm {
+    /// The HMAC behind it, if it is one.
+    pub fn hmac(self) -> Option<HmacAlgorithm> {
+        match self {
+            Self::HmacSha1 => Some(HmacAlgorithm::Sha1),
+            Self::HmacSha256 => Some(HmacAlgorithm::Sha256),
+            Self::HmacSha512 => Some(HmacAlgorithm::Sha512),
+            Self::Ed25519 | Self::SharedSecret => None,
+        }
+    }
+}
+
+/// How a configured secret becomes key bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyDecoding {
+    /// The secret's UTF-8 bytes as written.
+    #[default]
+    Raw,
+    /// Standard base64 (padding optional).
+    Base64,
+    /// Hex.
+    Hex,
+}
+
+/// One piece of the signed content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignedPart {
+    /// Literal text.
+    Literal(String),
+    /// `{body}`: the raw body bytes.
+    Body,
+    /// `{timestamp}`: the timestamp exactly as sent.
+    Timestamp,
+    /// `{id}`: the delivery id header's value.
+    Id,
+    /// `{url}`: the notification URL (the source's `notification_url`, else the request URL as received).
+    Url,
+    /// `{header:NAME}`: a request header's value.
+    Header(String),
+    /// `{query:NAME}`: a query parameter of the request URL, decoded.
+    Query(String),
+    /// `{json:/pointer}`: a JSON field of the body (a string unquoted, anything else as JSON text).
+    Json(String),
+}
+
+/// Why a signature rule cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct SpecError {
+    /// The key of the rule at fault (`signed`, `signature_key`, …).
+    pub key: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn spec_error(key: &'static str, reason: impl Into<String>) -> SpecError {
+    SpecError { key, reason: reason.into() }
+}
+
+/// Splits a `{…}` template into literal text and placeholders; `{{` and `}}` are literal braces.
+pub(crate) fn split_template(template: &str) -> Result<Vec<(bool, String)>, String> {
+    let mut out: Vec<(bool, String)> = Vec::new();
+    let mut literal = String::new();
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                literal.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                literal.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(c) => name.push(c),
+                        None => return Err(format!("unclosed placeholder {{{name}")),
+                    }
+                }
+                if !literal.is_empty() {
+                    out.push((false, std::mem::take(&mut literal)));
+                }
+                out.push((true, name));
+            }
+            '}' => return Err("a '}' without its '{' (write '}}' for a literal brace)".into()),
+            c => literal.push(c),
+        }
+    }
+    if !literal.is_empty() {
+        out.push((false, literal));
+    }
+    Ok(out)
+}
+
+fn parse_signed(template: &str) -> Result<Vec<SignedPart>, SpecError> {
+    let pieces = split_template(template).map_err(|e| spec_error("signed", e))?;
+    pieces
+        .into_iter()
+        .map(|(placeholder, text)| {
+            if !placeholder {
+                return Ok(SignedPart::Literal(text));
+            }
+            Ok(match text.as_str() {
+                "body" => SignedPart::Body,
+                "timestamp" => SignedPart::Timestamp,
+                "id" => SignedPart::Id,
+                "url" => SignedPart::Url,
+                _ => match text.split_once(':') {
+                    Some(("header", name)) if !name.is_empty() => SignedPart::Header(name.to_ascii_lowercase()),
+                    Some(("query", name)) if !name.is_empty() => SignedPart::Query(name.to_owned()),
+                    Some(("json", pointer)) if pointer.starts_with('/') || pointer.is_empty() => {
+                        SignedPart::Json(pointer.to_owned())
+                    }
+                    _ => {
+                        return Err(spec_error(
+                            "signed",
+                            format!(
+                                "unknown placeholder {{{text}}} (expected {{body}}, {{timestamp}}, {{id}}, {{url}}, \
+                                 {{header:NAME}}, {{query:NAME}} or {{json:/pointer}})"
+                            ),
+                        ));
+                    }
+                },
+            })
+        })
+        .collect()
+}
+
+/// A checked, compiled signature rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredScheme {
+    name: String,
+    spec: SignatureSpec,
+    header: String,
+    separator: String,
+    signed: Vec<SignedPart>,
+    notification_url: Option<String>,
+}
+
+/// A signature header read: the candidate signatures, and the timestamp (as sent, and in unix seconds).
+type SignatureHeader<'h> = (Vec<&'h str>, Option<(&'h str, i64)>);
+
+/// Where the values of one delivery are, once its signature header is split.
+struct Parsed<'h> {
+    signatures: Vec<&'h str>,
+    timestamp: Option<&'h str>,
+}
+
+impl DeclaredScheme {
+    /// Checks `spec` and compiles it under `name` (a preset's name, or `declared` for a source's own rule).
+    /// `notification_url` is what `{url}` stands for; without it, `{url}` is the request URL as received.
+    pub fn new(name: &str, spec: SignatureSpec, notification_url: Option<String>) -> Result<Self, SpecError> {
+        let header = spec.header.trim().to_ascii_lowercase();
+        if header.is_empty() {
+            return Err(spec_error("header", "must name the signature header"));
+        }
+        let signed = parse_signed(&spec.signed)?;
+        let is = |part: &SignedPart| signed.contains(part);
+        let separator = match spec.split {
+            Split::Plain => String::new(),
+            Split::Pairs => spec.separator.clone().unwrap_or_else(|| ",".to_owned()),
+            Split::List => spec.separator.clone().unwrap_or_else(|| " ".to_owned()),
+        };
+        if spec.split != Split::Plain && separator.is_empty() {
+            return Err(spec_error("separator", "must not be empty"));
+        }
+        let only = |key: &'static str, present: bool, split: Split| {
+            if present && spec.split != split {
+                return Err(spec_error(key, format!("only split = \"{}\" takes this key", split_name(split))));
+            }
+            Ok(())
+        };
+        only("prefix", spec.prefix.is_some(), Split::Plain)?;
+        only("signature_key", spec.signature_key.is_some(), Split::Pairs)?;
+        only("timestamp_key", spec.timestamp_key.is_some(), Split::Pairs)?;
+        only("item_prefix", spec.item_prefix.is_some(), Split::List)?;
+        if spec.split == Split::Pairs && spec.signature_key.as_deref().is_none_or(str::is_empty) {
+            return Err(spec_error("signature_key", "split = \"pairs\" needs the key of the signature values"));
+        }
+        if spec.timestamp_key.is_some() && spec.timestamp_header.is_some() {
+            return Err(spec_error("timestamp_header", "the timestamp is either a pair (timestamp_key) or a header"));
+        }
+        let has_timestamp = spec.timestamp_key.is_some() || spec.timestamp_header.is_some();
+        if is(&SignedPart::Timestamp) && !has_timestamp {
+            return Err(spec_error("signed", "{timestamp} needs timestamp_key or timestamp_header"));
+        }
+        if is(&SignedPart::Id) && spec.id_header.is_none() {
+            return Err(spec_error("signed", "{id} needs id_header"));
+        }
+        if spec.algorithm == Algorithm::SharedSecret {
+            if spec.signed != default_signed() {
+                return Err(spec_error("signed", "a shared secret signs nothing: leave `signed` out"));
+            }
+        } else if !signed.iter().any(|p| matches!(p, SignedPart::Body | SignedPart::Json(_))) {
+            return Err(spec_error("signed", "must cover the body ({body}), or anyone could change it"));
+        }
+        Ok(Self { name: name.to_owned(), spec, header, separator, signed, notification_url })
+    }
+
+    /// The name it was compiled under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The rule as written.
+    pub fn spec(&self) -> &SignatureSpec {
+        &self.spec
+    }
+
+    /// Decodes a configured secret into key bytes, without its `key_prefix`.
+    pub(super) fn key_bytes(&self, text: &str) -> Result<Vec<u8>, &'static str> {
+        let text = match &self.spec.key_prefix {
+            Some(prefix) => text.strip_prefix(prefix.as_str()).unwrap_or(text),
+            None => text,
+        };
+        let bytes = match self.spec.key {
+            KeyDecoding::Raw => text.as_bytes().to_vec(),
+            KeyDecoding::Base64 => super::LENIENT_BASE64.decode(text).map_err(|_| "not valid base64")?,
+            KeyDecoding::Hex => hex::decode(text).map_err(|_| "not valid hex")?,
+        };
+        if bytes.is_empty() {
+            return Err("secret decodes to an empty key");
+        }
+        Ok(bytes)
+    }
+
+    /// The algorithm.
+    pub(super) fn algorithm(&self) -> Algorithm {
+        self.spec.algorithm
+    }
+
+    /// The delivery id header's value, when the rule names one.
+    pub(super) fn delivery_id(&self, headers: &(impl Headers + ?Sized)) -> Option<String> {
+        self.spec.id_header.as_deref().and_then(|h| headers.get(&h.to_ascii_lowercase())).map(str::to_owned)
+    }
+
+    fn parse<'h>(&self, value: &'h str) -> Result<Parsed<'h>, VerifyError> {
+        let spec = &self.spec;
+        match spec.split {
+            Split::Plain => {
+                let value = value.trim();
+                let value = match &spec.prefix {
+                    Some(p) => value
+                        .strip_prefix(p.as_str())
+                        .ok_or_else(|| VerifyError::Malformed(format!("signature does not start with {p:?}")))?,
+                    None => value,
+                };
+                Ok(Parsed { signatures: vec![value], timestamp: None })
+            }
+            Split::Pairs => {
+                let (mut signatures, mut timestamp) = (Vec::new(), None);
+                for pair in value.split(self.separator.as_str()) {
+                    let Some((k, v)) = pair.trim().split_once('=') else { continue };
+                    if Some(k) == spec.signature_key.as_deref() {
+                        signatures.push(v);
+                    } else if Some(k) == spec.timestamp_key.as_deref() && timestamp.replace(v).is_some() {
+                        return Err(VerifyError::Malformed(format!("more than one {k}= entry")));
+                    }
+                }
+                if signatures.is_empty() {
+                    let key = spec.signature_key.as_deref().unwrap_or_default();
+                    return Err(VerifyError::Malformed(format!("no {key}= signature")));
+                }
+                if let Some(key) = &spec.timestamp_key
+                    && timestamp.is_none()
+                {
+                    return Err(VerifyError::Malformed(format!("no {key}= timestamp")));
+                }
+                Ok(Parsed { signatures, timestamp })
+            }
+            Split::List => {
+                let prefix = spec.item_prefix.as_deref().unwrap_or("");
+                let signatures: Vec<&str> = value
+                    .split(self.separator.as_str())
+                    .filter_map(|item| item.trim().strip_prefix(prefix))
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                if signatures.is_empty() {
+                    return Err(VerifyError::Malformed(format!("no {prefix}signature in the list")));
+                }
+                Ok(Parsed { signatures, timestamp: None })
+            }
+        }
+    }
+
+    /// Reads the signature header: the candidate signatures, and the timestamp (text as sent, and unix seconds)
+    /// when the rule has one. Fails on a missing or malformed header or timestamp.
+    pub(super) fn read<'h>(&self, headers: &'h (impl Headers + ?Sized)) -> Result<SignatureHeader<'h>, VerifyError> {
+        let value = headers.get(&self.header).ok_or_else(|| missing(&self.header))?;
+        let parsed = self.parse(value)?;
+        let text = match (&self.spec.timestamp_header, parsed.timestamp) {
+            (Some(h), _) => {
+                let h = h.to_ascii_lowercase();
+                Some(headers.get(&h).ok_or_else(|| missing(&h))?.trim())
+            }
+            (None, t) => t.map(str::trim),
+        };
+        let timestamp = match text {
+            Some(text) => {
+                let value = parse_timestamp(text)?;
+                let secs = match self.spec.timestamp_unit {
+                    TimeUnit::Seconds => value,
+                    TimeUnit::Milliseconds => value.div_euclid(1000),
+                };
+                Some((text, secs))
+            }
+            None => None,
+        };
+        if let Some(h) = &self.spec.id_header {
+            let h = h.to_ascii_lowercase();
+            let id = headers.get(&h).ok_or_else(|| missing(&h))?;
+            if id.is_empty() {
+                return Err(VerifyError::Malformed(format!("{h} is empty")));
+            }
+        }
+        Ok((parsed.signatures, timestamp))
+    }
+
+    /// The signed content's parts for one delivery (`timestamp` as sent).
+    pub(super) fn content<'a>(
+        &'a self,
+        headers: &'a (impl Headers + ?Sized),
+        body: &'a [u8],
+        timestamp: Option<&'a str>,
+    ) -> Result<Vec<Cow<'a, [u8]>>, VerifyError> {
+        let mut json: Option<serde_json::Value> = None;
+        let mut parts = Vec::with_capacity(self.signed.len());
+        for part in &self.signed {
+            parts.push(match part {
+                SignedPart::Literal(text) => Cow::Borrowed(text.as_bytes()),
+                SignedPart::Body => Cow::Borrowed(body),
+                SignedPart::Timestamp => Cow::Borrowed(timestamp.unwrap_or_default().as_bytes()),
+                SignedPart::Id => {
+                    let h = self.spec.id_header.as_deref().unwrap_or_default().to_ascii_lowercase();
+                    Cow::Owned(headers.get(&h).ok_or_else(|| missing(&h))?.as_bytes().to_vec())
+                }
+                SignedPart::Header(name) => Cow::Borrowed(headers.get(name).ok_or_else(|| missing(name))?.as_bytes()),
+                SignedPart::Url => match &self.notification_url {
+                    Some(url) => Cow::Borrowed(url.as_bytes()),
+                    None => match headers.derived("@target-uri") {
+                        Some(url) => Cow::Owned(url.into_owned().into_bytes()),
+                        None => return Err(missing("@target-uri")),
+                    },
+                },
+                SignedPart::Query(name) => {
+                    let query = headers.derived("@query").unwrap_or(Cow::Borrowed("?"));
+                    let query = query.strip_prefix('?').unwrap_or(&query);
+                    let value = form_urlencoded::parse(query.as_bytes())
+                        .find(|(k, _)| k == name)
+                        .map(|(_, v)| v.into_owned())
+                        .ok_or_else(|| VerifyError::Malformed(format!("no query parameter {name}")))?;
+                    Cow::Owned(value.into_bytes())
+                }
+                SignedPart::Json(pointer) => {
+                    if json.is_none() {
+                        json = Some(
+                            serde_json::from_slice(body)
+                                .map_err(|_| VerifyError::Malformed("the signed body is not JSON".into()))?,
+                        );
+                    }
+                    let value = json.as_ref().and_then(|j| j.pointer(pointer));
+                    let text = match value {
+                        Some(serde_json::Value::String(s)) => s.clone(),
+                        Some(v) => v.to_string(),
+                        None => return Err(VerifyError::Malformed(format!("the body has no {pointer}"))),
+                    };
+                    Cow::Owned(text.into_bytes())
+                }
+            });
+        }
+        Ok(parts)
+    }
+
+    /// Decodes one candidate signature; `None` when it is not valid in the rule's encoding.
+    pub(super) fn decode(&self, value: &str) -> Option<Vec<u8>> {
+        match self.spec.encoding {
+            Encoding::Hex => hex::decode(value).ok(),
+            Encoding::Base64 => STANDARD.decode(value).ok(),
+            Encoding::Base64Url => URL_SAFE.decode(value).or_else(|_| URL_SAFE_NO_PAD.decode(value)).ok(),
+        }
+    }
+
+    /// The headers a provider sends with `signature` (already encoded, or the secret itself), the timestamp text
+    /// and the delivery id.
+    pub(super) fn signed_headers(&self, signature: &str, timestamp: &str, msg_id: &str) -> Vec<(String, String)> {
+        let spec = &self.spec;
+        let value = match spec.split {
+            Split::Plain => format!("{}{signature}", spec.prefix.as_deref().unwrap_or("")),
+            Split::Pairs => {
+                let sig = format!("{}={signature}", spec.signature_key.as_deref().unwrap_or_default());
+                match &spec.timestamp_key {
+                    Some(k) => format!("{k}={timestamp}{}{sig}", self.separator),
+                    None => sig,
+                }
+            }
+            Split::List => format!("{}{signature}", spec.item_prefix.as_deref().unwrap_or("")),
+        };
+        let mut out = vec![(self.header.clone(), value)];
+        if let Some(h) = &spec.timestamp_header {
+            out.push((h.to_ascii_lowercase(), timestamp.to_owned()));
+        }
+        if let Some(h) = &spec.id_header {
+            out.push((h.to_ascii_lowercase(), msg_id.to_owned()));
+        }
+        out
+    }
+
+    /// The timestamp text a signer writes for `now_unix`.
+    pub(super) fn timestamp_text(&self, now_unix: i64) -> Option<String> {
+        (self.spec.timestamp_key.is_some() || self.spec.timestamp_header.is_some()).then(|| {
+            match self.spec.timestamp_unit {
+                TimeUnit::Seconds => now_unix.to_string(),
+                TimeUnit::Milliseconds => (now_unix * 1000).to_string(),
+            }
+        })
+    }
+}
+
+fn split_name(split: Split) -> &'static str {
+    match split {
+        Split::Plain => "plain",
+        Split::Pairs => "pairs",
+        Split::List => "list",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_split_into_literals_and_placeholders_with_escaped_braces() {
+        let parts = split_template("id:{query:data.id};{{x}}{body}").unwrap();
+        assert_eq!(
+            parts,
+            [
+                (false, "id:".to_owned()),
+                (true, "query:data.id".to_owned()),
+                (false, ";{x}".to_owned()),
+                (true, "body".to_owned())
+            ]
+        );
+        assert!(split_template("{body").is_err());
+        assert!(split_template("body}").is_err());
+    }
+
+    fn spec(toml_text: &str) -> SignatureSpec {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn a_rule_that_does_not_cover_the_body_or_lacks_its_timestamp_is_refused() {
+        let no_body = spec("header = \"x-sig\"\nalgorithm = \"hmac-sha256\"\nsigned = \"{url}\"");
+        assert_eq!(DeclaredScheme::new("t", no_body, None).unwrap_err().key, "signed");
+        let no_ts = spec("header = \"x-sig\"\nalgorithm = \"hmac-sha256\"\nsigned = \"{timestamp}.{body}\"");
+        assert_eq!(DeclaredScheme::new("t", no_ts, None).unwrap_err().key, "signed");
+        let pairs = spec("header = \"x-sig\"\nsplit = \"pairs\"\nalgorithm = \"hmac-sha256\"");
+        assert_eq!(DeclaredScheme::new("t", pairs, None).unwrap_err().key, "signature_key");
+        let stray = spec("header = \"x-sig\"\nprefix = \"v1=\"\nsplit = \"list\"\nalgorithm = \"hmac-sha256\"");
+        assert_eq!(DeclaredScheme::new("t", stray, None).unwrap_err().key, "prefix");
+        let unknown = spec("header = \"x-sig\"\nalgorithm = \"hmac-sha256\"\nsigned = \"{nonce}{body}\"");
+        assert!(DeclaredScheme::new("t", unknown, None).unwrap_err().reason.contains("unknown placeholder"));
+    }
+}
