@@ -368,13 +368,22 @@ impl Settings {
     }
 }
 
-/// A request as a provider sends it: body and headers.
-pub type ProviderRequest = (Vec<u8>, Vec<(String, String)>);
+/// A request as a provider sends it: where to, body and headers.
+#[derive(Debug, Clone)]
+pub struct ProviderRequest {
+    /// The URL, with the query string the provider appends (a declared format's example may have one).
+    pub url: reqwest::Url,
+    /// The body.
+    pub body: Vec<u8>,
+    /// The headers, signature included.
+    pub headers: Vec<(String, String)>,
+}
 
 impl SourceSettings {
-    /// The body and headers this source's provider would send for `event` to `url`, signed at `now_unix`: the
-    /// format's body and headers (Shopify's topic), then the scheme's signature — in the body for Adyen, over the
-    /// request for HTTP Message Signatures (`msg_id` is its nonce), in headers for the others.
+    /// The request this source's provider would send for `event` to `url`, signed at `now_unix`: the format's body
+    /// and headers (Shopify's topic, a preset's example), then the scheme's signature — in the body for Adyen, over
+    /// the request for HTTP Message Signatures (`msg_id` is its nonce) and for declared rules that cover the URL or
+    /// other headers, in headers for the others.
     pub fn provider_delivery(
         &self,
         event: &payhook_core::format::Outgoing<'_>,
@@ -382,9 +391,29 @@ impl SourceSettings {
         now_unix: i64,
         msg_id: &str,
     ) -> Result<ProviderRequest, payhook_core::signature::VerifyError> {
-        use payhook_core::signature::{RequestParts, Scheme};
-        let mut body = self.format.encode(event);
-        let mut headers = self.format.encode_headers(event);
+        use payhook_core::format::{EffectSpec, Format};
+        let mut url = url.clone();
+        if let Format::Declared(d) = &self.format
+            && let Some(Ok(example)) = d.example_for(EffectSpec::from(event.action)).map(|x| x.render(&event.vars()))
+        {
+            url.set_query(example.query.as_deref());
+            return Ok(self.sign_request(url, example.body, example.headers, now_unix, msg_id)?);
+        }
+        let body = self.format.encode(event);
+        let headers = self.format.encode_headers(event);
+        self.sign_request(url, body, headers, now_unix, msg_id)
+    }
+
+    /// Signs `body` for `url` the way this source's provider does, after `headers` (the unsigned ones it also sends).
+    pub fn sign_request(
+        &self,
+        url: reqwest::Url,
+        mut body: Vec<u8>,
+        mut headers: Vec<(String, String)>,
+        now_unix: i64,
+        msg_id: &str,
+    ) -> Result<ProviderRequest, payhook_core::signature::VerifyError> {
+        use payhook_core::signature::{RequestContext, RequestParts, Scheme};
         headers.push(("content-type".to_owned(), "application/json".to_owned()));
         match self.verifier.scheme() {
             Scheme::Adyen => body = self.verifier.adyen_sign_body(&body)?,
@@ -404,8 +433,12 @@ impl SourceSettings {
                 };
                 headers.extend(self.verifier.sign_request(&parts, &body, now_unix, Some(msg_id)));
             }
-            _ => headers.extend(self.verifier.sign(&body, now_unix, msg_id)),
+            _ => {
+                let context = RequestContext { url: Some(url.as_str()), headers: &headers };
+                let signature = self.verifier.sign_with(&body, now_unix, msg_id, &context);
+                headers.extend(signature);
+            }
         }
-        Ok((body, headers))
+        Ok(ProviderRequest { url, body, headers })
     }
 }

@@ -8,6 +8,7 @@ use clap::Args;
 use payhook_core::event::{OrderAction, OrderId};
 use payhook_core::format::Outgoing;
 use payhook_core::signature::{Scheme, Secret, Verifier};
+use payhook_server::settings::ProviderRequest;
 use payhook_server::{SourceSettings, now_ms};
 use payhook_sqlite::SqliteStore;
 use payhook_store::{OutboxFilter, Stats, Store};
@@ -135,21 +136,15 @@ impl Tour {
     }
 
     /// A payment-provider event, encoded and signed as the provider does.
-    fn signed(
-        &self,
-        event_id: &str,
-        action: OrderAction,
-        order: &str,
-        at: i64,
-    ) -> Result<payhook_server::settings::ProviderRequest> {
+    fn signed(&self, event_id: &str, action: OrderAction, order: &str, at: i64) -> Result<ProviderRequest> {
         let out = Outgoing { event_id, action, order_id: order, amount_minor: 1999, currency: "usd", created: at };
         let url = reqwest::Url::parse(&format!("{}/webhooks/shop", self.base))?;
         Ok(self.source.provider_delivery(&out, &url, at, event_id)?)
     }
 
     async fn deliver(&self, event_id: &str, action: OrderAction, order: &str) -> Result<(u16, Value)> {
-        let (body, headers) = self.signed(event_id, action, order, now_ms() / 1000)?;
-        self.post(&headers, body).await
+        let request = self.signed(event_id, action, order, now_ms() / 1000)?;
+        self.post(&request.headers, request.body).await
     }
 
     async fn register(&self, order: &str) -> Result<()> {
@@ -229,7 +224,7 @@ async fn tour(args: &DemoArgs, dir: &std::path::Path) -> Result<()> {
 
     case(2, "Sixteen copies of one payment at the same moment");
     tour.register("ord_2").await?;
-    let (body, headers) = tour.signed("evt_pay_2", OrderAction::Pay, "ord_2", now_ms() / 1000)?;
+    let ProviderRequest { body, headers, .. } = tour.signed("evt_pay_2", OrderAction::Pay, "ord_2", now_ms() / 1000)?;
     let mut copies = tokio::task::JoinSet::new();
     for _ in 0..16 {
         let (client, url, body, headers) =
@@ -272,7 +267,7 @@ async fn tour(args: &DemoArgs, dir: &std::path::Path) -> Result<()> {
 
     case(5, "A forged signature");
     let forger = Verifier::new(Scheme::StandardWebhooks, &[Secret::new(FORGER)], 300)?;
-    let (body, _) = tour.signed("evt_forged", OrderAction::Pay, "ord_1", now_ms() / 1000)?;
+    let ProviderRequest { body, .. } = tour.signed("evt_forged", OrderAction::Pay, "ord_1", now_ms() / 1000)?;
     let mut headers = forger.sign(&body, now_ms() / 1000, "evt_forged");
     headers.push(("content-type".into(), "application/json".into()));
     let (s, j) = tour.post(&headers, body).await?;
@@ -280,7 +275,8 @@ async fn tour(args: &DemoArgs, dir: &std::path::Path) -> Result<()> {
     why("the signature is checked on the raw bytes with your secret; a mismatch is refused 401 and nothing is stored.");
 
     case(6, "A captured delivery replayed an hour later");
-    let (body, headers) = tour.signed("evt_stale", OrderAction::Pay, "ord_1", now_ms() / 1000 - 3_600)?;
+    let ProviderRequest { body, headers, .. } =
+        tour.signed("evt_stale", OrderAction::Pay, "ord_1", now_ms() / 1000 - 3_600)?;
     let (s, j) = tour.post(&headers, body).await?;
     said(&answer(s, &j));
     why("the signed timestamp is more than 5 minutes away from now: replays are refused 401.");

@@ -15,6 +15,7 @@ mod orders;
 mod prefill;
 mod send;
 mod table;
+mod trigger;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -45,6 +46,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Sign and POST a test event for a configured source, the way its provider would.
     Send(send::SendArgs),
+    /// Send a realistic, correctly signed delivery shaped like PROVIDER's own (a preset's example) to its source.
+    Trigger(trigger::TriggerArgs),
     /// Load-test a running payhook with signed deliveries (duplicates, refunds, shuffling).
     Bench(bench::BenchArgs),
     /// Manage orders directly in the configured database.
@@ -123,11 +126,12 @@ async fn run(cli: Cli) -> Result<()> {
             println!("  api      {}", describe_token(&cfg));
             for s in &cfg.settings.sources {
                 println!(
-                    "  source   {:<16} POST /webhooks/{} ({:?}, {:?})",
+                    "  source   {:<16} POST /webhooks/{} (scheme {}, format {}, orders {:?})",
                     s.name,
                     s.name,
-                    s.verifier.scheme(),
-                    s.format
+                    s.verifier.scheme().name(),
+                    s.format.name(),
+                    s.orders
                 );
             }
             // Sink and alert URLs are shown redacted: their paths and queries often hold a token.
@@ -154,6 +158,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Demo(args) => demo::run(args).await,
         Command::Send(args) => send::run(Config::load(cli.config.as_deref())?, args).await,
+        Command::Trigger(args) => trigger::run(Config::load(cli.config.as_deref())?, args).await,
         Command::Bench(args) => bench::run(Config::load(cli.config.as_deref())?, args).await,
         Command::Orders { command } => orders::run(Config::load(cli.config.as_deref())?, command).await,
         Command::Admin(command) => admin_cli::run(Config::load(cli.config.as_deref())?, command).await,

@@ -65,16 +65,15 @@ pub async fn run(cfg: Config, args: SendArgs) -> Result<()> {
         created: now,
     };
     if !src.format.encodes(action) {
-        bail!("--type: the {:?} format has no event for {}", src.format, args.event_type);
+        bail!("--type: the {} format has no event for {}", src.format.name(), args.event_type);
     }
     let url = format!("{}/webhooks/{}", base_url(&cfg, args.url.as_deref()), src.name);
     let parsed_url = reqwest::Url::parse(&url).with_context(|| format!("--url: {url} is not a URL"))?;
-    let (body, headers) =
-        src.provider_delivery(&outgoing, &parsed_url, now, &event_id).context("signing the test event")?;
+    let request = src.provider_delivery(&outgoing, &parsed_url, now, &event_id).context("signing the test event")?;
     let client = reqwest::Client::new();
     for attempt in 1..=args.repeat.max(1) {
-        let mut req = client.post(&url).body(body.clone());
-        for (name, value) in &headers {
+        let mut req = client.post(request.url.clone()).body(request.body.clone());
+        for (name, value) in &request.headers {
             req = req.header(name, value);
         }
         let resp = req.send().await.with_context(|| format!("POST {url}"))?;

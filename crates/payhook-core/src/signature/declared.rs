@@ -56,6 +56,11 @@ pub struct SignatureSpec {
     pub key: KeyDecoding,
     /// Stripped from a secret before it is decoded, when the secret starts with it (such as `whsec_`).
     pub key_prefix: Option<String>,
+    /// Accept a rule that signs no part of the body (Mercado Pago signs the resource id, a request id and a
+    /// timestamp only). Anyone who captures one delivery can then resend its signature with another body within the
+    /// tolerance; a rule must say so to be accepted, and the body is trusted only as far as the ids it signs.
+    #[serde(default)]
+    pub unsigned_body: bool,
 }
 
 fn default_signed() -> String {
@@ -311,8 +316,11 @@ impl DeclaredScheme {
             if spec.signed != default_signed() {
                 return Err(spec_error("signed", "a shared secret signs nothing: leave `signed` out"));
             }
-        } else if !signed.iter().any(|p| matches!(p, SignedPart::Body | SignedPart::Json(_))) {
-            return Err(spec_error("signed", "must cover the body ({body}), or anyone could change it"));
+        } else if !spec.unsigned_body && !signed.iter().any(|p| matches!(p, SignedPart::Body | SignedPart::Json(_))) {
+            return Err(spec_error(
+                "signed",
+                "must cover the body ({body}), or anyone could change it (unsigned_body = true accepts such a rule)",
+            ));
         }
         Ok(Self { name: name.to_owned(), spec, header, separator, signed, notification_url })
     }
