@@ -198,8 +198,17 @@ mod tests {
                 let effect = format.effect_of(&example.event).unwrap_or_else(|| panic!("{name}: no rule maps it"));
                 let vars = ExampleVars::for_order("evt_0001", "ord_1042", 1999, "eur", 1_764_000_000);
                 let rendered = example.render(&vars).unwrap_or_else(|e| panic!("{name}: {e}"));
+                // The format reads the headers the delivery travels with, the signature's (a delivery id) included.
+                let mut headers = rendered.headers.clone();
+                if let Some(Ok(Some(scheme))) = preset.signature.as_ref().map(|_| preset.scheme(None)) {
+                    let spec = preset.signature.as_ref().expect("has a rule");
+                    let verifier = Verifier::new(scheme, &[Secret::new(test_secret(spec))], 300).expect("test key");
+                    let url = "https://merchant.example/webhooks/test";
+                    let context = RequestContext { url: Some(url), headers: &rendered.headers };
+                    headers.extend(verifier.sign_with(&rendered.body, 1_764_000_000, "msg_0001", &context));
+                }
                 let events = Format::Declared(format.clone())
-                    .parse_delivery(&rendered.headers, &rendered.body)
+                    .parse_delivery(&headers, &rendered.body)
                     .unwrap_or_else(|e| panic!("{name}: {e}\n{}", String::from_utf8_lossy(&rendered.body)));
                 let event = &events[0];
                 match (&event.effect, effect.order_action()) {

@@ -397,7 +397,7 @@ impl SourceSettings {
             && let Some(Ok(example)) = d.example_for(EffectSpec::from(event.action)).map(|x| x.render(&event.vars()))
         {
             url.set_query(example.query.as_deref());
-            return Ok(self.sign_request(url, example.body, example.headers, now_unix, msg_id)?);
+            return self.sign_request(url, example.body, example.headers, now_unix, msg_id);
         }
         let body = self.format.encode(event);
         let headers = self.format.encode_headers(event);

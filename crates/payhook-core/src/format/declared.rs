@@ -175,7 +175,8 @@ pub struct FormatSpec {
     pub event: Option<String>,
     /// A rule's effect.
     pub effect: Option<EffectSpec>,
-    /// A rule's conditions: each value expression must give the string, or one of the list.
+    /// A rule's conditions: each value expression must give the string, or one of the list; `""` stands for an
+    /// absent value (absent, null or empty) and `"*"` for any present one.
     #[serde(default)]
     pub when: BTreeMap<String, Accepted>,
 }
@@ -559,7 +560,11 @@ impl DeclaredFormat {
         let event_type = input.eval(type_field).ok_or_else(|| missing(type_field))?;
         let rule = self.rules.iter().find(|r| {
             r.event == event_type
-                && r.when.iter().all(|(field, accepted)| input.eval(field).is_some_and(|v| accepted.contains(&v)))
+                && r.when.iter().all(|(field, accepted)| match input.eval(field) {
+                    // `""` accepts an absent value, `"*"` any present one.
+                    None => accepted.iter().any(String::is_empty),
+                    Some(v) => accepted.iter().any(|a| *a == v || a == "*"),
+                })
         });
         let pick =
             |get: fn(&Fields) -> &Option<Field>| rule.and_then(|r| get(&r.fields).as_ref()).or(get(base).as_ref());
