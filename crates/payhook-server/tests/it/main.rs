@@ -18,6 +18,7 @@ mod listings;
 mod metrics;
 mod openapi;
 mod orders;
+mod presets;
 mod providers;
 mod readers;
 mod retention;
