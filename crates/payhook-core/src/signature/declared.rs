@@ -41,7 +41,8 @@ pub struct SignatureSpec {
     /// The timestamp's unit.
     #[serde(default)]
     pub timestamp_unit: TimeUnit,
-    /// The header of the provider's delivery id (`{id}` in `signed`).
+    /// The header of the provider's delivery id (`{id}` in `signed`); required when it is signed, else it only labels
+    /// the delivery.
     pub id_header: Option<String>,
     /// What is signed, as a template (see [`SignedPart`]); `{body}` by default.
     #[serde(default = "default_signed")]
@@ -434,7 +435,8 @@ impl DeclaredScheme {
             }
             None => None,
         };
-        if let Some(h) = &self.spec.id_header {
+        // The id header is required when it is signed; otherwise it only labels the delivery (GitHub's).
+        if let Some(h) = self.spec.id_header.as_ref().filter(|_| self.signed.contains(&SignedPart::Id)) {
             let h = h.to_ascii_lowercase();
             let id = headers.get(&h).ok_or_else(|| missing(&h))?;
             if id.is_empty() {
