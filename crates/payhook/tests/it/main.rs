@@ -4,6 +4,7 @@
 mod admin_cli;
 mod cli;
 mod crash;
+mod declared;
 mod failover;
 mod helpers;
 mod hostile;
