@@ -8,6 +8,7 @@ mod declared;
 mod failover;
 mod helpers;
 mod hostile;
+mod interop;
 mod postgres;
 mod powercut;
 mod provider;
