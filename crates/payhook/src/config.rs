@@ -159,8 +159,17 @@ enum RawFormat {
 }
 
 /// The names `scheme = …` takes besides the presets.
-const BUILT_IN_SCHEMES: [&str; 8] =
-    ["stripe", "standard-webhooks", "github", "paystack", "shopify", "adyen", "http-message-signatures", "hmac"];
+const BUILT_IN_SCHEMES: [&str; 9] = [
+    "stripe",
+    "standard-webhooks",
+    "github",
+    "paystack",
+    "shopify",
+    "adyen",
+    "braintree",
+    "http-message-signatures",
+    "hmac",
+];
 
 /// The scheme a source names, or declares in its `signature` table.
 fn resolve_scheme(s: &mut RawSource) -> Result<Scheme> {
@@ -177,13 +186,13 @@ fn resolve_scheme(s: &mut RawSource) -> Result<Scheme> {
         hmac_only("encoding", s.encoding.is_some())?;
         hmac_only("prefix", s.prefix.is_some())?;
     }
+    if s.signature.is_some() && name != "declared" {
+        bail!("signature: a source with its own signature table has no scheme (or scheme = \"declared\")");
+    }
     if s.notification_url.is_some() && (BUILT_IN_SCHEMES.contains(&name) || name.is_empty()) {
         bail!("notification_url: only a declared rule or a preset takes this key (it is what {{url}} stands for)");
     }
     if let Some(spec) = s.signature.take() {
-        if name != "declared" {
-            bail!("signature: a source with its own signature table has no scheme (or scheme = \"declared\")");
-        }
         let scheme = DeclaredScheme::new("declared", spec, s.notification_url.clone())
             .map_err(|e| anyhow::anyhow!("signature.{e}"))?;
         return Ok(Scheme::Declared(std::sync::Arc::new(scheme)));
@@ -195,6 +204,7 @@ fn resolve_scheme(s: &mut RawSource) -> Result<Scheme> {
         "paystack" => Scheme::Paystack,
         "shopify" => Scheme::Shopify,
         "adyen" => Scheme::Adyen,
+        "braintree" => Scheme::Braintree,
         "http-message-signatures" => Scheme::HttpMessageSignatures,
         "hmac" => Scheme::Hmac {
             header: s

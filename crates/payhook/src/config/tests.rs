@@ -554,3 +554,76 @@ fn a_source_s_orders_are_registered_unless_it_says_implicit_and_a_typo_is_named_
         format!("{:#}", Config::from_toml(&format!("{source}orders = \"implict\"\n"), "f.toml", None).unwrap_err());
     assert!(err.starts_with("f.toml:6: sources[0].orders: unknown variant `implict`"), "{err}");
 }
+
+#[test]
+fn presets_resolve_by_name_for_the_scheme_and_the_format() {
+    let text = "[[sources]]\nname = \"paddle\"\nscheme = \"paddle\"\nformat = \"paddle\"\nsecrets = [\"pdl_ntfset_x\"]\n\n\
+                [[sources]]\nname = \"gh\"\nscheme = \"github\"\nformat = \"github\"\nsecrets = [\"s\"]\n";
+    let c = Config::from_toml(text, "f.toml", None).unwrap();
+    let [paddle, gh] = &c.settings.sources[..] else { panic!("two sources") };
+    assert!(matches!(paddle.verifier.scheme(), Scheme::Declared(d) if d.name() == "paddle"));
+    assert_eq!((paddle.format.name(), gh.format.name()), ("paddle", "github"));
+    // The built-in name selects the code, the preset's format the declared one.
+    assert_eq!(*gh.verifier.scheme(), Scheme::Github);
+    assert!(matches!(gh.format, Format::Declared(_)));
+}
+
+#[test]
+fn braintree_is_a_built_in_scheme_and_format_keyed_by_its_api_key_pair() {
+    let text = "[[sources]]\nname = \"bt\"\nscheme = \"braintree\"\nformat = \"braintree\"\n\
+                secrets = [\"public_key:private_key\"]\n";
+    let c = Config::from_toml(text, "f.toml", None).unwrap();
+    let [bt] = &c.settings.sources[..] else { panic!("one source") };
+    assert_eq!((bt.verifier.scheme(), &bt.format), (&Scheme::Braintree, &Format::Braintree));
+    let err = format!("{:#}", Config::from_toml(&text.replace("public_key:", ""), "f.toml", None).unwrap_err());
+    assert!(err.contains("sources[0] (bt): secrets") && err.contains("PUBLIC_KEY:PRIVATE_KEY"), "{err}");
+}
+
+#[test]
+fn an_unknown_scheme_or_format_lists_the_built_in_ones_and_the_presets() {
+    let text = "[[sources]]\nname = \"a\"\nscheme = \"padle\"\nformat = \"generic\"\nsecrets = [\"s\"]\n";
+    let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+    assert!(err.starts_with("f.toml:3: sources[0] (a): scheme: unknown scheme \"padle\""), "{err}");
+    assert!(err.contains("stripe") && err.contains("paddle") && err.contains("square"), "{err}");
+    let text = "[[sources]]\nname = \"a\"\nscheme = \"stripe\"\nformat = \"strype\"\nsecrets = [\"s\"]\n";
+    let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+    assert!(err.contains("format: unknown format \"strype\"") && err.contains("lemon-squeezy"), "{err}");
+}
+
+#[test]
+fn a_declared_source_resolves_and_its_mistakes_name_their_line_and_key() {
+    let text = include_str!("../../../../examples/declared-provider.toml");
+    // secrets_env is read from the process's environment: the secret inline instead.
+    let inline = text.replace("secrets_env = \"ACME_WEBHOOK_SECRET\"", &format!("secrets = [\"{}\"]", "ab".repeat(32)));
+    let c = Config::from_toml(&inline, "acme.toml", None).unwrap();
+    let source = &c.settings.sources[0];
+    assert!(matches!(source.verifier.scheme(), Scheme::Declared(d) if d.name() == "declared"));
+    assert!(matches!(&source.format, Format::Declared(f) if f.name() == "declared"));
+
+    // A rule that does not cover the body, blamed on the source's signature table.
+    let bad = inline.replace("signed = \"{timestamp}.{url}.{body}\"", "signed = \"{timestamp}.{url}\"");
+    let err = format!("{:#}", Config::from_toml(&bad, "acme.toml", None).unwrap_err());
+    assert!(err.contains("sources[0] (acme): signature.signed: must cover the body"), "{err}");
+    let line = bad.lines().position(|l| l.starts_with("signed = ")).unwrap() + 1;
+    assert!(err.starts_with(&format!("acme.toml:{line}: ")), "{err}");
+    // An unknown key of the signature table.
+    let bad = inline.replace("encoding = \"base64\"", "encodng = \"base64\"");
+    let err = format!("{:#}", Config::from_toml(&bad, "acme.toml", None).unwrap_err());
+    assert!(err.contains("encodng"), "{err}");
+    // A rule missing what its effect needs.
+    let bad = inline.replace("order_id = \"/payment/ref\"\n", "");
+    let err = format!("{:#}", Config::from_toml(&bad, "acme.toml", None).unwrap_err());
+    assert!(err.contains("format.events[0].order_id: a pay rule needs it"), "{err}");
+    // A signature table with a scheme name beside it.
+    let bad = inline.replace("[sources.signature]", "scheme = \"stripe\"\n\n[sources.signature]");
+    let err = format!("{:#}", Config::from_toml(&bad, "acme.toml", None).unwrap_err());
+    assert!(err.contains("signature: a source with its own signature table has no scheme"), "{err}");
+}
+
+#[test]
+fn notification_url_is_only_for_declared_rules() {
+    let text = "[[sources]]\nname = \"a\"\nscheme = \"stripe\"\nformat = \"stripe\"\nsecrets = [\"s\"]\n\
+                notification_url = \"https://x.example/webhooks/a\"\n";
+    let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+    assert!(err.contains("notification_url: only a declared rule or a preset takes this key"), "{err}");
+}
