@@ -381,9 +381,9 @@ pub struct ProviderRequest {
 
 impl SourceSettings {
     /// The request this source's provider would send for `event` to `url`, signed at `now_unix`: the format's body
-    /// and headers (Shopify's topic, a preset's example), then the scheme's signature — in the body for Adyen, over
-    /// the request for HTTP Message Signatures (`msg_id` is its nonce) and for declared rules that cover the URL or
-    /// other headers, in headers for the others.
+    /// and headers (Shopify's topic, a preset's example), then the scheme's signature — in the body for Adyen and
+    /// Braintree (whose body is a form), over the request for HTTP Message Signatures (`msg_id` is its nonce) and
+    /// for declared rules that cover the URL or other headers, in headers for the others.
     pub fn provider_delivery(
         &self,
         event: &payhook_core::format::Outgoing<'_>,
@@ -414,9 +414,14 @@ impl SourceSettings {
         msg_id: &str,
     ) -> Result<ProviderRequest, payhook_core::signature::VerifyError> {
         use payhook_core::signature::{RequestContext, RequestParts, Scheme};
-        headers.push(("content-type".to_owned(), "application/json".to_owned()));
+        let content_type = match self.verifier.scheme() {
+            Scheme::Braintree => "application/x-www-form-urlencoded",
+            _ => "application/json",
+        };
+        headers.push(("content-type".to_owned(), content_type.to_owned()));
         match self.verifier.scheme() {
             Scheme::Adyen => body = self.verifier.adyen_sign_body(&body)?,
+            Scheme::Braintree => body = self.verifier.braintree_sign_body(&body)?,
             Scheme::HttpMessageSignatures => {
                 let authority = match (url.host_str(), url.port()) {
                     (Some(host), Some(port)) => format!("{host}:{port}"),

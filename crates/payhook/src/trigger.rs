@@ -15,7 +15,8 @@ use payhook_server::settings::ProviderRequest;
 
 #[derive(Debug, Args)]
 pub struct TriggerArgs {
-    /// The provider: a preset (paddle, square, …) or a built-in format (stripe, paystack, shopify, adyen, generic).
+    /// The provider: a preset (paddle, square, …) or a built-in format (stripe, paystack, shopify, adyen, braintree,
+    /// generic).
     pub provider: String,
     /// The provider's event type (such as transaction.completed), or the effect it has (pay, refund, fail, dispute,
     /// subscription.created, …); an unknown one lists the provider's events.

@@ -5,13 +5,14 @@
 //! dead letter (the delivery verified, so payhook owns it).
 //!
 //! Layout: one file per provider ([`generic`](Format::Generic), [`stripe`](Format::Stripe),
-//! [`paystack`](Format::Paystack), [`shopify`](Format::Shopify), [`adyen`](Format::Adyen)), each with its
-//! `parse` and `encode`, and `common` for the field readers, ISO 8601 timestamps and decimal amounts they share.
+//! [`paystack`](Format::Paystack), [`shopify`](Format::Shopify), [`adyen`](Format::Adyen),
+//! [`braintree`](Format::Braintree)), each with its `parse` and `encode`, and `common` for the field readers, ISO 8601 timestamps and decimal amounts they share.
 //! Each provider's file documents its event-id and business-key rules.
 //!
 //! [`Effect::Ignored`]: crate::event::Effect::Ignored
 
 mod adyen;
+mod braintree;
 mod common;
 mod declared;
 mod generic;
@@ -46,6 +47,9 @@ pub enum Format {
     /// Adyen's standard notifications: a batch of `NotificationRequestItem`s, one event each (`AUTHORISATION`,
     /// `REFUND`, `CHARGEBACK`).
     Adyen,
+    /// Braintree's notifications: a form body whose `bt_payload` is the base64 of an XML `<notification>`
+    /// (`transaction_settled`, `dispute_opened`, `subscription_charged_successfully`, `subscription_canceled`, …).
+    Braintree,
     /// A format written as data (a source's `[format]` table, or a preset's): see [`DeclaredFormat`].
     Declared(Arc<DeclaredFormat>),
 }
@@ -56,6 +60,9 @@ pub enum ParseError {
     /// The body is not JSON.
     #[error("body is not valid JSON: {0}")]
     Json(String),
+    /// The payload is not well-formed XML, or holds a DTD (Braintree's notifications are XML).
+    #[error("payload is not acceptable XML: {0}")]
+    Xml(String),
     /// A field the format needs is absent or has the wrong JSON type.
     #[error("missing or mistyped field `{0}`")]
     Missing(&'static str),
@@ -75,9 +82,11 @@ pub enum ParseError {
 
 impl Format {
     /// Every format written in code, for tests and listings.
-    pub const ALL: [Format; 5] = [Format::Generic, Format::Stripe, Format::Paystack, Format::Shopify, Format::Adyen];
+    pub const ALL: [Format; 6] =
+        [Format::Generic, Format::Stripe, Format::Paystack, Format::Shopify, Format::Adyen, Format::Braintree];
 
-    /// The format written in code that is called `name` (`generic`, `stripe`, `paystack`, `shopify`, `adyen`).
+    /// The format written in code that is called `name` (`generic`, `stripe`, `paystack`, `shopify`, `adyen`,
+    /// `braintree`).
     pub fn built_in(name: &str) -> Option<Format> {
         Self::ALL.into_iter().find(|f| f.name() == name)
     }
@@ -90,6 +99,7 @@ impl Format {
             Format::Paystack => "paystack",
             Format::Shopify => "shopify",
             Format::Adyen => "adyen",
+            Format::Braintree => "braintree",
             Format::Declared(d) => d.name(),
         }
     }
@@ -98,14 +108,16 @@ impl Format {
     /// carries: always at least one, several for an Adyen batch (or a declared format's `batch`), in the order of
     /// the body.
     pub fn parse_delivery(&self, headers: &(impl Headers + ?Sized), body: &[u8]) -> Result<Vec<Event>, ParseError> {
-        let root: Value = serde_json::from_slice(body).map_err(|e| ParseError::Json(e.to_string()))?;
+        let json = || serde_json::from_slice::<Value>(body).map_err(|e| ParseError::Json(e.to_string()));
         match self {
-            Format::Generic => generic::parse(headers, &root).map(|e| vec![e]),
-            Format::Stripe => stripe::parse(&root).map(|e| vec![e]),
-            Format::Paystack => paystack::parse(&root).map(|e| vec![e]),
-            Format::Shopify => shopify::parse(headers, &root).map(|e| vec![e]),
-            Format::Adyen => adyen::parse(&root),
-            Format::Declared(d) => d.parse(headers, &root),
+            Format::Generic => generic::parse(headers, &json()?).map(|e| vec![e]),
+            Format::Stripe => stripe::parse(&json()?).map(|e| vec![e]),
+            Format::Paystack => paystack::parse(&json()?).map(|e| vec![e]),
+            Format::Shopify => shopify::parse(headers, &json()?).map(|e| vec![e]),
+            Format::Adyen => adyen::parse(&json()?),
+            // A form whose payload is XML.
+            Format::Braintree => braintree::parse(body).map(|e| vec![e]),
+            Format::Declared(d) => d.parse(headers, &json()?),
         }
     }
 
@@ -122,14 +134,17 @@ impl Format {
 
     /// Whether the provider has an event for `action`, so that [`Format::encode`] writes this format's body.
     ///
-    /// Paystack and Shopify send no webhook for a failed payment: for `Fail` they encode the generic format's
-    /// body instead (which a source of that format rejects as unreadable), so that `payhook send` and the
-    /// benchmark can still exercise the pipeline.
+    /// Paystack and Shopify send no webhook for a failed payment, Braintree none for a refund: for those they
+    /// encode the generic format's body instead (which a source of that format rejects as unreadable), so that
+    /// `payhook send` and the benchmark can still exercise the pipeline.
     /// A declared format encodes the actions its examples show.
     pub fn encodes(&self, action: OrderAction) -> bool {
         match self {
             Format::Declared(d) => d.example_for(EffectSpec::from(action)).is_some(),
-            _ => !matches!((self, action), (Format::Paystack | Format::Shopify, OrderAction::Fail)),
+            _ => !matches!(
+                (self, action),
+                (Format::Paystack | Format::Shopify, OrderAction::Fail) | (Format::Braintree, OrderAction::Refund)
+            ),
         }
     }
 }
@@ -169,9 +184,9 @@ impl OrderAction {
 }
 
 impl Format {
-    /// Encodes `e` as this format's JSON body, the way the provider would send it; [`Format::parse_delivery`]
-    /// with [`Format::encode_headers`] reads it back to the same order effect. Adyen bodies come out unsigned
-    /// (signing them is the signature module's job). An action the provider has no event for (see
+    /// Encodes `e` as this format's body (JSON; Braintree's is a form), the way the provider would send it;
+    /// [`Format::parse_delivery`] with [`Format::encode_headers`] reads it back to the same order effect. Adyen and
+    /// Braintree bodies come out unsigned (signing them is the signature module's job). An action the provider has no event for (see
     /// [`Format::encodes`]) is encoded in the generic format.
     pub fn encode(&self, e: &Outgoing<'_>) -> Vec<u8> {
         let v = match self {
@@ -180,6 +195,10 @@ impl Format {
             Format::Paystack => paystack::encode(e),
             Format::Shopify => shopify::encode(e),
             Format::Adyen => Some(adyen::encode(e)),
+            Format::Braintree => match braintree::encode(e) {
+                Some(form) => return form,
+                None => None,
+            },
             Format::Declared(d) => match d.example_for(EffectSpec::from(e.action)).map(|x| x.render(&e.vars())) {
                 Some(Ok(rendered)) => return rendered.body,
                 _ => None,
@@ -282,7 +301,7 @@ mod tests {
     #[test]
     fn formats_are_named_in_kebab_case() {
         let names: Vec<&str> = Format::ALL.iter().map(Format::name).collect();
-        assert_eq!(names, ["generic", "stripe", "paystack", "shopify", "adyen"]);
+        assert_eq!(names, ["generic", "stripe", "paystack", "shopify", "adyen", "braintree"]);
         assert_eq!(Format::built_in("shopify"), Some(Format::Shopify));
         assert_eq!(Format::built_in("paddle"), None);
     }

@@ -29,7 +29,8 @@
 //!
 //! Layout: this file holds the public types and the header-based schemes
 //! (Stripe, Standard Webhooks, body HMACs); `mac` the shared HMAC machinery;
-//! `ed25519` Ed25519 keys; `adyen` Adyen's in-body signatures; `http` RFC 9421
+//! `ed25519` Ed25519 keys; `adyen` Adyen's in-body signatures; `braintree` Braintree's form-body signatures;
+//! `http` RFC 9421
 //! message signatures and RFC 9530 digests, on top of the RFC 8941 parser in
 //! `structured`.
 
@@ -43,6 +44,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
 mod adyen;
+mod braintree;
 mod declared;
 mod ed25519;
 mod http;
@@ -52,6 +54,7 @@ mod structured;
 use http::{HttpKey, parse_http_key};
 
 pub use adyen::adyen_signing_string;
+pub use braintree::braintree_payload;
 pub(crate) use declared::split_template;
 pub use declared::{Algorithm, DeclaredScheme, KeyDecoding, SignatureSpec, SignedPart, SpecError, Split, TimeUnit};
 pub use http::{
@@ -283,6 +286,21 @@ pub enum Scheme {
     /// are caught by deduplication downstream. Signing is
     /// [`Verifier::adyen_sign_body`], since the signature changes the body.
     Adyen,
+    /// Braintree's webhook signature, carried in the form body next to the payload it covers.
+    ///
+    /// The body is `application/x-www-form-urlencoded` with `bt_payload` (the base64 of the XML notification,
+    /// possibly in lines ending in `\n`) and `bt_signature`: `PUBLIC_KEY|HEX` pairs joined by `&`, where `HEX` is
+    /// the hex HMAC-SHA1 of `bt_payload` as received (or, as Braintree's libraries also accept, of the payload
+    /// followed by `\n`), keyed with the SHA-1 digest of the private key.
+    ///
+    /// Secrets are written `PUBLIC_KEY:PRIVATE_KEY`, the API key pair of the Braintree account (the public key is
+    /// everything before the first `:`). For each configured pair, the first `bt_signature` pair naming its public
+    /// key is checked, so that a rotation can configure the old and the new pair. A body without both fields, or
+    /// a payload with characters other than base64's and `\n`, is [`VerifyError::Malformed`]; no pair for a
+    /// configured public key, or a MAC that differs, is [`VerifyError::Mismatch`]. Nothing time-bound is signed:
+    /// replays are caught by deduplication downstream. Signing is [`Verifier::braintree_sign_body`], since the
+    /// signature changes the body.
+    Braintree,
     /// [RFC 9421](https://www.rfc-editor.org/rfc/rfc9421) HTTP message
     /// signatures over the request, with the body bound through an
     /// [RFC 9530](https://www.rfc-editor.org/rfc/rfc9530) `Content-Digest`.
@@ -321,7 +339,7 @@ pub enum Scheme {
 impl Scheme {
     /// A short, stable name for logs, metrics and the stored delivery:
     /// `stripe`, `standard-webhooks`, `hmac`, `github`, `paystack` or
-    /// `shopify`, `adyen` and `http-message-signatures`.
+    /// `shopify`, `adyen`, `braintree` and `http-message-signatures`.
     pub fn name(&self) -> &str {
         match self {
             Self::Declared(d) => d.name(),
@@ -332,6 +350,7 @@ impl Scheme {
             Self::Paystack => "paystack",
             Self::Shopify => "shopify",
             Self::Adyen => "adyen",
+            Self::Braintree => "braintree",
             Self::HttpMessageSignatures => "http-message-signatures",
         }
     }
@@ -351,9 +370,12 @@ impl Scheme {
             Self::Github => BodyHmac::GITHUB,
             Self::Paystack => BodyHmac::PAYSTACK,
             Self::Shopify => BodyHmac::SHOPIFY,
-            Self::Stripe | Self::StandardWebhooks | Self::Adyen | Self::HttpMessageSignatures | Self::Declared(_) => {
-                return None;
-            }
+            Self::Stripe
+            | Self::StandardWebhooks
+            | Self::Adyen
+            | Self::Braintree
+            | Self::HttpMessageSignatures
+            | Self::Declared(_) => return None,
         })
     }
 }
@@ -558,6 +580,8 @@ enum Key {
     Ed25519(Ed25519Key),
     /// A secret a declarative `shared-secret` rule expects to find in its header as is.
     Shared(SharedSecret),
+    /// A Braintree API key pair: the public key and the MAC keyed with the private key's digest.
+    Braintree(braintree::BraintreeKey),
     /// An RFC 9421 key and the `keyid` it is known by.
     Http {
         /// The `keyid` parameter that selects this key.
@@ -571,21 +595,21 @@ impl Key {
     fn mac(&self) -> Option<&KeyedMac> {
         match self {
             Self::Mac(mac) => Some(mac),
-            Self::Ed25519(_) | Self::Shared(_) | Self::Http { .. } => None,
+            Self::Ed25519(_) | Self::Shared(_) | Self::Braintree(_) | Self::Http { .. } => None,
         }
     }
 
     fn ed25519(&self) -> Option<&Ed25519Key> {
         match self {
             Self::Ed25519(key) => Some(key),
-            Self::Mac(_) | Self::Shared(_) | Self::Http { .. } => None,
+            Self::Mac(_) | Self::Shared(_) | Self::Braintree(_) | Self::Http { .. } => None,
         }
     }
 
     fn http(&self) -> Option<(&str, &HttpKey)> {
         match self {
             Self::Http { keyid, key } => Some((keyid, key)),
-            Self::Mac(_) | Self::Ed25519(_) | Self::Shared(_) => None,
+            Self::Mac(_) | Self::Ed25519(_) | Self::Shared(_) | Self::Braintree(_) => None,
         }
     }
 }
@@ -650,6 +674,7 @@ fn parse_key(scheme: &Scheme, text: &str) -> Result<Key, &'static str> {
             }
         }
         Scheme::HttpMessageSignatures => parse_http_key(text),
+        Scheme::Braintree => braintree::parse_key(text),
         Scheme::Adyen => {
             let key = hex::decode(text).map_err(|_| "not valid hex (Adyen HMAC keys are hex)")?;
             sha256(&key)
@@ -788,6 +813,7 @@ impl Verifier {
                 self.verify_hmac(headers, body, &params)
             }
             Scheme::Adyen => self.verify_adyen(body),
+            Scheme::Braintree => self.verify_braintree(body),
             Scheme::HttpMessageSignatures => self.verify_http(headers, body, now_unix),
             Scheme::Declared(d) => self.verify_declared(d, headers, body, now_unix),
             Scheme::Github => self.verify_hmac(headers, body, &BodyHmac::GITHUB),
@@ -975,7 +1001,7 @@ impl Verifier {
                 Some(sig) => sig.to_vec(),
                 None => return Vec::new(),
             },
-            Key::Shared(_) | Key::Http { .. } => return Vec::new(),
+            Key::Shared(_) | Key::Braintree(_) | Key::Http { .. } => return Vec::new(),
         };
         d.signed_headers(&d.spec().encoding.encode(&bytes), &timestamp, msg_id)
     }
@@ -1025,7 +1051,8 @@ impl Verifier {
     /// when only public keys are configured the result is empty. A Standard
     /// Webhooks `whsk_` key signs a `v1a` (Ed25519) signature, a `whsec_` key
     /// a `v1` one. [`Scheme::Adyen`] carries no signature header, so the
-    /// result is empty; use [`Verifier::adyen_sign_body`]. Nor does
+    /// result is empty; use [`Verifier::adyen_sign_body`]; nor does [`Scheme::Braintree`]: use
+    /// [`Verifier::braintree_sign_body`]. Nor does
     /// [`Scheme::HttpMessageSignatures`], whose signature covers the method,
     /// authority and path that this function is not given; use
     /// [`Verifier::sign_request`].
@@ -1045,13 +1072,13 @@ impl Verifier {
         let key = match self.keys.iter().find(|key| key.ed25519().is_none_or(Ed25519Key::can_sign)) {
             Some(Key::Mac(mac)) => mac,
             Some(Key::Ed25519(ed)) => return self.sign_standard_v1a(ed, body, now_unix, msg_id),
-            // RFC 9421 signs through `sign_request`, which is told the request line; and when only public keys
-            // are configured nothing can sign.
-            Some(Key::Http { .. } | Key::Shared(_)) | None => return Vec::new(),
+            // RFC 9421 signs through `sign_request`, which is told the request line, and Braintree through
+            // `braintree_sign_body`; when only public keys are configured nothing can sign.
+            Some(Key::Http { .. } | Key::Shared(_) | Key::Braintree(_)) | None => return Vec::new(),
         };
         match &self.scheme {
-            // Adyen's signature lives in the body: see `adyen_sign_body`.
-            Scheme::Adyen | Scheme::HttpMessageSignatures => Vec::new(),
+            // Adyen's and Braintree's signatures live in the body: see `adyen_sign_body`, `braintree_sign_body`.
+            Scheme::Adyen | Scheme::Braintree | Scheme::HttpMessageSignatures => Vec::new(),
             Scheme::Declared(d) => {
                 self.sign_declared(d, body, now_unix, msg_id, &RequestContext { url: None, headers: &[] })
             }

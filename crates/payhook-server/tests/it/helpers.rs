@@ -29,6 +29,8 @@ pub const SHOPIFY_SECRET: &str = "shpss_test_secret";
 /// Adyen HMAC keys are hex.
 pub const ADYEN_SECRET: &str = "DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00";
 pub const GITHUB_SECRET: &str = "github-test-secret";
+/// A Braintree API key pair, `PUBLIC_KEY:PRIVATE_KEY`.
+pub const BRAINTREE_SECRET: &str = "payhook_public_key:payhook_private_key";
 /// An HTTP Message Signatures key: `hmac-sha256:<keyid>:<base64 key>`.
 pub const SIGNED_SECRET: &str = "hmac-sha256:payhook-test:c2VjcmV0LWtleS1vZi10aGUtcHJvdmlkZXItMDEyMzQ1Njc4OQ==";
 /// The production signature tolerance.
@@ -48,6 +50,7 @@ pub fn scheme(source: &str) -> Scheme {
         "paystack" => Scheme::Paystack,
         "shopify" => Scheme::Shopify,
         "adyen" => Scheme::Adyen,
+        "braintree" => Scheme::Braintree,
         "github" => Scheme::Github,
         "signed" => Scheme::HttpMessageSignatures,
         other => panic!("no test source {other:?}"),
@@ -68,6 +71,7 @@ pub fn secret(source: &str) -> &'static str {
         "paystack" => PAYSTACK_SECRET,
         "shopify" => SHOPIFY_SECRET,
         "adyen" => ADYEN_SECRET,
+        "braintree" => BRAINTREE_SECRET,
         "github" => GITHUB_SECRET,
         "signed" => SIGNED_SECRET,
         other => panic!("no test source {other:?}"),
@@ -153,6 +157,7 @@ impl TestApp {
             source_settings("paystack", Format::Paystack),
             source_settings("shopify", Format::Shopify),
             source_settings("adyen", Format::Adyen),
+            source_settings("braintree", Format::Braintree),
             source_settings("github", Format::Generic),
             source_settings("signed", Format::Generic),
         ]);

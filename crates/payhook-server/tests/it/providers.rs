@@ -272,6 +272,60 @@ async fn adyen_batches_are_accepted_and_each_item_is_applied_once() {
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.json);
 }
 
+/// Braintree: a form whose `bt_payload` (base64 XML) is signed in `bt_signature`. A notification signed by
+/// Braintree's own SDK pays its registered order, and again is a duplicate; a dispute that arrives before its
+/// payment waits for it and then disputes the order; another private key or another public key is refused.
+#[tokio::test]
+async fn braintree_notifications_pay_and_dispute_orders_and_other_keys_are_refused() {
+    use crate::helpers::{BRAINTREE_SECRET, event};
+    use payhook_core::event::OrderAction::{Dispute, Pay};
+    let app = TestApp::spawn().await;
+    let form = [("content-type".to_owned(), "application/x-www-form-urlencoded".to_owned())];
+    let answer = |reply: Reply| (reply.status, reply.json["status"].as_str().map(str::to_owned), reply.json);
+
+    // Signed by the braintree npm SDK with the test key pair; it settles 19.99 EUR for ord_1042.
+    let payload = include_str!("../../../payhook-core/tests/data/braintree/transaction_settled.payload");
+    let settled = format!(
+        "bt_signature=payhook_public_key%7C183e7777ded8c8a877940354962b4e837881e541&bt_payload={}",
+        payload.replace('+', "%2B").replace('/', "%2F").replace('=', "%3D").replace('\n', "%0A")
+    );
+    app.register_order("ord_1042", 1_999, "eur").await;
+    let (status, outcome, json) = answer(app.post_raw("braintree", &form, settled.clone()).await);
+    assert_eq!((status, outcome.as_deref()), (StatusCode::OK, Some("processed")), "{json}");
+    assert_eq!(json["event_id"], "transaction_settled:txn_8m3:1796378400");
+    let (status, outcome, json) = answer(app.post_raw("braintree", &form, settled).await);
+    assert_eq!((status, outcome.as_deref()), (StatusCode::OK, Some("duplicate")), "{json}");
+    assert_eq!(app.order("ord_1042").await["status"], "paid");
+    assert_eq!(app.receipts("ord_1042").await, 1);
+
+    // The dispute first: it waits for the payment, which the worker's next pass lets it follow.
+    let signer = verifier("braintree", BRAINTREE_SECRET);
+    let signed = |e| signer.braintree_sign_body(&app.encode("braintree", &e)).expect("sign");
+    app.register_order("ord_bt_2", 2_500, "usd").await;
+    let dispute = signed(event("dsp_7", Dispute, "ord_bt_2", 2_500));
+    let (status, outcome, json) = answer(app.post_raw("braintree", &form, dispute).await);
+    assert_eq!((status, outcome.as_deref()), (StatusCode::OK, Some("deferred")), "{json}");
+    let (status, outcome, json) =
+        answer(app.post_raw("braintree", &form, signed(event("txn_7", Pay, "ord_bt_2", 2_500))).await);
+    assert_eq!((status, outcome.as_deref()), (StatusCode::OK, Some("processed")), "{json}");
+    app.running.worker.run_until_idle(payhook_server::now_ms() + 3_600_000).await.expect("worker pass");
+    assert_eq!(app.order("ord_bt_2").await["status"], "disputed");
+    assert_eq!(outbox_count(&app, "order.disputed").await, 1);
+
+    // Another private key under the configured public key, or a public key payhook does not know.
+    for keys in ["payhook_public_key:not_the_private_key", "other_public_key:payhook_private_key"] {
+        let forged = verifier("braintree", keys)
+            .braintree_sign_body(&app.encode("braintree", &event("txn_8", Pay, "ord_bt_3", 100)))
+            .expect("sign");
+        let reply = app.post_raw("braintree", &form, forged).await;
+        assert_eq!(
+            (reply.status, reply.json["error"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("mismatch")),
+            "{keys}"
+        );
+    }
+}
+
 /// GitHub's scheme (`X-Hub-Signature-256: sha256=…`) verifies; the wrong secret does not.
 #[tokio::test]
 async fn github_signed_deliveries_verify_and_forgeries_do_not() {

@@ -441,7 +441,8 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     let src = source(&cfg, &args.source)?.clone();
     {
         use payhook_core::signature::Scheme;
-        let in_body = matches!(src.verifier.scheme(), Scheme::Adyen | Scheme::HttpMessageSignatures);
+        let in_body =
+            matches!(src.verifier.scheme(), Scheme::Adyen | Scheme::Braintree | Scheme::HttpMessageSignatures);
         let probe = Outgoing {
             event_id: "e",
             action: OrderAction::Pay,
