@@ -257,7 +257,10 @@ fn parse_signed(template: &str) -> Result<Vec<SignedPart>, SpecError> {
 pub struct DeclaredScheme {
     name: String,
     spec: SignatureSpec,
+    /// The signature, timestamp and id headers' names, lower-cased once.
     header: String,
+    timestamp_header: Option<String>,
+    id_header: Option<String>,
     separator: String,
     signed: Vec<SignedPart>,
     notification_url: Option<String>,
@@ -323,7 +326,9 @@ impl DeclaredScheme {
                 "must cover the body ({body}), or anyone could change it (unsigned_body = true accepts such a rule)",
             ));
         }
-        Ok(Self { name: name.to_owned(), spec, header, separator, signed, notification_url })
+        let timestamp_header = spec.timestamp_header.as_deref().map(|h| h.trim().to_ascii_lowercase());
+        let id_header = spec.id_header.as_deref().map(|h| h.trim().to_ascii_lowercase());
+        Ok(Self { name: name.to_owned(), spec, header, timestamp_header, id_header, separator, signed, notification_url })
     }
 
     /// The name it was compiled under.
@@ -360,7 +365,7 @@ impl DeclaredScheme {
 
     /// The delivery id header's value, when the rule names one.
     pub(super) fn delivery_id(&self, headers: &(impl Headers + ?Sized)) -> Option<String> {
-        self.spec.id_header.as_deref().and_then(|h| headers.get(&h.to_ascii_lowercase())).map(str::to_owned)
+        self.id_header.as_deref().and_then(|h| headers.get(h)).map(str::to_owned)
     }
 
     fn parse<'h>(&self, value: &'h str) -> Result<Parsed<'h>, VerifyError> {
@@ -417,11 +422,8 @@ impl DeclaredScheme {
     pub(super) fn read<'h>(&self, headers: &'h (impl Headers + ?Sized)) -> Result<SignatureHeader<'h>, VerifyError> {
         let value = headers.get(&self.header).ok_or_else(|| missing(&self.header))?;
         let parsed = self.parse(value)?;
-        let text = match (&self.spec.timestamp_header, parsed.timestamp) {
-            (Some(h), _) => {
-                let h = h.to_ascii_lowercase();
-                Some(headers.get(&h).ok_or_else(|| missing(&h))?.trim())
-            }
+        let text = match (&self.timestamp_header, parsed.timestamp) {
+            (Some(h), _) => Some(headers.get(h).ok_or_else(|| missing(h))?.trim()),
             (None, t) => t.map(str::trim),
         };
         let timestamp = match text {
@@ -436,9 +438,8 @@ impl DeclaredScheme {
             None => None,
         };
         // The id header is required when it is signed; otherwise it only labels the delivery (GitHub's).
-        if let Some(h) = self.spec.id_header.as_ref().filter(|_| self.signed.contains(&SignedPart::Id)) {
-            let h = h.to_ascii_lowercase();
-            let id = headers.get(&h).ok_or_else(|| missing(&h))?;
+        if let Some(h) = self.id_header.as_deref().filter(|_| self.signed.contains(&SignedPart::Id)) {
+            let id = headers.get(h).ok_or_else(|| missing(h))?;
             if id.is_empty() {
                 return Err(VerifyError::Malformed(format!("{h} is empty")));
             }
@@ -461,8 +462,8 @@ impl DeclaredScheme {
                 SignedPart::Body => Cow::Borrowed(body),
                 SignedPart::Timestamp => Cow::Borrowed(timestamp.unwrap_or_default().as_bytes()),
                 SignedPart::Id => {
-                    let h = self.spec.id_header.as_deref().unwrap_or_default().to_ascii_lowercase();
-                    Cow::Owned(headers.get(&h).ok_or_else(|| missing(&h))?.as_bytes().to_vec())
+                    let h = self.id_header.as_deref().unwrap_or_default();
+                    Cow::Borrowed(headers.get(h).ok_or_else(|| missing(h))?.as_bytes())
                 }
                 SignedPart::Header(name) => Cow::Borrowed(headers.get(name).ok_or_else(|| missing(name))?.as_bytes()),
                 SignedPart::Url => match &self.notification_url {
@@ -526,11 +527,11 @@ impl DeclaredScheme {
             Split::List => format!("{}{signature}", spec.item_prefix.as_deref().unwrap_or("")),
         };
         let mut out = vec![(self.header.clone(), value)];
-        if let Some(h) = &spec.timestamp_header {
-            out.push((h.to_ascii_lowercase(), timestamp.to_owned()));
+        if let Some(h) = &self.timestamp_header {
+            out.push((h.clone(), timestamp.to_owned()));
         }
-        if let Some(h) = &spec.id_header {
-            out.push((h.to_ascii_lowercase(), msg_id.to_owned()));
+        if let Some(h) = &self.id_header {
+            out.push((h.clone(), msg_id.to_owned()));
         }
         out
     }
