@@ -111,3 +111,46 @@ fn the_readme_lists_every_preset_with_a_format() {
         }
     }
 }
+
+/// `payhook trigger` against a running server: a preset's example deliveries, signed with the configured secret,
+/// are processed and move the order; a mistyped event lists the preset's events; a provider without a source says
+/// how to add one.
+#[tokio::test]
+async fn trigger_sends_a_presets_deliveries_signed_as_the_provider_signs() {
+    let dir = TestDir::new();
+    let paddle = "\n[[sources]]\nname = \"paddle\"\nscheme = \"paddle\"\nformat = \"paddle\"\n\
+                  secrets = [\"pdl_ntfset_01hv8x_trigger_test_secret\"]\norders = \"implicit\"\n";
+    let server = Server::start_with(&dir, paddle).await;
+    let config = server.config.to_str().expect("a UTF-8 path").to_owned();
+    let trigger = |args: &[&str]| {
+        let mut all = vec!["--config", config.as_str(), "trigger"];
+        all.extend_from_slice(args);
+        dir.run(&all)
+    };
+    let order = "txn_01hv8wptq8987qeep44cyrewp9";
+    let out = trigger(&["paddle", "transaction.completed", "--order", order]);
+    let stdout = crate::helpers::text(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("200 OK") && stdout.contains("\"processed\""),
+        "{stdout}{}",
+        crate::helpers::text(&out.stderr)
+    );
+    let (_, answer) = server.order(order).await;
+    assert_eq!(answer["status"], "paid", "{answer}");
+    let out = trigger(&["paddle", "refund", "--order", order]);
+    assert!(out.status.success(), "{}", crate::helpers::text(&out.stderr));
+    assert_eq!(server.order(order).await.1["status"], "refunded");
+
+    let printed = trigger(&["paddle", "pay", "--order", "txn_other", "--print"]);
+    let request: Value = serde_json::from_slice(&printed.stdout).expect("--print writes JSON");
+    assert!(request["headers"]["paddle-signature"].as_str().is_some_and(|s| s.starts_with("ts=")), "{request}");
+    assert!(request["body"].as_str().is_some_and(|b| b.contains("txn_other")), "{request}");
+    assert_eq!(server.order("txn_other").await.0, StatusCode::NOT_FOUND, "--print sends nothing");
+
+    let out = trigger(&["paddle", "transaction.complete"]);
+    let stderr = crate::helpers::text(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("transaction.completed (pay)"), "{stderr}");
+    let out = trigger(&["square", "pay"]);
+    let stderr = crate::helpers::text(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("no configured source has format = \"square\""), "{stderr}");
+}
