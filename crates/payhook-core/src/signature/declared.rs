@@ -328,7 +328,16 @@ impl DeclaredScheme {
         }
         let timestamp_header = spec.timestamp_header.as_deref().map(|h| h.trim().to_ascii_lowercase());
         let id_header = spec.id_header.as_deref().map(|h| h.trim().to_ascii_lowercase());
-        Ok(Self { name: name.to_owned(), spec, header, timestamp_header, id_header, separator, signed, notification_url })
+        Ok(Self {
+            name: name.to_owned(),
+            spec,
+            header,
+            timestamp_header,
+            id_header,
+            separator,
+            signed,
+            notification_url,
+        })
     }
 
     /// The name it was compiled under.
