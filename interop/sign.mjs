@@ -10,7 +10,7 @@
 //
 // Providers: standard-webhooks and polar (standardwebhooks' Webhook.sign), github (@octokit/webhooks-methods
 // sign), coinbase-commerce (coinbase-commerce-node Webhook.computeSignature), stripe
-// (stripe.webhooks.generateTestHeaderString). Each SDK is loaded on first use.
+// (stripe.webhooks.generateTestHeaderString), braintree (its testing gateway's sampleSignature). Each SDK is loaded on first use.
 
 import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
@@ -39,6 +39,23 @@ const signers = {
   async "coinbase-commerce"(d) {
     const { default: coinbase } = await import("coinbase-commerce-node");
     return { "x-cc-webhook-signature": coinbase.Webhook.computeSignature(d.body, d.secret) };
+  },
+
+  // braintree: the signature its testing gateway puts on a sample notification (sampleSignature: the public key,
+  // "|", the hex HMAC-SHA1 keyed with the private key's SHA-1), over the bt_payload of the body given; Braintree's
+  // signature travels in the form body, so this signer answers a body.
+  async braintree(d) {
+    const { default: braintree } = await import("braintree");
+    const [publicKey, privateKey] = d.secret.split(":");
+    const gateway = new braintree.BraintreeGateway({
+      environment: braintree.Environment.Sandbox,
+      merchantId: "interop_merchant",
+      publicKey,
+      privateKey,
+    });
+    const payload = new URLSearchParams(d.body).get("bt_payload");
+    const form = new URLSearchParams({ bt_signature: gateway.webhookTesting.sampleSignature(payload), bt_payload: payload });
+    return { headers: { "content-type": "application/x-www-form-urlencoded" }, body: form.toString() };
   },
 
   // stripe: stripe.webhooks.generateTestHeaderString({payload, secret, timestamp}) is "t=…,v1=…".
@@ -70,6 +87,8 @@ for await (const line of lines) {
     process.exit(2);
   }
   const timestamp = input.timestamp ?? Math.floor(Date.now() / 1000);
-  const headers = await signer({ ...input, timestamp });
-  process.stdout.write(`${JSON.stringify({ headers, body: input.body })}\n`);
+  const signed = await signer({ ...input, timestamp });
+  // A signer whose signature travels in the body (Braintree's) answers {headers, body}; the others, headers.
+  const { headers, body } = signed.headers && "body" in signed ? signed : { headers: signed, body: input.body };
+  process.stdout.write(`${JSON.stringify({ headers, body })}\n`);
 }

@@ -9,7 +9,7 @@
 // signature was accepted. A line that is not JSON, or names an unknown provider, stops the script (exit 2).
 //
 // Providers: paddle, square, razorpay, polar, standard-webhooks, coinbase-commerce, github, gocardless,
-// mercado-pago, stripe. Each SDK is loaded on first use.
+// mercado-pago, braintree, stripe. Each SDK is loaded on first use.
 
 import { createInterface } from "node:readline";
 
@@ -107,6 +107,22 @@ const verifiers = {
       toleranceSeconds: 300,
     });
     return { valid: true };
+  },
+
+  // braintree: gateway.webhookNotification.parse(bt_signature, bt_payload) from the form body checks the signature
+  // (HMAC-SHA1 keyed with the private key's SHA-1, selected by the public key) and parses the notification.
+  async braintree(d) {
+    const { default: braintree } = await import("braintree");
+    const [publicKey, privateKey] = d.secret.split(":");
+    const gateway = new braintree.BraintreeGateway({
+      environment: braintree.Environment.Sandbox,
+      merchantId: "interop_merchant",
+      publicKey,
+      privateKey,
+    });
+    const form = new URLSearchParams(d.body);
+    const notification = await gateway.webhookNotification.parse(form.get("bt_signature"), form.get("bt_payload"));
+    return { valid: true, event: notification.kind };
   },
 
   // stripe: stripe.webhooks.constructEvent(body, header, secret), five minutes' tolerance.
