@@ -138,18 +138,33 @@ impl<const N: usize> Headers for [(&str, &str); N] {
 ///
 /// It is a newtype rather than a bare `String` so that it cannot end up in
 /// logs by accident: its `Debug` output is always `Secret([redacted])`.
+///
+/// A secret being rotated out carries a [`not_after`](Secret::not_after):
+/// a [`Verifier`] accepts signatures made with it up to and including that
+/// second, and no longer afterwards, without being rebuilt.
 #[derive(Clone)]
-pub struct Secret(String);
+pub struct Secret(String, Option<i64>);
 
 impl Secret {
-    /// Wraps a configured secret string.
+    /// Wraps a configured secret string, valid without a time limit.
     pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
+        Self(s.into(), None)
+    }
+
+    /// The same secret, accepted by a verifier only while its clock is at or before `unix_secs`.
+    #[must_use]
+    pub fn with_not_after(self, unix_secs: i64) -> Self {
+        Self(self.0, Some(unix_secs))
     }
 
     /// Returns the secret text; named so that every use is easy to audit.
     pub fn expose(&self) -> &str {
         &self.0
+    }
+
+    /// The last unix second at which signatures made with this secret are accepted, if it is being retired.
+    pub fn not_after(&self) -> Option<i64> {
+        self.1
     }
 }
 
@@ -566,6 +581,8 @@ fn standard_values<'h>(header: &'h str, version: &'static str) -> impl Iterator<
 pub struct Verifier {
     scheme: Scheme,
     keys: Vec<Key>,
+    /// Each key's [`Secret::not_after`], by the same index: a key past it is left out at verify time.
+    not_after: Vec<Option<i64>>,
     tolerance_secs: u64,
     /// RFC 9421 components every signature must cover (only [`Scheme::HttpMessageSignatures`] reads them).
     required_components: Vec<String>,
@@ -729,7 +746,8 @@ impl Verifier {
             }
         }
         let required_components = DEFAULT_REQUIRED_COMPONENTS.iter().map(|c| (*c).to_owned()).collect();
-        Ok(Self { scheme, keys, tolerance_secs, required_components })
+        let not_after = secrets.iter().map(Secret::not_after).collect();
+        Ok(Self { scheme, keys, not_after, tolerance_secs, required_components })
     }
 
     /// The same verifier requiring RFC 9421 signatures to cover exactly `components` (instead of
@@ -792,7 +810,55 @@ impl Verifier {
     /// then [`VerifyError::Mismatch`]. Signature values that are not valid
     /// hex/base64 simply do not match; a header with no signature of the
     /// expected version at all is [`VerifyError::Malformed`].
+    ///
+    /// A secret past its [`Secret::not_after`] at `now_unix` is not tried: a
+    /// delivery signed only with it is [`VerifyError::Mismatch`].
     pub fn verify(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<Verified, VerifyError> {
+        if self.not_after.iter().any(|t| t.is_some_and(|t| now_unix > t)) {
+            return self.verify_without_retired(headers, body, now_unix);
+        }
+        self.verify_with_all_keys(headers, body, now_unix)
+    }
+
+    /// [`Verifier::verify`] by a copy of this verifier that holds only the keys still valid at `now_unix`, with
+    /// [`Verified::secret_index`] mapped back to the configured order. Taken only while a retired secret is still
+    /// configured, so every scheme's key lookups stay as they are; with no valid key left, nothing can match.
+    fn verify_without_retired(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<Verified, VerifyError> {
+        let valid: Vec<usize> =
+            (0..self.keys.len()).filter(|&i| self.not_after[i].is_none_or(|t| now_unix <= t)).collect();
+        if valid.is_empty() {
+            return Err(VerifyError::Mismatch);
+        }
+        let current = Self {
+            scheme: self.scheme.clone(),
+            keys: valid.iter().map(|&i| self.keys[i].clone()).collect(),
+            not_after: vec![None; valid.len()],
+            tolerance_secs: self.tolerance_secs,
+            required_components: self.required_components.clone(),
+        };
+        match current.verify_with_all_keys(headers, body, now_unix) {
+            Ok(mut verified) => {
+                verified.secret_index = valid[verified.secret_index];
+                Ok(verified)
+            }
+            // Signatures of a kind no remaining key checks (`v1a` once the last Ed25519 key is retired) read as
+            // malformed to the copy: what only a retired secret verifies is a mismatch.
+            Err(_) if self.verify_with_all_keys(headers, body, now_unix).is_ok() => Err(VerifyError::Mismatch),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn verify_with_all_keys(
         &self,
         headers: &(impl Headers + ?Sized),
         body: &[u8],

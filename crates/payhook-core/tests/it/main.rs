@@ -7,6 +7,7 @@
 //! * `ed25519`: Standard Webhooks `v1a` with Ed25519 keys, alone and mixed with `whsec_` secrets.
 //! * `http_signatures`: RFC 9421 message signatures and RFC 9530 content digests.
 //! * `named`: the named body-HMAC providers (GitHub, Paystack, Shopify).
+//! * `not_after`: secrets being rotated out, refused after their `not_after`.
 //! * `units`: targeted behaviour (error kinds, header aliases, redaction).
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
 
@@ -15,6 +16,7 @@ mod ed25519;
 mod fuzz;
 mod http_signatures;
 mod named;
+mod not_after;
 mod props;
 mod units;
 mod vectors;
