@@ -299,7 +299,7 @@ pub struct PgStore {
     /// holds up a batch. Invariant: batches hold at most `writers` connections, the rest at most
     /// `pool_size - writers`.
     others: Arc<Semaphore>,
-    ctx: Arc<ops::Ctx>,
+    ctx: Arc<ops::LiveCtx>,
     /// `ping`'s own pool of one connection, opened when first needed and re-created after a failure: a probe never
     /// waits behind queries and batches for one of `pool`'s.
     probe: Pool,
@@ -353,7 +353,7 @@ impl PgStore {
             tracing::warn!("today's inbox partition could not be created in time; the next pruning step tries again");
             partitions.lock_timeouts.fetch_add(1, Ordering::Relaxed);
         }
-        let ctx = Arc::new(ops::Ctx { retry: options.retry.clone(), routing: options.routing.clone() });
+        let ctx = Arc::new(ops::LiveCtx::new(ops::Ctx { retry: options.retry.clone(), routing: options.routing.clone() }));
         let writer = writer::Writer::spawn(
             pool.clone(),
             writer::WriterConfig {
@@ -480,7 +480,7 @@ impl PgStore {
 
 impl Store for PgStore {
     fn ingest(&self, delivery: Delivery) -> impl Future<Output = Result<Recorded, StoreError>> + Send {
-        let queued = ops::IngestCall::new(delivery, &self.ctx.routing).map(|call| self.writer.ingest(call));
+        let queued = ops::IngestCall::new(delivery, &self.ctx.current().routing).map(|call| self.writer.ingest(call));
         async move { queued?.await }
     }
 
@@ -505,7 +505,7 @@ impl Store for PgStore {
 
     async fn retry(&self, claimed: Claimed, now_ms: i64) -> Result<Retried, StoreError> {
         let _turn = self.turn().await?;
-        ops::retry(&self.pool, &claimed, now_ms, &self.ctx).await
+        ops::retry(&self.pool, &claimed, now_ms, &self.ctx.current()).await
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
@@ -538,7 +538,7 @@ impl Store for PgStore {
 
     async fn finish_outbox(&self, job: &OutboxJob, outcome: Dispatched, now_ms: i64) -> Result<bool, StoreError> {
         let _turn = self.turn().await?;
-        outbox::finish(&self.pool, &self.ctx, job, &outcome, now_ms).await
+        outbox::finish(&self.pool, &self.ctx.current(), job, &outcome, now_ms).await
     }
 
     async fn retry_outbox(&self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
@@ -582,12 +582,12 @@ impl Store for PgStore {
         now_ms: i64,
     ) -> Result<Replayed, StoreError> {
         let _turn = self.turn().await?;
-        ops::replay(&self.pool, &self.ctx, source, event_id, &parsed, now_ms).await
+        ops::replay(&self.pool, &self.ctx.current(), source, event_id, &parsed, now_ms).await
     }
 
     async fn raise_alert(&self, alert: Alert) -> Result<(), StoreError> {
         let _turn = self.turn().await?;
-        outbox::raise(&self.pool, &self.ctx, &alert).await
+        outbox::raise(&self.pool, &self.ctx.current(), &alert).await
     }
 
     async fn subscription(&self, id: &SubscriptionId) -> Result<Option<SubscriptionView>, StoreError> {
@@ -628,6 +628,10 @@ impl Store for PgStore {
 
     fn requires_sync_standby(&self) -> bool {
         self.require_sync_standby
+    }
+
+    fn set_routing(&self, routing: payhook_store::Routing) {
+        self.ctx.set_routing(routing);
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {

@@ -77,7 +77,7 @@ pub(crate) struct WriterConfig {
     /// A batch that has not committed by then is abandoned (its connection dropped) and answered 503.
     pub(crate) deadline: Duration,
     /// The retry policy of guard misses that defer, and the routing of outbox rows, forwards and alerts.
-    pub(crate) ctx: Arc<ops::Ctx>,
+    pub(crate) ctx: Arc<ops::LiveCtx>,
 }
 
 /// Counters of the batcher, for tests and operators.
@@ -462,7 +462,7 @@ async fn apply_billing(
     client: &Object,
     jobs: &[Job],
     pending: &mut [Pending],
-    config: &WriterConfig,
+    ctx: &ops::Ctx,
 ) -> Result<(), BatchError> {
     let mut locks = Vec::new();
     for (job, p) in jobs.iter().zip(pending.iter()) {
@@ -479,7 +479,7 @@ async fn apply_billing(
     client.execute(&lock_all, &[&locks]).await?;
     for (job, p) in jobs.iter().zip(pending.iter_mut()) {
         if let (Work::Ingest(call), Pending::Ingest(Landed::Billing { row_id })) = (&job.work, &*p) {
-            let landed = call.apply_billing(client, &config.ctx, *row_id).await.map_err(|e| match e {
+            let landed = call.apply_billing(client, ctx, *row_id).await.map_err(|e| match e {
                 ops::Failure::Pg(e) => BatchError::Pg(e),
                 ops::Failure::Corrupt(e) => BatchError::Corrupt(e.to_string()),
             })?;
@@ -515,7 +515,9 @@ async fn transact(
     config: &WriterConfig,
     commit_sent: &mut bool,
 ) -> Result<Vec<Pending>, BatchError> {
-    let (policy, routing) = (&config.ctx.retry, &config.ctx.routing);
+    // One routing for the whole batch, even if a reload replaces it meanwhile.
+    let ctx = config.ctx.current();
+    let (policy, routing) = (&ctx.retry, &ctx.routing);
     let registering = jobs.iter().any(|j| matches!(j.work, Work::Register(_)));
     let statement = client.prepare_cached(if registering { ops::REGISTER_SQL } else { ops::INGEST_SQL }).await?;
     let settle = client.prepare_cached(ops::SETTLE_SQL).await?;
@@ -555,7 +557,7 @@ async fn transact(
         return Err(BatchError::Pg(PgError::ReadOnly));
     }
 
-    apply_billing(client, jobs, &mut pending, config).await?;
+    apply_billing(client, jobs, &mut pending, &ctx).await?;
 
     let mut follow = ops::FollowUps::default();
     for (job, p) in jobs.iter().zip(&pending) {

@@ -94,7 +94,7 @@ pub(crate) async fn replay_one<S: Store>(
     source: &str,
     event_id: &str,
 ) -> Result<admin::ReplayReport, ApiError> {
-    let report = admin::replay_event(&*state.store, &state.settings, source, event_id, now_ms()).await?;
+    let report = admin::replay_event(&*state.store, &state.live().settings, source, event_id, now_ms()).await?;
     tracing::info!(source, event_id, outcome = report.status.as_str(), "dead letter replayed");
     // A replay may have written outbox rows (a receipt) or deferred the event again.
     state.dispatcher_wake.notify_waiters();
@@ -144,7 +144,7 @@ pub(crate) async fn bulk_replay<S: Store>(
         ))
     })?;
     if req.dry_run {
-        let preview = admin::preview_replay(&*state.store, &state.settings, &req.filter, req.max).await?;
+        let preview = admin::preview_replay(&*state.store, &state.live().settings, &req.filter, req.max).await?;
         return Ok(Json(preview).into_response());
     }
     Ok(Json(replay_many(&state, &req.filter, req.max).await?).into_response())
@@ -167,7 +167,7 @@ pub(crate) async fn replay_many<S: Store>(
     };
     // Receipts written by the replays go out while the rest are still being replayed.
     let progress = |_, _| state.dispatcher_wake.notify_waiters();
-    let report = admin::bulk_replay(&*state.store, &state.settings, filter, max, now_ms, progress).await?;
+    let report = admin::bulk_replay(&*state.store, &state.live().settings, filter, max, now_ms, progress).await?;
     tracing::info!(matched = report.matched, outcomes = ?report.outcomes, "dead letters replayed in bulk");
     if report.outcomes.get(Outcome::Deferred.as_str()).is_some_and(|n| *n > 0) {
         state.worker_wake.notify_one();
@@ -218,4 +218,18 @@ pub(crate) async fn retry_one_outbox<S: Store>(state: &AppState<S>, id: i64) -> 
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn stats<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, ApiError> {
     Ok(Json(admin::stats(&*state.store, now_ms()).await?).into_response())
+}
+
+#[utoipa::path(post, path = "/v1/reload", tag = "admin", security(("bearer" = [])),
+    responses((status = 200, description = "The configuration file was read again, checked and applied: what changed, \
+            by name (sources and sinks added, removed, changed; never a secret). Requests already in progress finish \
+            under the configuration they started with", body = crate::reload::ReloadReport),
+        (status = 422, description = "Refused (`config_refused`): the file does not pass `payhook config check` (the \
+            message is its own), or it changes a setting that needs a restart (named in the message). The \
+            configuration in force is unchanged", body = crate::openapi::ErrorBody),
+        (status = 409, description = "This server has no configuration file to reload (`reload_unavailable`)", body = crate::openapi::ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn reload<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, ApiError> {
+    Ok(Json(state.reload("api").await?).into_response())
 }

@@ -5,6 +5,7 @@ use crate::dispatcher::Dispatcher;
 use crate::error::ApiError;
 use crate::listener::{ConnectionMetrics, Listener, TlsError, TlsReloader};
 use crate::metrics::{self, DispatchMetrics, SourceMetrics};
+use crate::reload::{Live, LoaderSlot};
 use crate::settings::{Settings, SourceSettings};
 use crate::task::{Panicked, Task};
 use crate::worker::RetryWorker;
@@ -15,7 +16,6 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use payhook_store::Store;
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use tokio::net::TcpListener;
@@ -35,13 +35,23 @@ pub fn now_ms() -> i64 {
 pub struct SourceRuntime {
     /// Its settings.
     pub settings: SourceSettings,
-    /// Its counters.
-    pub metrics: SourceMetrics,
-    /// Verification failures in the current alert window: (window start, count).
-    pub(crate) failing: std::sync::Mutex<(i64, u32)>,
+    /// Its counters, shared by every definition of the source across reloads.
+    pub metrics: Arc<SourceMetrics>,
+    /// Verification failures in the current alert window: (window start, count); kept across reloads too.
+    pub(crate) failing: Arc<std::sync::Mutex<(i64, u32)>>,
 }
 
 impl SourceRuntime {
+    /// A source served for the first time, with fresh counters.
+    pub(crate) fn new(settings: SourceSettings) -> Self {
+        Self { settings, metrics: Arc::default(), failing: Arc::new(std::sync::Mutex::new((0, 0))) }
+    }
+
+    /// The same source under a new definition (a reload), keeping its counters.
+    pub(crate) fn redefined(&self, settings: SourceSettings) -> Self {
+        Self { settings, metrics: Arc::clone(&self.metrics), failing: Arc::clone(&self.failing) }
+    }
+
     /// Counts a verification failure at `now_ms`; true exactly when the count within the window reaches
     /// `threshold` (the moment to raise an alert: once per window, the store collapses the rest).
     pub(crate) fn verification_failure_reaches(&self, now_ms: i64, window_ms: i64, threshold: u32) -> bool {
@@ -58,8 +68,18 @@ impl SourceRuntime {
 #[derive(Debug)]
 pub struct AppState<S> {
     pub(crate) store: Arc<S>,
+    /// The settings as started. Read from here only what a reload cannot change (listener, token, auth, limits,
+    /// worker, retention); sources, sinks and alerts are read from [`AppState::live`].
     pub(crate) settings: Settings,
-    pub(crate) sources: HashMap<String, SourceRuntime>,
+    /// The reloadable configuration in force (see `reload`).
+    pub(crate) live: std::sync::RwLock<Arc<Live>>,
+    /// Reads the configuration file again, when the binary gave one.
+    pub(crate) loader: OnceLock<LoaderSlot>,
+    /// Held while a reload runs, so that reloads apply one at a time.
+    pub(crate) reloading: tokio::sync::Mutex<()>,
+    pub(crate) reload_metrics: metrics::ReloadMetrics,
+    /// The dispatcher, whose sinks a reload replaces.
+    pub(crate) dispatcher: Dispatcher<S>,
     pub(crate) worker_wake: Arc<Notify>,
     /// Wakes the dispatcher's sink loops (an outbox row was re-queued).
     pub(crate) dispatcher_wake: Arc<Notify>,
@@ -82,10 +102,10 @@ pub struct AppState<S> {
     pub(crate) retention_metrics: Arc<crate::retention::RetentionMetrics>,
 }
 
-impl<S> AppState<S> {
-    /// A source's runtime, by name.
-    pub fn source(&self, name: &str) -> Option<&SourceRuntime> {
-        self.sources.get(name)
+impl<S: Store> AppState<S> {
+    /// A source's runtime in the configuration in force, by name.
+    pub fn source(&self, name: &str) -> Option<Arc<SourceRuntime>> {
+        self.live().source(name).cloned()
     }
 }
 
@@ -105,6 +125,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/outbox"),
     ("POST", "/v1/outbox/{id}/retry"),
     ("GET", "/v1/stats"),
+    ("POST", "/v1/reload"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -126,6 +147,7 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
         .route("/outbox", get(admin_api::list_outbox::<S>))
         .route("/outbox/{id}/retry", post(admin_api::retry_outbox::<S>))
         .route("/stats", get(admin_api::stats::<S>))
+        .route("/reload", post(admin_api::reload::<S>))
         .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&state), api::require_token::<S>));
     let token = || axum::middleware::from_fn_with_state(Arc::clone(&state), api::require_token::<S>);
     // Operator surfaces stay off the public port unless asked for: /metrics moves to its own listener or takes the
@@ -265,10 +287,11 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
             None
         }
     };
-    let mut names: Vec<&String> = state.sources.keys().collect();
+    let live = state.live();
+    let mut names: Vec<&String> = live.sources.keys().collect();
     names.sort();
     let body = metrics::render(metrics::Scrape {
-        sources: names.into_iter().map(|n| (n.as_str(), &state.sources[n].metrics)),
+        sources: names.into_iter().map(|n| (n.as_str(), &*live.sources[n].metrics)),
         dispatch: &state.dispatch_metrics,
         writer: state.store.writer_metrics(),
         reads: state.store.read_metrics(),
@@ -280,6 +303,7 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
     let mut body = body;
     state.connections.render_into(&mut body);
     state.retention_metrics.render_into(&mut body);
+    state.reload_metrics.render_into(&mut body);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
@@ -335,28 +359,18 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     let metrics_addr = metrics_listener.as_ref().map(TcpListener::local_addr).transpose()?;
     let worker_wake = Arc::new(Notify::new());
     let worker = RetryWorker::new(Arc::clone(&store), settings.worker.clone(), Arc::clone(&worker_wake));
-    let sources = settings
-        .sources
-        .iter()
-        .map(|s| {
-            (
-                s.name.as_str().to_owned(),
-                SourceRuntime {
-                    settings: s.clone(),
-                    metrics: SourceMetrics::default(),
-                    failing: std::sync::Mutex::new((0, 0)),
-                },
-            )
-        })
-        .collect();
     let dispatcher_wake = Arc::new(Notify::new());
     let dispatcher = Dispatcher::new(Arc::clone(&store), &settings, Arc::clone(&dispatcher_wake));
     let auth = AuthGate::new(&settings.auth);
     let retention_metrics = Arc::new(crate::retention::RetentionMetrics::new(&settings.retention));
     let state = Arc::new(AppState {
         store,
+        live: std::sync::RwLock::new(Arc::new(Live::first(settings.clone()))),
         settings,
-        sources,
+        loader: OnceLock::new(),
+        reloading: tokio::sync::Mutex::new(()),
+        reload_metrics: metrics::ReloadMetrics::new(now_ms()),
+        dispatcher: dispatcher.clone(),
         worker_wake,
         dispatcher_wake,
         bulk_replay: tokio::sync::Mutex::new(()),

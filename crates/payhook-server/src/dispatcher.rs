@@ -43,6 +43,9 @@ struct Target {
     alerts: bool,
     /// The broker this sink publishes to; `None` for an HTTP sink.
     broker: Option<Arc<Broker>>,
+    /// The configuration generation that last defined this target: a loop runs one revision of its target, and
+    /// a reload that changes the target replaces the loop.
+    revision: u64,
 }
 
 impl Target {
@@ -55,6 +58,7 @@ impl Target {
             max_in_flight: s.max_in_flight.max(1),
             alerts: false,
             broker: Broker::for_sink(&s.transport, &s.url, &s.name).map(Arc::new),
+            revision: 0,
         }
     }
 
@@ -67,6 +71,7 @@ impl Target {
             max_in_flight: 1,
             alerts: true,
             broker: None,
+            revision: 0,
         }
     }
 }
@@ -97,11 +102,24 @@ impl DispatchPass {
     }
 }
 
+/// The sinks in force, replaced whole by a reload; `changed` tells the running dispatcher to look again.
+#[derive(Debug)]
+struct Targets {
+    current: std::sync::RwLock<Arc<Vec<Target>>>,
+    changed: tokio::sync::watch::Sender<()>,
+}
+
+impl Targets {
+    fn current(&self) -> Arc<Vec<Target>> {
+        Arc::clone(&self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+}
+
 /// The dispatcher. Cheap to clone.
 #[derive(Debug)]
 pub struct Dispatcher<S> {
     store: Arc<S>,
-    targets: Arc<Vec<Target>>,
+    targets: Arc<Targets>,
     settings: DispatcherSettings,
     client: reqwest::Client,
     owner: String,
@@ -134,6 +152,8 @@ impl<S: Store> Dispatcher<S> {
             .build()
             .unwrap_or_default();
         let metrics = Arc::new(DispatchMetrics::new(targets.iter().map(|t| t.name.as_str())));
+        let targets =
+            Targets { current: std::sync::RwLock::new(Arc::new(targets)), changed: tokio::sync::watch::channel(()).0 };
         Self {
             store,
             metrics,
@@ -150,10 +170,29 @@ impl<S: Store> Dispatcher<S> {
         &self.metrics
     }
 
+    /// Puts the sinks and alerts endpoint of `settings` in force (a configuration reload of `generation`).
+    /// A sink named in `changed`, or new, gets a new loop; the loop of a changed or removed sink finishes the sends
+    /// it has in hand (and records them) under its old definition, then stops. A removed sink's rows stay in the
+    /// outbox, pending, until a sink of that name is configured again.
+    pub(crate) fn reconfigure(&self, settings: &Settings, changed: &[String], generation: u64) {
+        let old = self.targets.current();
+        let mut targets: Vec<Target> = settings.sinks.iter().map(Target::sink).collect();
+        targets.extend(settings.alerts.iter().map(Target::alerts));
+        for target in &mut targets {
+            target.revision = match old.iter().find(|o| o.name == target.name) {
+                Some(o) if !changed.contains(&target.name) => o.revision,
+                _ => generation,
+            };
+        }
+        self.metrics.add(targets.iter().map(|t| t.name.as_str()));
+        *self.targets.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(targets);
+        self.targets.changed.send_replace(());
+    }
+
     /// One claim-and-send round for every sink at `now_ms`.
     pub async fn run_once(&self, now_ms: i64) -> Result<DispatchPass, StoreError> {
         let mut pass = DispatchPass::default();
-        for target in self.targets.iter() {
+        for target in self.targets.current().iter() {
             pass.add(self.sink_once(target, now_ms).await?);
         }
         Ok(pass)
@@ -171,18 +210,42 @@ impl<S: Store> Dispatcher<S> {
         }
     }
 
-    /// Runs one loop per sink until `cancel` fires. A loop in the middle of a send finishes it (bounded by the
-    /// sink's timeout) and records the outcome before it stops.
+    /// Runs one loop per sink until `cancel` fires, and follows reloads: a sink added or changed gets a new loop,
+    /// the loop of a sink changed or removed is stopped. A loop in the middle of a send finishes it (bounded by the
+    /// sink's timeout) and records the outcome before it stops. With no sink at all it idles until shutdown, a
+    /// running dispatcher as far as `/readyz` is concerned.
     pub async fn run(self, cancel: CancellationToken) {
-        if self.targets.is_empty() {
-            // Nothing to deliver to: idle until shutdown, a running dispatcher as far as `/readyz` is concerned.
-            cancel.cancelled().await;
-        }
+        let mut changed = self.targets.changed.subscribe();
+        // Each running loop: its sink's name, the revision it runs, and the token that stops it alone.
+        let mut running: Vec<(String, u64, CancellationToken)> = Vec::new();
         let mut loops = tokio::task::JoinSet::new();
-        for target in self.targets.iter().cloned() {
-            tracing::info!(sink = target.name, url = %target.url, "delivering outbox rows");
-            let (this, cancel) = (self.clone(), cancel.clone());
-            loops.spawn(async move { this.sink_loop(target, cancel).await });
+        loop {
+            changed.mark_unchanged();
+            let targets = self.targets.current();
+            running.retain(|(name, revision, stop)| {
+                let keep = targets.iter().any(|t| &t.name == name && t.revision == *revision);
+                if !keep {
+                    tracing::info!(sink = name, "stopping the sink's loop: the configuration changed");
+                    stop.cancel();
+                }
+                keep
+            });
+            for target in targets.iter() {
+                if running.iter().any(|(name, _, _)| name == &target.name) {
+                    continue;
+                }
+                tracing::info!(sink = target.name, url = %target.url, "delivering outbox rows");
+                let stop = cancel.child_token();
+                running.push((target.name.clone(), target.revision, stop.clone()));
+                let (this, target) = (self.clone(), target.clone());
+                loops.spawn(async move { this.sink_loop(target, stop).await });
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                result = changed.changed() => if result.is_err() { break },
+                // Reap the loops that stopped, so the set does not grow with every reload.
+                Some(_) = loops.join_next(), if !loops.is_empty() => {}
+            }
         }
         while loops.join_next().await.is_some() {}
         tracing::debug!("dispatcher stopped");

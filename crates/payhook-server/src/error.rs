@@ -78,6 +78,10 @@ pub enum ApiError {
     /// The event's source is no longer configured, so it cannot be re-parsed.
     #[error("{0}")]
     SourceNotConfigured(String),
+    /// A configuration reload was refused (the file does not pass `payhook config check`, or changes a setting
+    /// that needs a restart: 422), or this server has no file to reload (409). The configuration in force stays.
+    #[error(transparent)]
+    Reload(#[from] crate::reload::ReloadError),
     /// The store failed; the caller may retry (503) unless the data is corrupt (500). A read stopped at its time
     /// limit is `read_timeout`; one that found every read connection busy for that long is `readers_busy`.
     #[error(transparent)]
@@ -118,6 +122,10 @@ impl ApiError {
             ApiError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
             ApiError::WrongState { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::SourceNotConfigured(_) => (StatusCode::CONFLICT, "source_not_configured"),
+            ApiError::Reload(crate::reload::ReloadError::Refused(_)) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "config_refused")
+            }
+            ApiError::Reload(crate::reload::ReloadError::Unavailable) => (StatusCode::CONFLICT, "reload_unavailable"),
             ApiError::Store(StoreError::Overloaded) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             ApiError::Store(StoreError::ShuttingDown) => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Store(StoreError::Unavailable(_)) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),

@@ -4,6 +4,7 @@
 //! (parseable or not), so nothing verified is dropped.
 
 use crate::app::{AppState, SourceRuntime, now_ms};
+use crate::reload::Live;
 use crate::error::ApiError;
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -85,10 +86,13 @@ pub(crate) async fn handle<S: Store>(
     request: Request,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let Some(src) = state.sources.get(source.as_str()) else {
+    // The configuration in force now is the one this request runs under to its answer, whatever a reload swaps
+    // in meanwhile.
+    let live = state.live();
+    let Some(src) = live.source(source.as_str()) else {
         return Err(ApiError::NotFound(format!("no source named {source:?} is configured")));
     };
-    let answer = ingest(&state, src, request).await;
+    let answer = ingest(&state, &live, src, request).await;
     let elapsed = started.elapsed();
     src.metrics.answered(elapsed);
     if answer.is_ok() {
@@ -100,7 +104,12 @@ pub(crate) async fn handle<S: Store>(
 
 /// Logs carry `source`, `event_id` (wherever it is known: nothing of a refused delivery is trusted) and `outcome`
 /// (a recorded delivery's status, `refused` or `failed`) as fields.
-async fn ingest<S: Store>(state: &AppState<S>, src: &SourceRuntime, request: Request) -> Result<Response, ApiError> {
+async fn ingest<S: Store>(
+    state: &AppState<S>,
+    live: &Live,
+    src: &SourceRuntime,
+    request: Request,
+) -> Result<Response, ApiError> {
     // The parts are taken apart rather than extracted, so the header map is read in place, not cloned.
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
@@ -113,7 +122,7 @@ async fn ingest<S: Store>(state: &AppState<S>, src: &SourceRuntime, request: Req
             tracing::warn!(
                 source = %src.settings.name, outcome = "refused", reason = e.code(), "signature verification failed"
             );
-            if let Some(alerts) = &state.settings.alerts
+            if let Some(alerts) = &live.settings.alerts
                 && src.verification_failure_reaches(received_at_ms, alerts.window_ms, alerts.verification_failures)
             {
                 let text = format!(

@@ -13,6 +13,7 @@
 //! - `metrics`: the instruments behind `/metrics`; `openapi`: the document served at `/openapi.json`.
 //! - `error`: [`ApiError`], the one place where failures become status codes.
 //! - `json_int`: integers in request bodies as JSON (and the OpenAPI document) defines them: `5` and `5.0` alike.
+//! - [`reload`]: the configuration in force as a snapshot a request takes once, and reloading it.
 //! - [`retention`]: the pruning task and `prune_all`, shared with `payhook prune`.
 //! - `ui`: the operator dashboard under `/ui`, server-rendered behind the API token.
 //! - [`settings`]: the resolved settings the binary hands over.
@@ -34,6 +35,7 @@ mod json_int;
 mod listener;
 mod metrics;
 mod openapi;
+pub mod reload;
 pub mod retention;
 pub mod secret_url;
 pub mod settings;
@@ -47,6 +49,7 @@ pub use auth::{InvalidIpRange, IpRange};
 pub use error::ApiError;
 pub use listener::TlsError;
 pub use metrics::SourceMetrics;
+pub use reload::{Live, Loader, ReloadError, ReloadReport, Reloaded};
 pub use secret_url::SecretUrl;
 pub use settings::{
     AuthSettings, ListenerSettings, RetentionSettings, Settings, SinkTransport, SourceSettings, TlsSettings,

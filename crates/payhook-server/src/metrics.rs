@@ -81,34 +81,113 @@ impl SourceMetrics {
     }
 }
 
-/// The dispatcher's instruments: the latency of each POST to a sink, by sink.
+/// The dispatcher's instruments: the latency of each POST to a sink, by sink. A sink added by a reload gets its
+/// instruments then; a removed sink keeps its counters (they are counters: a sink added back goes on from them).
 #[derive(Debug)]
 pub(crate) struct DispatchMetrics {
-    sinks: Vec<(String, Histogram)>,
-    /// Broker acknowledgements by sink: `[new, duplicate]` (the broker dropped a re-publish).
-    published: Vec<(String, [AtomicU64; 2])>,
+    sinks: std::sync::RwLock<Vec<SinkInstruments>>,
+}
+
+#[derive(Debug)]
+struct SinkInstruments {
+    name: String,
+    latency_us: Histogram,
+    /// Broker acknowledgements: `[new, duplicate]` (the broker dropped a re-publish).
+    published: [AtomicU64; 2],
 }
 
 impl DispatchMetrics {
     pub(crate) fn new<'a>(sinks: impl Iterator<Item = &'a str>) -> Self {
-        let sinks: Vec<(String, Histogram)> =
-            sinks.map(|name| (name.to_owned(), Histogram::new(LATENCY_BOUNDS_US))).collect();
-        let published = sinks.iter().map(|(name, _)| (name.clone(), Default::default())).collect();
-        Self { sinks, published }
+        let this = Self { sinks: std::sync::RwLock::new(Vec::new()) };
+        this.add(sinks);
+        this
+    }
+
+    /// Gives instruments to the sinks among `names` that have none yet.
+    pub(crate) fn add<'a>(&self, names: impl Iterator<Item = &'a str>) {
+        let mut sinks = self.sinks.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for name in names {
+            if !sinks.iter().any(|s| s.name == name) {
+                sinks.push(SinkInstruments {
+                    name: name.to_owned(),
+                    latency_us: Histogram::new(LATENCY_BOUNDS_US),
+                    published: Default::default(),
+                });
+            }
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&[SinkInstruments]) -> T) -> T {
+        f(&self.sinks.read().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// Counts a broker's acknowledgement of a publish to `sink`, and whether it was a re-publish it dropped.
     pub(crate) fn published(&self, sink: &str, duplicate: bool) {
-        if let Some((_, c)) = self.published.iter().find(|(name, _)| name == sink) {
-            c[usize::from(duplicate)].fetch_add(1, Ordering::Relaxed);
-        }
+        self.with(|sinks| {
+            if let Some(s) = sinks.iter().find(|s| s.name == sink) {
+                s.published[usize::from(duplicate)].fetch_add(1, Ordering::Relaxed);
+            }
+        });
     }
 
     /// Counts one attempt to deliver to `sink` (whatever its outcome) that took `elapsed`.
     pub(crate) fn sent(&self, sink: &str, elapsed: std::time::Duration) {
-        if let Some((_, h)) = self.sinks.iter().find(|(name, _)| name == sink) {
-            h.observe(micros(elapsed));
+        self.with(|sinks| {
+            if let Some(s) = sinks.iter().find(|s| s.name == sink) {
+                s.latency_us.observe(micros(elapsed));
+            }
+        });
+    }
+}
+
+/// Configuration reloads: how many were applied and refused, the generation in force and when it was loaded.
+#[derive(Debug, Default)]
+pub(crate) struct ReloadMetrics {
+    /// `[ok, refused]`.
+    outcomes: [AtomicU64; 2],
+    generation: AtomicU64,
+    loaded_at_ms: std::sync::atomic::AtomicI64,
+}
+
+impl ReloadMetrics {
+    pub(crate) fn new(loaded_at_ms: i64) -> Self {
+        let this = Self::default();
+        this.loaded_at_ms.store(loaded_at_ms, Ordering::Relaxed);
+        this
+    }
+
+    pub(crate) fn applied(&self, generation: u64, at_ms: i64) {
+        self.outcomes[0].fetch_add(1, Ordering::Relaxed);
+        self.generation.store(generation, Ordering::Relaxed);
+        self.loaded_at_ms.store(at_ms, Ordering::Relaxed);
+    }
+
+    pub(crate) fn refused(&self) {
+        self.outcomes[1].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Appends the reload families in the Prometheus text format.
+    pub(crate) fn render_into(&self, out: &mut String) {
+        family(out, "payhook_config_reloads_total", "counter", "Configuration reloads, by outcome (ok, refused).");
+        for (i, outcome) in ["ok", "refused"].iter().enumerate() {
+            let labels = format!("outcome=\"{outcome}\"");
+            sample(out, "payhook_config_reloads_total", &labels, self.outcomes[i].load(Ordering::Relaxed));
         }
+        family(
+            out,
+            "payhook_config_generation",
+            "gauge",
+            "The configuration in force: 0 as started, one more for each reload applied.",
+        );
+        sample(out, "payhook_config_generation", "", self.generation.load(Ordering::Relaxed));
+        family(
+            out,
+            "payhook_config_loaded_timestamp_seconds",
+            "gauge",
+            "When the configuration in force was read (start or last applied reload), in Unix seconds.",
+        );
+        let at = u64::try_from(self.loaded_at_ms.load(Ordering::Relaxed) / 1000).unwrap_or(0);
+        sample(out, "payhook_config_loaded_timestamp_seconds", "", at);
     }
 }
 
@@ -210,22 +289,26 @@ where
         "histogram",
         "Time of one POST of an outbox row to its sink, whatever the answer, by sink.",
     );
-    for (name, h) in &scrape.dispatch.sinks {
-        let labels = format!("sink=\"{}\"", escape(name));
-        histogram(&mut out, "payhook_dispatch_duration_seconds", &labels, &h.snapshot(), 1e6);
-    }
+    scrape.dispatch.with(|sinks| {
+        for s in sinks {
+            let labels = format!("sink=\"{}\"", escape(&s.name));
+            histogram(&mut out, "payhook_dispatch_duration_seconds", &labels, &s.latency_us.snapshot(), 1e6);
+        }
+    });
     family(
         &mut out,
         "payhook_broker_published_total",
         "counter",
         "Publishes a broker sink acknowledged, by sink and outcome (duplicate: the broker dropped a re-publish).",
     );
-    for (name, c) in &scrape.dispatch.published {
-        for (i, outcome) in ["new", "duplicate"].iter().enumerate() {
-            let labels = format!("sink=\"{}\",outcome=\"{outcome}\"", escape(name));
-            sample(&mut out, "payhook_broker_published_total", &labels, c[i].load(Ordering::Relaxed));
+    scrape.dispatch.with(|sinks| {
+        for s in sinks {
+            for (i, outcome) in ["new", "duplicate"].iter().enumerate() {
+                let labels = format!("sink=\"{}\",outcome=\"{outcome}\"", escape(&s.name));
+                sample(&mut out, "payhook_broker_published_total", &labels, s.published[i].load(Ordering::Relaxed));
+            }
         }
-    }
+    });
     let w = &scrape.writer;
     family(&mut out, "payhook_commit_batch_size", "histogram", "Jobs per committed write transaction.");
     histogram(&mut out, "payhook_commit_batch_size", "", &w.batch_sizes, 1.0);

@@ -26,13 +26,14 @@ use utoipa::{Modify, OpenApi, ToSchema};
         crate::admin_api::list_outbox,
         crate::admin_api::retry_outbox,
         crate::admin_api::stats,
+        crate::admin_api::reload,
         crate::app::healthz,
         crate::app::readyz,
         crate::app::metrics_text,
         crate::app::openapi_json,
     ),
     components(schemas(Id, Source, ErrorBody, WebhookAnswer, Readiness, ReplicationPart, crate::admin::EventDetail, crate::admin::BodyEncoding,
-        crate::admin::EventPage, crate::admin::OutboxPage)),
+        crate::admin::EventPage, crate::admin::OutboxPage, crate::reload::ReloadReport)),
     modifiers(&BearerToken),
 )]
 pub(crate) struct ApiDoc;

@@ -155,7 +155,7 @@ pub struct SqliteStore {
     probe: Arc<Mutex<Connection>>,
     wal: Arc<checkpoint::WalCounters>,
     vacuum_step_pages: u32,
-    ctx: Arc<context::Ctx>,
+    ctx: context::LiveCtx,
     path: PathBuf,
     /// Rows a listing page examines at most when its index does not serve its whole filter.
     list_scan_rows: u32,
@@ -218,7 +218,7 @@ impl SqliteStore {
             probe: Arc::new(Mutex::new(probe)),
             wal,
             vacuum_step_pages: options.vacuum_step_pages,
-            ctx: Arc::new(context::Ctx { retry: options.retry, routing: options.routing }),
+            ctx: context::LiveCtx::new(context::Ctx { retry: options.retry, routing: options.routing }),
             path: options.path,
             list_scan_rows: options.list_scan_rows.max(1),
             list_scans_stopped: std::sync::atomic::AtomicU64::new(0),
@@ -291,7 +291,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
 
 impl Store for SqliteStore {
     fn ingest(&self, delivery: Delivery) -> impl Future<Output = Result<Recorded, StoreError>> + Send {
-        let ctx = Arc::clone(&self.ctx);
+        let ctx = self.ctx.current();
         // Encoded here, on the caller's task: the writer thread is the one every delivery waits for.
         let headers_json = delivery.headers.to_json();
         self.writer.submit(move |conn| ops::ingest(conn, &delivery, &headers_json, &ctx))
@@ -316,7 +316,7 @@ impl Store for SqliteStore {
     }
 
     fn retry(&self, claimed: Claimed, now_ms: i64) -> impl Future<Output = Result<Retried, StoreError>> + Send {
-        let ctx = Arc::clone(&self.ctx);
+        let ctx = self.ctx.current();
         self.writer.submit(move |conn| ops::retry(conn, &claimed, now_ms, &ctx))
     }
 
@@ -368,7 +368,7 @@ impl Store for SqliteStore {
         outcome: Dispatched,
         now_ms: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        let (ctx, job) = (Arc::clone(&self.ctx), job.clone());
+        let (ctx, job) = (self.ctx.current(), job.clone());
         self.writer.submit(move |conn| outbox::finish_outbox(conn, &ctx, &job, &outcome, now_ms))
     }
 
@@ -402,12 +402,12 @@ impl Store for SqliteStore {
         parsed: Parsed,
         now_ms: i64,
     ) -> impl Future<Output = Result<Replayed, StoreError>> + Send {
-        let (ctx, source, event_id) = (Arc::clone(&self.ctx), source.clone(), event_id.clone());
+        let (ctx, source, event_id) = (self.ctx.current(), source.clone(), event_id.clone());
         self.writer.submit(move |conn| ops::replay(conn, &ctx, source.as_str(), event_id.as_str(), &parsed, now_ms))
     }
 
     fn raise_alert(&self, alert: Alert) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let ctx = Arc::clone(&self.ctx);
+        let ctx = self.ctx.current();
         self.writer.submit(move |conn| outbox::raise_alert(conn, &ctx, &alert))
     }
 
@@ -439,6 +439,10 @@ impl Store for SqliteStore {
         })
         .await
         .map_err(|e| StoreError::Unavailable(Box::new(e)))?
+    }
+
+    fn set_routing(&self, routing: payhook_store::Routing) {
+        self.ctx.set_routing(routing);
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {

@@ -70,6 +70,7 @@ macro_rules! store_contract_tests {
                 $crate::contract::test_policy(), $crate::contract::test_routing()
             ) => [
                 outbox_rows_are_written_per_matching_sink_and_delivered_once,
+                a_routing_set_while_running_routes_the_next_effects_and_leaves_written_rows_alone,
                 a_failing_sink_is_retried_then_dead_and_a_dead_row_can_be_requeued,
                 an_outbox_lease_keeps_other_dispatchers_away_and_a_lost_lease_changes_nothing,
                 a_hundred_dead_letters_in_a_minute_raise_one_alert_with_the_count,
@@ -310,6 +311,10 @@ macro_rules! delegate_store {
 
             fn writer_metrics(&self) -> $crate::metrics::WriterMetrics {
                 self.$field.writer_metrics()
+            }
+
+            fn set_routing(&self, routing: $crate::Routing) {
+                self.$field.set_routing(routing)
             }
 
             fn read_metrics(&self) -> $crate::metrics::ReadMetrics {
@@ -1104,6 +1109,25 @@ pub async fn outbox_rows_are_written_per_matching_sink_and_delivered_once<S: Sto
     );
     // The other sinks' rows are untouched by crm's dispatcher.
     assert_eq!(claim_outbox(&store, "mail", "d1", T0 + 5).await.len(), 1);
+}
+
+/// A reload's routing (`set_routing`) applies to the effects recorded after it; rows already written keep their sink.
+pub async fn a_routing_set_while_running_routes_the_next_effects_and_leaves_written_rows_alone<S: Store>(store: S) {
+    register_new(&store, new_order("ord_r1", 100, T0)).await;
+    ingest(&store, pay("evt_r1", "ord_r1", 100, T0 + 1)).await;
+    let mut routing = Routing::default();
+    routing.by_kind.insert("order.paid".into(), vec!["ledger".into()]);
+    store.set_routing(routing);
+    register_new(&store, new_order("ord_r2", 100, T0 + 2)).await;
+    ingest(&store, pay("evt_r2", "ord_r2", 100, T0 + 3)).await;
+    let sinks = |order: OrderView| {
+        let mut sinks: Vec<String> = order.outbox.iter().map(|r| r.sink.clone().unwrap_or_default()).collect();
+        sinks.sort();
+        sinks
+    };
+    assert_eq!(sinks(order_view(&store, "ord_r1").await), ["audit", "crm", "mail"]);
+    assert_eq!(sinks(order_view(&store, "ord_r2").await), ["ledger"]);
+    assert_eq!(claim_outbox(&store, "crm", "d", T0 + 4).await.len(), 1, "the earlier row still waits for crm");
 }
 
 /// Transient failures reschedule the row; a permanent one kills it; a dead row re-queued gets a fresh budget.

@@ -231,6 +231,10 @@ pub trait Store: Send + Sync + 'static {
     /// The writer's state: running, queue depth, committed batch sizes. Cheap (atomics), never waits.
     fn writer_metrics(&self) -> metrics::WriterMetrics;
 
+    /// Replaces the routing of outbox rows, forwards, implicit orders and alerts (a configuration reload). Each
+    /// write transaction runs under the routing current when it starts, never a mix of two.
+    fn set_routing(&self, routing: Routing);
+
     /// The read connections' state: in use, reads waiting for one, reads stopped by the time limit. Cheap
     /// (atomics), never waits. A backend without a reader pool of its own reports [`metrics::ReadMetrics::default`].
     fn read_metrics(&self) -> metrics::ReadMetrics {

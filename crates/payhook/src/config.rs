@@ -2,6 +2,7 @@
 //! The raw file is a separate type from the resolved settings; resolving validates everything and names the key
 //! of each problem.
 //!
+//! - `reload`: reading the file again for a running server, and what a reload may not change.
 //! - `server`: the `[server]` table (listener bounds and TLS, the API token and its throttle).
 
 use anyhow::{Context, Result, bail};
@@ -23,6 +24,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+mod reload;
 mod retention;
 mod server;
 mod sinks;
@@ -134,8 +136,9 @@ struct RawSource {
     /// What `{url}` stands for in a declared rule: the notification URL as registered with the provider.
     notification_url: Option<String>,
     format: RawFormat,
+    /// Each a string, or `{ value = "…", not_after = "RFC 3339" }` for a secret being rotated out.
     #[serde(default)]
-    secrets: Vec<String>,
+    secrets: Vec<toml::Value>,
     secrets_env: Option<String>,
     tolerance_secs: Option<u64>,
     header: Option<String>,
@@ -269,7 +272,7 @@ fn resolve_format(format: &RawFormat) -> Result<Format> {
 }
 
 /// Everything the binary needs, resolved and checked.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// The file it came from, if any.
     pub file: Option<PathBuf>,
@@ -283,6 +286,18 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Where the API token came from.
     pub api_token_origin: TokenOrigin,
+    /// The configuration as read (defaults, file, environment merged), before resolving: what a reload compares.
+    pub(crate) merged: Merged,
+}
+
+/// The merged configuration table. It holds the secrets as written, so it is never printed.
+#[derive(Clone, PartialEq)]
+pub(crate) struct Merged(toml::Table);
+
+impl std::fmt::Debug for Merged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Merged([redacted])")
+    }
 }
 
 /// The store `storage.url` selects, with its resolved options.
@@ -384,6 +399,7 @@ impl Config {
                 None => anyhow::anyhow!("{name}: {message}"),
             }
         };
+        let merged_copy = merged.clone();
         // serde_path_to_error gives the path of a value serde refused (a wrong type, an unknown key).
         let raw: RawConfig = serde_path_to_error::deserialize(merged).map_err(|e| {
             let key = e.path().to_string();
@@ -391,7 +407,7 @@ impl Config {
         })?;
         let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         // Resolving names the key first in each message it writes (`server.listen: …`).
-        resolve(raw, file, &var).map_err(|e| {
+        resolve(raw, file, Merged(merged_copy), &var).map_err(|e| {
             let message = format!("{e:#}");
             blame(key_path_in(&message).as_deref(), message)
         })
@@ -500,7 +516,12 @@ fn merge(base: &mut toml::Table, user: toml::Table) {
     }
 }
 
-fn resolve(raw: RawConfig, file: Option<PathBuf>, var: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+fn resolve(
+    raw: RawConfig,
+    file: Option<PathBuf>,
+    merged: Merged,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config> {
     let listen: SocketAddr = raw
         .server
         .listen
@@ -588,14 +609,22 @@ fn resolve(raw: RawConfig, file: Option<PathBuf>, var: &dyn Fn(&str) -> Option<S
     }
     let mut storage = storage;
     storage.set_routing(settings.routing());
-    Ok(Config { file, listen, settings, storage, log_format, api_token_origin })
+    Ok(Config { file, listen, settings, storage, log_format, api_token_origin, merged })
 }
 
 fn resolve_source(mut s: RawSource) -> Result<SourceSettings> {
     let name = SourceName::parse(s.name.clone()).context("name")?;
     let scheme = resolve_scheme(&mut s)?;
     let format = resolve_format(&s.format)?;
-    let mut secrets: Vec<Secret> = s.secrets.into_iter().map(Secret::new).collect();
+    let mut secrets: Vec<Secret> = std::mem::take(&mut s.secrets)
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| resolve_secret(v).with_context(|| format!("secrets[{i}]")))
+        .collect::<Result<_>>()?;
+    let now = payhook_server::now_ms() / 1000;
+    if !secrets.is_empty() && secrets.iter().all(|s| s.not_after().is_some_and(|t| t < now)) {
+        bail!("secrets: every secret is past its not_after, so every delivery would be refused; add the new secret");
+    }
     if let Some(var) = &s.secrets_env {
         let value =
             std::env::var(var).with_context(|| format!("secrets_env: environment variable {var} is not set"))?;
@@ -615,6 +644,45 @@ fn resolve_source(mut s: RawSource) -> Result<SourceSettings> {
         verifier = verifier.with_required_components(&components).context("required_components")?;
     }
     Ok(SourceSettings { name, verifier, format, forward: s.forward, orders: s.orders })
+}
+
+/// One entry of a source's `secrets`: `"…"`, or `{ value = "…", not_after = "2026-12-31T00:00:00Z" }` for a secret
+/// accepted until that second (RFC 3339, with its zone; a TOML date-time without quotes is read the same way).
+fn resolve_secret(entry: toml::Value) -> Result<Secret> {
+    let mut table = match entry {
+        toml::Value::String(value) => return Ok(Secret::new(value)),
+        toml::Value::Table(table) => table,
+        other => bail!("expected a string or {{ value = \"…\", not_after = \"…\" }}, not a {}", other.type_str()),
+    };
+    let value = match table.remove("value") {
+        Some(toml::Value::String(value)) => value,
+        Some(_) => bail!("value: must be a string"),
+        None => bail!("value: missing (a secret with a not_after is written {{ value = \"…\", not_after = \"…\" }})"),
+    };
+    let not_after = match table.remove("not_after") {
+        Some(toml::Value::String(text)) => text,
+        Some(toml::Value::Datetime(at)) => at.to_string(),
+        Some(_) => bail!("not_after: must be an RFC 3339 date-time such as \"2026-12-31T00:00:00Z\""),
+        None => bail!("not_after: missing (without one, write the secret as a plain string)"),
+    };
+    if let Some(key) = table.keys().next() {
+        bail!("{key}: unknown key (expected value and not_after)");
+    }
+    let at = rfc3339_secs(&not_after).with_context(|| {
+        format!("not_after: {not_after:?} is not an RFC 3339 date-time with a zone, such as \"2026-12-31T00:00:00Z\"")
+    })?;
+    Ok(Secret::new(value).with_not_after(at))
+}
+
+/// Unix seconds of an RFC 3339 date-time, which (unlike the ISO 8601 providers send) must state its zone.
+fn rfc3339_secs(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    let zoned = matches!(b.last(), Some(b'Z' | b'z'))
+        || (b.len() > 6 && matches!(b[b.len() - 6], b'+' | b'-') && b[b.len() - 3] == b':');
+    if !zoned || b.len() < 20 {
+        return None;
+    }
+    payhook_core::time::parse_iso8601(text)
 }
 
 #[cfg(test)]

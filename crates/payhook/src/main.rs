@@ -1,5 +1,5 @@
-//! The `payhook` binary: `serve`, `demo`, `send`, `bench`, `orders import`, `config check|print-default`, and the admin
-//! commands `events`, `dlq`, `replay`, `outbox`, `stats`, `prune`, and `compact`.
+//! The `payhook` binary: `serve`, `reload`, `demo`, `send`, `bench`, `orders import`, `config check|print-default`, and
+//! the admin commands `events`, `dlq`, `replay`, `outbox`, `stats`, `prune`, and `compact`.
 //!
 //! Boundary: the only crate that knows clap, TOML and anyhow; it resolves configuration and hands typed settings
 //! to the server and the store.
@@ -13,6 +13,7 @@ use payhook::config;
 mod demo;
 mod orders;
 mod prefill;
+mod reload;
 mod send;
 mod table;
 mod trigger;
@@ -42,6 +43,10 @@ struct Cli {
 enum Command {
     /// Receive webhooks: verify, record, deduplicate, apply, answer.
     Serve,
+    /// Make the running server read its configuration file again (POST /v1/reload, with the API token): sources,
+    /// secrets, sinks and alerts change without a restart; a file that does not pass `config check`, or that
+    /// changes a setting needing a restart, is refused and the configuration in force stays. SIGHUP does the same.
+    Reload(reload::ReloadArgs),
     /// Start payhook on a temporary database and play the failure modes it exists for, explaining each.
     Demo(demo::DemoArgs),
     /// Sign and POST a test event for a configured source, the way its provider would.
@@ -156,6 +161,7 @@ async fn run(cli: Cli) -> Result<()> {
             init_tracing(config.log_format, "info");
             serve(config).await
         }
+        Command::Reload(args) => reload::run(&Config::load(cli.config.as_deref())?, args).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Send(args) => send::run(Config::load(cli.config.as_deref())?, args).await,
         Command::Trigger(args) => trigger::run(Config::load(cli.config.as_deref())?, args).await,
@@ -204,18 +210,19 @@ async fn serve(cfg: Config) -> Result<()> {
     }
     warn_if_fd_limit_below(cfg.settings.listener.max_connections);
     let db = cfg.storage.describe();
+    let loader = loader(cfg.clone());
     match cfg.storage {
         StorageConfig::Sqlite(options) => {
             let path = options.path.display().to_string();
             let store = Arc::new(SqliteStore::open(options).with_context(|| format!("cannot open {path}"))?);
-            serve_with(cfg.listen, cfg.settings, Arc::clone(&store), &db).await?;
+            serve_with(cfg.listen, cfg.settings, Arc::clone(&store), &db, loader).await?;
             // Every answered request has committed; let the writer finish and close the file.
             store.shutdown().await;
         }
         StorageConfig::Postgres(options) => {
             let target = options.target();
             let store = Arc::new(PgStore::open(options).await.with_context(|| format!("cannot open {target}"))?);
-            serve_with(cfg.listen, cfg.settings, Arc::clone(&store), &db).await?;
+            serve_with(cfg.listen, cfg.settings, Arc::clone(&store), &db, loader).await?;
             // Every answered request has committed; commit and answer what is still queued, close the pool.
             store.shutdown().await;
             let b = store.batch_stats();
@@ -232,11 +239,32 @@ async fn serve(cfg: Config) -> Result<()> {
     Ok(())
 }
 
+/// How the running server reads its configuration again: the file it started from, checked as `config check`
+/// checks it and compared with the configuration in force (which it becomes once applied).
+fn loader(started: Config) -> Box<payhook_server::Loader> {
+    let in_force = std::sync::Mutex::new(started);
+    Box::new(move || {
+        let mut in_force = in_force.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (new, reloaded) = in_force.reread()?;
+        // The server applies whatever the loader returns: from here on, `new` is the configuration in force.
+        *in_force = new;
+        Ok(reloaded)
+    })
+}
+
 /// Serves on `listen` with `store` until SIGTERM or Ctrl-C, then drains: whichever backend, the same runtime.
-async fn serve_with<S: Store>(listen: SocketAddr, settings: Settings, store: Arc<S>, db: &str) -> Result<()> {
+/// SIGHUP reads the TLS certificate and the configuration file again.
+async fn serve_with<S: Store>(
+    listen: SocketAddr,
+    settings: Settings,
+    store: Arc<S>,
+    db: &str,
+    loader: Box<payhook_server::Loader>,
+) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let https = settings.listener.tls.is_some();
     let running = payhook_server::start(listener, settings, store)?;
+    running.state.set_loader(loader);
     tracing::info!(
         addr = %running.addr,
         scheme = if https { "https" } else { "http" },
@@ -250,11 +278,15 @@ async fn serve_with<S: Store>(listen: SocketAddr, settings: Settings, store: Arc
     loop {
         tokio::select! {
             () = &mut shutdown => break,
-            Some(()) = reload.recv() => match running.reload_tls() {
-                Ok(true) => tracing::info!("SIGHUP: the TLS certificate and key were read again"),
-                Ok(false) => tracing::info!("SIGHUP: nothing to reload (no server.tls)"),
-                Err(e) => tracing::error!(error = %e, "SIGHUP: the TLS certificate and key could not be read; the previous ones stay in use"),
-            },
+            Some(()) = reload.recv() => {
+                match running.reload_tls() {
+                    Ok(true) => tracing::info!("SIGHUP: the TLS certificate and key were read again"),
+                    Ok(false) => {}
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: the TLS certificate and key could not be read; the previous ones stay in use"),
+                }
+                // Applied or refused, the outcome is logged (at error level when refused) and counted.
+                let _ = running.state.reload("SIGHUP").await;
+            }
         }
     }
     tracing::info!("shutting down: finishing in-flight requests");

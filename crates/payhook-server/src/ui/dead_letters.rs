@@ -72,7 +72,7 @@ pub(super) async fn bulk_replay<S: Store>(
         state.ui_sessions.set_flash(&session, message);
         return Ok(Redirect::to(&back).into_response());
     }
-    let preview = admin::preview_replay(&*state.store, &state.settings, &filter, None).await?;
+    let preview = admin::preview_replay(&*state.store, &state.live().settings, &filter, None).await?;
     let content = html! {
         h1 { "Replay dead letters: dry run" }
         p {

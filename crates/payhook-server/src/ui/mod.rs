@@ -298,8 +298,9 @@ fn with_query(path: &str, query: &str) -> String {
     if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") }
 }
 
-fn source_select<S>(state: &AppState<S>, current: Option<&str>) -> Markup {
-    let mut names: Vec<&str> = state.sources.keys().map(String::as_str).collect();
+fn source_select<S: Store>(state: &AppState<S>, current: Option<&str>) -> Markup {
+    let live = state.live();
+    let mut names: Vec<&str> = live.sources.keys().map(String::as_str).collect();
     names.sort_unstable();
     html! {
         label { "Source"

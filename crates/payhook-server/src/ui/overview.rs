@@ -24,7 +24,8 @@ pub(super) async fn overview<S: Store>(
         ("outbox_pending", "Outbox pending", outbox("pending"), "/ui/outbox?status=pending".to_owned()),
         ("outbox_dead", "Outbox dead", outbox("dead"), "/ui/outbox?status=dead".to_owned()),
     ];
-    let mut names: Vec<&String> = state.sources.keys().collect();
+    let live = state.live();
+    let mut names: Vec<&String> = live.sources.keys().collect();
     names.sort();
     let minutes = state.throughput.last_hour(now);
     let content = html! {
@@ -61,7 +62,7 @@ pub(super) async fn overview<S: Store>(
                 } }
                 tbody {
                     @for name in names {
-                        @let m = &state.sources[name.as_str()].metrics;
+                        @let m = &live.sources[name.as_str()].metrics;
                         tr {
                             td { a href={ "/ui/events?source=" (segment(name)) } { (name) } }
                             @for status in STATUSES { td { (m.outcome_count(status)) } }

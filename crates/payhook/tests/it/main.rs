@@ -12,6 +12,7 @@ mod interop;
 mod postgres;
 mod powercut;
 mod provider;
+mod reload;
 mod replication;
 mod secrets;
 mod serve;
