@@ -508,3 +508,44 @@ async fn an_error_stored_with_a_full_url_is_shown_redacted_everywhere() {
     assert!(!shown.contains(PLANTED), "a planted secret is shown: {shown}");
     assert!(shown.contains("https://hooks.slack.com/services/…"), "{shown}");
 }
+
+/// The running dispatcher follows reloads: a sink added by a reload gets its own loop and the next receipts, a
+/// removed sink's loop stops and its later rows are never written, and rows written before stay where they were.
+#[tokio::test]
+async fn a_sink_added_by_a_reload_is_delivered_to_and_a_removed_one_no_longer_is() {
+    let sink_server = Sink::start().await;
+    let (old_url, new_url) = (sink_server.url("/old"), sink_server.url("/new"));
+    let app = TestApp::spawn_with(|s, _| {
+        s.dispatcher.enabled = true;
+        s.dispatcher.poll_interval_ms = 20;
+        s.sinks.push(sink("old", old_url, &["order.paid"]));
+    })
+    .await;
+    paid_order(&app, "ord_r1").await;
+    let delivered_to = |path: &'static str, n: usize| {
+        let sink_server = &sink_server;
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while sink_server.seen(path).len() < n {
+                assert!(std::time::Instant::now() < deadline, "{path} never received {n} rows");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    delivered_to("/old", 1).await;
+
+    let mut settings = app.settings.clone();
+    settings.sinks = vec![sink("new", new_url, &["order.paid"])];
+    let report = app.running.state.apply(payhook_server::Reloaded {
+        settings,
+        changed_sources: Vec::new(),
+        changed_sinks: Vec::new(),
+        alerts_changed: false,
+    });
+    assert_eq!((report.sinks_added, report.sinks_removed), (vec!["new".to_owned()], vec!["old".to_owned()]));
+    paid_order(&app, "ord_r2").await;
+    delivered_to("/new", 1).await;
+    assert_eq!(rows(&app, "old").await.len(), 1, "no row for the removed sink after the reload");
+    assert_eq!(rows(&app, "new").await.len(), 1);
+    assert_eq!(sink_server.seen("/old").len(), 1);
+}

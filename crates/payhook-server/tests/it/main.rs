@@ -21,6 +21,7 @@ mod orders;
 mod presets;
 mod providers;
 mod readers;
+mod reload;
 mod retention;
 mod ui;
 mod verification;

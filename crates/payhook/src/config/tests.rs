@@ -627,3 +627,53 @@ fn notification_url_is_only_for_declared_rules() {
     let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
     assert!(err.contains("notification_url: only a declared rule or a preset takes this key"), "{err}");
 }
+
+/// A Stripe source whose `secrets` are `secrets` (TOML).
+fn stripe_with(secrets: &str) -> Result<Config> {
+    let text = format!("[[sources]]\nname = \"s\"\nscheme = \"stripe\"\nformat = \"stripe\"\nsecrets = {secrets}\n");
+    Config::from_toml(&text, "f.toml", None)
+}
+
+#[test]
+fn a_secret_being_rotated_out_carries_its_not_after() {
+    let c = stripe_with(r#"["whsec_new", { value = "whsec_old", not_after = "2099-12-31T00:00:00Z" }]"#).unwrap();
+    let v = &c.settings.sources[0].verifier;
+    let old = payhook_core::signature::Verifier::new(Scheme::Stripe, &[Secret::new("whsec_old")], 300).unwrap();
+    let at = |t: i64| old.sign(b"{}", t, "m");
+    let end = 4_102_358_400; // 2099-12-31T00:00:00Z
+    assert_eq!(v.verify(&at(end), b"{}", end).map(|v| v.secret_index), Ok(1));
+    assert!(v.verify(&at(end + 1), b"{}", end + 1).is_err(), "refused the second after");
+    // A TOML date-time without quotes and another zone mean the same instant.
+    for written in ["2099-12-31T00:00:00Z", "\"2099-12-31T01:00:00+01:00\""] {
+        let c = stripe_with(&format!(r#"["n", {{ value = "o", not_after = {written} }}]"#)).unwrap();
+        let v = &c.settings.sources[0].verifier;
+        assert_eq!(v.verify(&at(end), b"{}", end).err(), Some(payhook_core::signature::VerifyError::Mismatch));
+    }
+}
+
+#[test]
+fn a_not_after_that_is_not_rfc_3339_with_a_zone_is_refused_naming_the_secret() {
+    for (secrets, expected) in [
+        (r#"["n", { value = "o", not_after = "2099-12-31T00:00:00" }]"#, "secrets[1]: not_after: \"2099-12-31T00:00:00\" is not an RFC 3339"),
+        (r#"["n", { value = "o", not_after = "next year" }]"#, "secrets[1]: not_after"),
+        (r#"["n", { value = "o" }]"#, "secrets[1]: not_after: missing"),
+        (r#"["n", { value = "o", not_after = "2099-12-31T00:00:00Z", note = "x" }]"#, "secrets[1]: note: unknown key"),
+        (r#"[{ not_after = "2099-12-31T00:00:00Z" }]"#, "secrets[0]: value: missing"),
+        (r#"[42]"#, "secrets[0]: expected a string"),
+    ] {
+        let err = format!("{:#}", stripe_with(secrets).unwrap_err());
+        assert!(err.contains("sources[0] (s)") && err.contains(expected), "{secrets}: {err}");
+        assert!(err.starts_with("f.toml:5: "), "the line of `secrets`: {err}");
+    }
+}
+
+#[test]
+fn a_source_whose_every_secret_is_past_its_not_after_is_refused() {
+    let err = format!(
+        "{:#}",
+        stripe_with(r#"[{ value = "o", not_after = "2001-01-01T00:00:00Z" }]"#).unwrap_err()
+    );
+    assert!(err.contains("every secret is past its not_after"), "{err}");
+    // One past secret beside a current one is fine: it was rotated out.
+    stripe_with(r#"["n", { value = "o", not_after = "2001-01-01T00:00:00Z" }]"#).unwrap();
+}
