@@ -353,7 +353,8 @@ impl PgStore {
             tracing::warn!("today's inbox partition could not be created in time; the next pruning step tries again");
             partitions.lock_timeouts.fetch_add(1, Ordering::Relaxed);
         }
-        let ctx = Arc::new(ops::LiveCtx::new(ops::Ctx { retry: options.retry.clone(), routing: options.routing.clone() }));
+        let ctx =
+            Arc::new(ops::LiveCtx::new(ops::Ctx { retry: options.retry.clone(), routing: options.routing.clone() }));
         let writer = writer::Writer::spawn(
             pool.clone(),
             writer::WriterConfig {

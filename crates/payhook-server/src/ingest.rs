@@ -4,8 +4,8 @@
 //! (parseable or not), so nothing verified is dropped.
 
 use crate::app::{AppState, SourceRuntime, now_ms};
-use crate::reload::Live;
 use crate::error::ApiError;
+use crate::reload::Live;
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::Request;

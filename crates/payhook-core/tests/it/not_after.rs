@@ -78,14 +78,18 @@ fn a_retired_ed25519_key_no_longer_verifies_v1a_signatures() {
 
 #[test]
 fn a_retired_http_signature_key_is_no_longer_selected_by_its_keyid() {
-    let (new, old) = (
-        "hmac-sha256:key-2027:bmV3LWtleS1mb3ItdGVzdHM=",
-        "hmac-sha256:key-2026:c2VjcmV0LWtleS1mb3ItdGVzdHM=",
-    );
+    let (new, old) =
+        ("hmac-sha256:key-2027:bmV3LWtleS1mb3ItdGVzdHM=", "hmac-sha256:key-2026:c2VjcmV0LWtleS1mb3ItdGVzdHM=");
     let v = rotating(Scheme::HttpMessageSignatures, &[(new, None), (old, Some(NOT_AFTER))]);
     let base = [("Content-Type", "application/json")];
-    let parts =
-        RequestParts { method: "POST", scheme: "https", authority: "h.example", path: "/w", query: None, headers: &base };
+    let parts = RequestParts {
+        method: "POST",
+        scheme: "https",
+        authority: "h.example",
+        path: "/w",
+        query: None,
+        headers: &base,
+    };
     let signed = |secret: &str, now: i64| {
         let signer = rotating(Scheme::HttpMessageSignatures, &[(secret, None)]);
         let mut all: Vec<(String, String)> = base.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();

@@ -67,10 +67,7 @@ fn differing(old: &toml::Table, new: &toml::Table, prefix: &str, out: &mut Vec<S
 fn changed_entries(old: &Merged, new: &Merged, table: &str) -> Vec<String> {
     let entries = |m: &Merged| -> Vec<(String, toml::Value)> {
         let Some(toml::Value::Array(items)) = m.0.get(table) else { return Vec::new() };
-        items
-            .iter()
-            .filter_map(|item| Some((item.get("name")?.as_str()?.to_owned(), item.clone())))
-            .collect()
+        items.iter().filter_map(|item| Some((item.get("name")?.as_str()?.to_owned(), item.clone()))).collect()
     };
     let before = entries(old);
     entries(new)

@@ -654,7 +654,10 @@ fn a_secret_being_rotated_out_carries_its_not_after() {
 #[test]
 fn a_not_after_that_is_not_rfc_3339_with_a_zone_is_refused_naming_the_secret() {
     for (secrets, expected) in [
-        (r#"["n", { value = "o", not_after = "2099-12-31T00:00:00" }]"#, "secrets[1]: not_after: \"2099-12-31T00:00:00\" is not an RFC 3339"),
+        (
+            r#"["n", { value = "o", not_after = "2099-12-31T00:00:00" }]"#,
+            "secrets[1]: not_after: \"2099-12-31T00:00:00\" is not an RFC 3339",
+        ),
         (r#"["n", { value = "o", not_after = "next year" }]"#, "secrets[1]: not_after"),
         (r#"["n", { value = "o" }]"#, "secrets[1]: not_after: missing"),
         (r#"["n", { value = "o", not_after = "2099-12-31T00:00:00Z", note = "x" }]"#, "secrets[1]: note: unknown key"),
@@ -669,10 +672,7 @@ fn a_not_after_that_is_not_rfc_3339_with_a_zone_is_refused_naming_the_secret() {
 
 #[test]
 fn a_source_whose_every_secret_is_past_its_not_after_is_refused() {
-    let err = format!(
-        "{:#}",
-        stripe_with(r#"[{ value = "o", not_after = "2001-01-01T00:00:00Z" }]"#).unwrap_err()
-    );
+    let err = format!("{:#}", stripe_with(r#"[{ value = "o", not_after = "2001-01-01T00:00:00Z" }]"#).unwrap_err());
     assert!(err.contains("every secret is past its not_after"), "{err}");
     // One past secret beside a current one is fine: it was rotated out.
     stripe_with(r#"["n", { value = "o", not_after = "2001-01-01T00:00:00Z" }]"#).unwrap();

@@ -221,7 +221,8 @@ async fn a_file_that_fails_config_check_or_needs_a_restart_is_refused_and_the_ol
 
     // Nothing of either file was applied: the first configuration serves on, and the added source does not exist.
     assert_eq!(metric(&server, "payhook_config_generation").await, Some(0));
-    let (status, answer) = post(&server.client, &server.webhook_url(), &payment("evt-after-bad", "ord-1")).await.unwrap();
+    let (status, answer) =
+        post(&server.client, &server.webhook_url(), &payment("evt-after-bad", "ord-1")).await.unwrap();
     assert!(status.is_success(), "{status} {answer}");
     let (status, _) = deliver(&server, EXTRA, &payment_signed_with(EXTRA_SECRET, "evt-extra")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
