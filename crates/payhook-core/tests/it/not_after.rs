@@ -114,3 +114,17 @@ fn a_secret_without_not_after_never_expires_and_debug_stays_redacted() {
     assert_eq!(secret.not_after(), Some(NOT_AFTER));
     assert_eq!(format!("{secret:?}"), "Secret([redacted])");
 }
+
+#[test]
+fn a_retired_secret_of_a_declared_rule_is_refused_like_any_other() {
+    let preset = payhook_core::preset::Preset::get("stripe").expect("a stripe preset").expect("it parses");
+    let scheme = preset.scheme(None).expect("its rule compiles").expect("it has a rule");
+    assert!(matches!(scheme, Scheme::Declared(_)));
+    let v = rotating(scheme.clone(), &[("whsec_new", None), ("whsec_old", Some(NOT_AFTER))]);
+    // Stripe's own code signs what the preset verifies.
+    let old = |now| signed_with(Scheme::Stripe, "whsec_old", now);
+    assert_eq!(index(v.verify(&old(NOT_AFTER), BODY, NOT_AFTER)), Ok(1));
+    assert_eq!(index(v.verify(&old(NOT_AFTER + 1), BODY, NOT_AFTER + 1)), Err(VerifyError::Mismatch));
+    let new = signed_with(Scheme::Stripe, "whsec_new", NOT_AFTER + 1);
+    assert_eq!(index(v.verify(&new, BODY, NOT_AFTER + 1)), Ok(0));
+}
