@@ -192,7 +192,7 @@ async fn a_file_that_fails_config_check_or_needs_a_restart_is_refused_and_the_ol
     let check = dir.run(&["--config", server.config.to_str().unwrap(), "config", "check"]);
     assert!(!check.status.success());
     let message = text(&check.stderr).trim().strip_prefix("payhook: ").expect("config check's message").to_owned();
-    assert!(message.contains("unknown scheme \"nope\""), "{message}");
+    assert!(message.contains("sources[0] (payments)"), "{message}");
     let (status, answer) = reload_api().await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
     assert_eq!((answer["error"].as_str(), answer["message"].as_str()), (Some("config_refused"), Some(&*message)));
@@ -208,7 +208,7 @@ async fn a_file_that_fails_config_check_or_needs_a_restart_is_refused_and_the_ol
     }
     let log = server.log();
     let line = log.lines().find(|l| l.contains("SIGHUP") && l.contains("refused")).expect("the refusal is logged");
-    assert!(line.contains("ERROR") && line.contains("unknown scheme"), "{line}");
+    assert!(line.contains("ERROR") && line.contains("sources[0] (payments)"), "{line}");
 
     // A file that passes the check but moves the listener: refused as a whole, naming what needs a restart.
     let moved = good.replace(&format!("127.0.0.1:{}", server.port), &format!("127.0.0.1:{}", free_port()));
