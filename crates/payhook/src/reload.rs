@@ -18,7 +18,13 @@ pub async fn run(cfg: &Config, args: ReloadArgs) -> Result<()> {
     let Some(token) = cfg.settings.api_token.as_ref().filter(|t| !t.expose().trim().is_empty()) else {
         bail!("no API token is configured: set server.api_token_env (or server.api_token), or send SIGHUP instead");
     };
-    let url = format!("{}/v1/reload", crate::send::base_url(cfg, args.url.as_deref()));
+    // With `[server.tls]`, the configured address over HTTPS; its certificate must verify against the public
+    // roots (else give `--url` with the name the certificate carries, or send SIGHUP).
+    let base = match (&args.url, &cfg.settings.listener.tls) {
+        (None, Some(_)) => format!("https://{}", cfg.listen),
+        _ => crate::send::base_url(cfg, args.url.as_deref()),
+    };
+    let url = format!("{base}/v1/reload");
     let client = reqwest::Client::builder().build().context("cannot build the HTTP client")?;
     let answer = client
         .post(&url)
