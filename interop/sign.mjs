@@ -14,6 +14,7 @@
 
 import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
+import { braintreeGateway } from "./braintree.mjs";
 
 const signers = {
   // standardwebhooks: new Webhook(secret).sign(id, date, body); the secret is whsec_ and the key's base64.
@@ -45,14 +46,7 @@ const signers = {
   // "|", the hex HMAC-SHA1 keyed with the private key's SHA-1), over the bt_payload of the body given; Braintree's
   // signature travels in the form body, so this signer answers a body.
   async braintree(d) {
-    const { default: braintree } = await import("braintree");
-    const [publicKey, privateKey] = d.secret.split(":");
-    const gateway = new braintree.BraintreeGateway({
-      environment: braintree.Environment.Sandbox,
-      merchantId: "interop_merchant",
-      publicKey,
-      privateKey,
-    });
+    const gateway = await braintreeGateway(d.secret);
     const payload = new URLSearchParams(d.body).get("bt_payload");
     const form = new URLSearchParams({ bt_signature: gateway.webhookTesting.sampleSignature(payload), bt_payload: payload });
     return { headers: { "content-type": "application/x-www-form-urlencoded" }, body: form.toString() };

@@ -12,6 +12,7 @@
 // mercado-pago, braintree, stripe. Each SDK is loaded on first use.
 
 import { createInterface } from "node:readline";
+import { braintreeGateway } from "./braintree.mjs";
 
 const verifiers = {
   // @paddle/paddle-node-sdk: Webhooks.isSignatureValid(body, secret, header), then unmarshal for the event type (a
@@ -112,14 +113,7 @@ const verifiers = {
   // braintree: gateway.webhookNotification.parse(bt_signature, bt_payload) from the form body checks the signature
   // (HMAC-SHA1 keyed with the private key's SHA-1, selected by the public key) and parses the notification.
   async braintree(d) {
-    const { default: braintree } = await import("braintree");
-    const [publicKey, privateKey] = d.secret.split(":");
-    const gateway = new braintree.BraintreeGateway({
-      environment: braintree.Environment.Sandbox,
-      merchantId: "interop_merchant",
-      publicKey,
-      privateKey,
-    });
+    const gateway = await braintreeGateway(d.secret);
     const form = new URLSearchParams(d.body);
     const notification = await gateway.webhookNotification.parse(form.get("bt_signature"), form.get("bt_payload"));
     return { valid: true, event: notification.kind };

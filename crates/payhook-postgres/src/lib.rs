@@ -632,7 +632,7 @@ impl Store for PgStore {
     }
 
     fn set_routing(&self, routing: payhook_store::Routing) {
-        self.ctx.set_routing(routing);
+        ops::set_routing(&self.ctx, routing);
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {

@@ -72,7 +72,7 @@ pub struct AppState<S> {
     /// worker, retention); sources, sinks and alerts are read from [`AppState::live`].
     pub(crate) settings: Settings,
     /// The reloadable configuration in force (see `reload`).
-    pub(crate) live: std::sync::RwLock<Arc<Live>>,
+    pub(crate) live: payhook_store::Current<Live>,
     /// Reads the configuration file again, when the binary gave one.
     pub(crate) loader: OnceLock<LoaderSlot>,
     /// Held while a reload runs, so that reloads apply one at a time.
@@ -365,7 +365,7 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     let retention_metrics = Arc::new(crate::retention::RetentionMetrics::new(&settings.retention));
     let state = Arc::new(AppState {
         store,
-        live: std::sync::RwLock::new(Arc::new(Live::first(settings.clone()))),
+        live: payhook_store::Current::new(Live::first(settings.clone())),
         settings,
         loader: OnceLock::new(),
         reloading: tokio::sync::Mutex::new(()),

@@ -105,13 +105,13 @@ impl DispatchPass {
 /// The sinks in force, replaced whole by a reload; `changed` tells the running dispatcher to look again.
 #[derive(Debug)]
 struct Targets {
-    current: std::sync::RwLock<Arc<Vec<Target>>>,
+    current: payhook_store::Current<Vec<Target>>,
     changed: tokio::sync::watch::Sender<()>,
 }
 
 impl Targets {
     fn current(&self) -> Arc<Vec<Target>> {
-        Arc::clone(&self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+        self.current.current()
     }
 }
 
@@ -153,7 +153,7 @@ impl<S: Store> Dispatcher<S> {
             .unwrap_or_default();
         let metrics = Arc::new(DispatchMetrics::new(targets.iter().map(|t| t.name.as_str())));
         let targets =
-            Targets { current: std::sync::RwLock::new(Arc::new(targets)), changed: tokio::sync::watch::channel(()).0 };
+            Targets { current: payhook_store::Current::new(targets), changed: tokio::sync::watch::channel(()).0 };
         Self {
             store,
             metrics,
@@ -185,7 +185,7 @@ impl<S: Store> Dispatcher<S> {
             };
         }
         self.metrics.add(targets.iter().map(|t| t.name.as_str()));
-        *self.targets.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(targets);
+        self.targets.current.replace(targets);
         self.targets.changed.send_replace(());
     }
 

@@ -119,7 +119,7 @@ fn names_of<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
 impl<S: Store> AppState<S> {
     /// The configuration in force: take it once per request and keep it to the answer.
     pub fn live(&self) -> Arc<Live> {
-        Arc::clone(&self.live.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+        self.live.current()
     }
 
     /// Sets how [`AppState::reload`] reads the configuration again; the binary sets it once, after start.
@@ -198,8 +198,7 @@ impl<S: Store> AppState<S> {
             restart.push(crate::settings::ALERTS_SINK.to_owned());
         }
         self.dispatcher.reconfigure(&settings, &restart, generation);
-        let next = Arc::new(Live { generation, settings, sources });
-        *self.live.write().unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+        self.live.replace(Live { generation, settings, sources });
         self.reload_metrics.applied(generation, now_ms());
         report
     }

@@ -442,7 +442,7 @@ impl Store for SqliteStore {
     }
 
     fn set_routing(&self, routing: payhook_store::Routing) {
-        self.ctx.set_routing(routing);
+        context::set_routing(&self.ctx, routing);
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {

@@ -21,6 +21,7 @@ use std::future::Future;
 pub mod checker;
 #[cfg(feature = "contract")]
 pub mod contract;
+mod current;
 mod headers;
 pub mod listing;
 pub mod metrics;
@@ -28,6 +29,7 @@ pub mod model;
 pub mod payload;
 pub mod replication;
 
+pub use current::Current;
 pub use listing::Listing;
 pub use model::*;
 pub use replication::Replication;

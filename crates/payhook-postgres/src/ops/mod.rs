@@ -50,27 +50,13 @@ pub(crate) struct Ctx {
     pub(crate) routing: Routing,
 }
 
-/// The current [`Ctx`], shared by the store and its writer and replaced whole when the routing is reloaded: a
-/// batch or an operation takes it once and runs under it to its commit.
-#[derive(Debug)]
-pub(crate) struct LiveCtx(std::sync::RwLock<std::sync::Arc<Ctx>>);
+/// The current [`Ctx`], replaced whole when the routing is reloaded: an operation takes it once and runs under it
+/// to its commit.
+pub(crate) type LiveCtx = payhook_store::Current<Ctx>;
 
-impl LiveCtx {
-    pub(crate) fn new(ctx: Ctx) -> Self {
-        Self(std::sync::RwLock::new(std::sync::Arc::new(ctx)))
-    }
-
-    /// The context in force now.
-    pub(crate) fn current(&self) -> std::sync::Arc<Ctx> {
-        // A poisoned lock still holds a whole context: the swap is one assignment.
-        std::sync::Arc::clone(&self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner))
-    }
-
-    /// Puts `routing` in force for the batches and operations started from now on.
-    pub(crate) fn set_routing(&self, routing: Routing) {
-        let mut slot = self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *slot = std::sync::Arc::new(Ctx { retry: slot.retry.clone(), routing });
-    }
+/// Puts `routing` in force for the operations started from now on.
+pub(crate) fn set_routing(ctx: &LiveCtx, routing: Routing) {
+    ctx.update(|c| Ctx { retry: c.retry.clone(), routing });
 }
 
 /// The advisory lock that guards an order: FNV-1a (64 bit) of its id.
