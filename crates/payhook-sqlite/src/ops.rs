@@ -374,6 +374,22 @@ fn settle(
 
 /// Leases due deferred rows (see [`payhook_store::Store::claim_due`]).
 pub(crate) fn claim_due(conn: &Connection, claim: &Claim) -> Result<Vec<Claimed>> {
+    // Most passes find nothing due: the worker is woken by every order registered. A probe of the partial index,
+    // with the claim's own conditions, answers that without the claim's UPDATE, whose `IN (SELECT … LIMIT)` makes
+    // SQLite build a zero-filled 10 KB Bloom filter and ephemeral tables on every execution (BENCHMARKS.md,
+    // *Instructions per delivery*).
+    let due: bool = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM inbox INDEXED BY inbox_due
+                            WHERE status = 'deferred' AND next_attempt_at <= ?1
+                              AND (lease_until IS NULL OR lease_until <= ?1))",
+        )
+        .db()?
+        .query_row([claim.now_ms], |r| r.get(0))
+        .db()?;
+    if !due {
+        return Ok(Vec::new());
+    }
     let mut stmt = conn
         .prepare_cached(
             "UPDATE inbox SET lease_owner = ?1, lease_until = ?2 + ?3

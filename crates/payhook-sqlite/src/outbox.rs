@@ -118,6 +118,20 @@ pub(crate) fn raise_alert(conn: &Connection, ctx: &Ctx, alert: &Alert) -> Result
 
 /// Leases due outbox rows of one sink (see [`payhook_store::Store::claim_outbox`]).
 pub(crate) fn claim_outbox(conn: &Connection, sink: &str, claim: &Claim) -> Result<Vec<OutboxJob>> {
+    // As for the worker's claim (`ops::claim_due`): a probe with the claim's own conditions first, so that a pass
+    // that finds nothing due costs an index seek, not the claim's Bloom filter and ephemeral tables.
+    let due: bool = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM outbox INDEXED BY outbox_due
+                            WHERE sink = ?2 AND status = 'pending' AND next_attempt_at <= ?1
+                              AND (lease_until IS NULL OR lease_until <= ?1))",
+        )
+        .db()?
+        .query_row(params![claim.now_ms, sink], |r| r.get(0))
+        .db()?;
+    if !due {
+        return Ok(Vec::new());
+    }
     let mut stmt = conn
         .prepare_cached(
             "UPDATE outbox SET lease_owner = ?1, lease_until = ?2 + ?3
