@@ -51,10 +51,15 @@ fn order_in(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>> {
         return Ok(None);
     };
     let history = history_entries(&history)?;
-    // The order lists its outbox rows (see migration 0006).
+    // The order lists its outbox rows (see migration 0006). They are joined to the list, not selected `IN` it: for
+    // `IN (SELECT … json_each …)` SQLite builds an ephemeral table and a zero-filled 10 KB Bloom filter on every
+    // read (BENCHMARKS.md, *Instructions per delivery*).
     let outbox = outbox_rows(
         conn,
-        &format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id"),
+        &format!(
+            "SELECT {OUTBOX_COLUMNS} FROM (SELECT value AS listed FROM json_each(?1)) JOIN outbox ON outbox.id = listed
+             ORDER BY outbox.id"
+        ),
         &[&outbox_ids],
     )?;
 
@@ -235,8 +240,8 @@ fn event_in(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<
             outbox = outbox_rows(
                 conn,
                 &format!(
-                    "SELECT {OUTBOX_COLUMNS} FROM outbox
-                     WHERE id IN (SELECT value FROM json_each(?1)) AND source = ?2 AND event_id = ?3 ORDER BY id"
+                    "SELECT {OUTBOX_COLUMNS} FROM (SELECT value AS listed FROM json_each(?1))
+                     JOIN outbox ON outbox.id = listed WHERE source = ?2 AND event_id = ?3 ORDER BY outbox.id"
                 ),
                 &args,
             )?;
