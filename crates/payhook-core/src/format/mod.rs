@@ -15,15 +15,14 @@ mod adyen;
 mod braintree;
 mod common;
 mod declared;
+mod example;
 mod generic;
 mod paystack;
 mod shopify;
 mod stripe;
 
-pub use declared::{
-    Accepted, AmountUnit, DeclaredFormat, EffectSpec, ExampleSpec, ExampleVars, FormatSpec, FormatSpecError,
-    RenderedExample, ValueSpec,
-};
+pub use declared::{Accepted, AmountUnit, DeclaredFormat, EffectSpec, FormatSpec, FormatSpecError, ValueSpec};
+pub use example::{ExampleSpec, ExampleVars, RenderedExample};
 
 use crate::event::{Event, InvalidValue, OrderAction};
 use crate::signature::Headers;
