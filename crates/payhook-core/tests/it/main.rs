@@ -12,6 +12,7 @@
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
 
 mod adyen;
+mod declared;
 mod ed25519;
 mod fuzz;
 mod http_signatures;
