@@ -5,6 +5,7 @@
 //!
 //! - [`signature`]: signature schemes, verified on the raw bytes in constant time.
 //! - [`mod@format`]: provider payload formats, turning a verified delivery into [`event::Event`]s.
+//! - [`json_pointer`]: JSON pointers resolved without allocating, for the formats and the declarative rules.
 //! - [`event`]: the normalized event and the newtypes that carry its checks (`EventId`, `OrderId`, `Money`, …).
 //! - [`ledger`]: the order state machine; turns an effect into a guarded [`ledger::Plan`] and explains a guard
 //!   that matched nothing.
@@ -16,6 +17,7 @@
 pub mod billing;
 pub mod event;
 pub mod format;
+pub mod json_pointer;
 pub mod ledger;
 pub mod preset;
 pub mod retry;

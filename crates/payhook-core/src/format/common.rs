@@ -7,16 +7,16 @@ use crate::time::parse_iso8601;
 use serde_json::Value;
 
 pub(super) fn str_at<'a>(v: &'a Value, pointer: &'static str) -> Result<&'a str, ParseError> {
-    v.pointer(pointer).and_then(Value::as_str).ok_or(ParseError::Missing(pointer))
+    crate::json_pointer::get(v, pointer).and_then(Value::as_str).ok_or(ParseError::Missing(pointer))
 }
 
 pub(super) fn int_at(v: &Value, pointer: &'static str) -> Result<i64, ParseError> {
-    v.pointer(pointer).and_then(Value::as_i64).ok_or(ParseError::Missing(pointer))
+    crate::json_pointer::get(v, pointer).and_then(Value::as_i64).ok_or(ParseError::Missing(pointer))
 }
 
 /// A string that may be absent or null; any other JSON type is an error.
 pub(super) fn opt_str_at<'a>(v: &'a Value, pointer: &'static str) -> Result<Option<&'a str>, ParseError> {
-    match v.pointer(pointer) {
+    match crate::json_pointer::get(v, pointer) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(_) => Err(ParseError::Missing(pointer)),
@@ -25,7 +25,7 @@ pub(super) fn opt_str_at<'a>(v: &'a Value, pointer: &'static str) -> Result<Opti
 
 /// An integer that may be absent or null; any other JSON type is an error.
 pub(super) fn opt_int_at(v: &Value, pointer: &'static str) -> Result<Option<i64>, ParseError> {
-    match v.pointer(pointer) {
+    match crate::json_pointer::get(v, pointer) {
         None | Some(Value::Null) => Ok(None),
         Some(n) => n.as_i64().map(Some).ok_or(ParseError::Missing(pointer)),
     }
@@ -33,7 +33,7 @@ pub(super) fn opt_int_at(v: &Value, pointer: &'static str) -> Result<Option<i64>
 
 /// An id sent either as a non-empty string or as an integer (Paystack's and Shopify's numeric ids).
 pub(super) fn id_at(v: &Value, pointer: &str) -> Option<String> {
-    match v.pointer(pointer)? {
+    match crate::json_pointer::get(v, pointer)? {
         Value::String(s) if !s.is_empty() => Some(s.clone()),
         Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.to_string()),
         _ => None,
@@ -42,7 +42,7 @@ pub(super) fn id_at(v: &Value, pointer: &str) -> Option<String> {
 
 /// A reference that is either an id string or an expanded object with an `id` (Stripe's expandable fields).
 pub(super) fn ref_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    match v.pointer(pointer)? {
+    match crate::json_pointer::get(v, pointer)? {
         Value::String(s) if !s.is_empty() => Some(s),
         Value::Object(o) => o.get("id")?.as_str(),
         _ => None,
@@ -51,7 +51,7 @@ pub(super) fn ref_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
 
 /// Reads `amount` and `currency` when both are there; neither there is `None`, one without the other an error.
 pub(super) fn money_at(v: &Value, amount: &'static str, currency: &'static str) -> Result<Option<Money>, ParseError> {
-    match (v.pointer(amount), v.pointer(currency)) {
+    match (crate::json_pointer::get(v, amount), crate::json_pointer::get(v, currency)) {
         (None, None) => Ok(None),
         _ => {
             let amount = int_at(v, amount)?;
@@ -119,7 +119,7 @@ impl Envelope {
 /// timestamp is an error rather than a reason to try the next one.
 pub(super) fn timestamp_at(v: &Value, pointers: &[&'static str]) -> Result<Option<i64>, ParseError> {
     for &p in pointers {
-        match v.pointer(p) {
+        match crate::json_pointer::get(v, p) {
             None | Some(Value::Null) => continue,
             Some(Value::String(s)) => {
                 return parse_iso8601(s).map(Some).ok_or(ParseError::Invalid(InvalidValue {

@@ -384,7 +384,7 @@ impl<H: Headers + ?Sized> Input<'_, H> {
     fn piece(&self, piece: &Piece, vars: &dyn Fn(Var) -> Option<String>) -> Option<String> {
         match piece {
             Piece::Text(t) => Some(t.clone()),
-            Piece::Pointer(p) => self.root.pointer(p).and_then(text_of),
+            Piece::Pointer(p) => crate::json_pointer::get(self.root, p).and_then(text_of),
             Piece::Header(h) => self.headers.get(h).filter(|v| !v.is_empty()).map(str::to_owned),
             Piece::Var(v) => vars(*v),
         }
@@ -415,7 +415,7 @@ impl<H: Headers + ?Sized> Input<'_, H> {
 
     fn eval(&self, field: &Field) -> Option<String> {
         field.exprs.iter().find_map(|e| match e {
-            Expr::Pointer(p) => self.root.pointer(p).and_then(text_of),
+            Expr::Pointer(p) => crate::json_pointer::get(self.root, p).and_then(text_of),
             Expr::Header(h) => self.headers.get(h).filter(|v| !v.is_empty()).map(str::to_owned),
             Expr::Literal(l) => Some(l.clone()),
             Expr::Template(pieces) => self.render(pieces, &|_| None),
@@ -543,8 +543,7 @@ impl DeclaredFormat {
         match &self.batch {
             None => Ok(vec![self.parse_one(headers, root)?]),
             Some(pointer) => {
-                let items = root
-                    .pointer(pointer)
+                let items = crate::json_pointer::get(root, pointer)
                     .and_then(Value::as_array)
                     .ok_or_else(|| ParseError::Field(pointer.clone()))?;
                 if items.is_empty() {

@@ -54,7 +54,7 @@ fn envelope(headers: &(impl Headers + ?Sized), root: &Value) -> Result<Envelope,
         Some(id) => id,
         None => header(["webhook-id", "svix-id"]).ok_or(ParseError::Missing("/id"))?,
     };
-    let occurred_at = if root.pointer("/created").is_some() {
+    let occurred_at = if crate::json_pointer::get(root, "/created").is_some() {
         int_at(root, "/created")?
     } else if let Some(at) = opt_str_at(root, "/timestamp")? {
         crate::time::parse_iso8601(at).ok_or(crate::event::InvalidValue {

@@ -102,7 +102,7 @@ pub(super) fn parse(root: &Value) -> Result<Event, ParseError> {
 
 /// An amount in minor units, sent as an integer or a numeric string; `None` when absent or null.
 fn amount_at(v: &Value, pointer: &'static str) -> Result<Option<i64>, ParseError> {
-    match v.pointer(pointer) {
+    match crate::json_pointer::get(v, pointer) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => n.as_i64().map(Some).ok_or(ParseError::Missing(pointer)),
         Some(Value::String(s)) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {

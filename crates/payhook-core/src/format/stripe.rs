@@ -25,7 +25,7 @@ use serde_json::Value;
 
 pub(super) fn parse(root: &Value) -> Result<Event, ParseError> {
     let env = envelope(root)?;
-    let object = root.pointer("/data/object").ok_or(ParseError::Missing("/data/object"))?;
+    let object = crate::json_pointer::get(root, "/data/object").ok_or(ParseError::Missing("/data/object"))?;
     let (action, order_id, money) = match env.event_type.as_str() {
         "customer.subscription.created" => return subscription(object, env, SubscriptionAction::Created),
         "customer.subscription.updated" => return subscription(object, env, SubscriptionAction::Updated),
@@ -75,7 +75,8 @@ pub(super) fn parse(root: &Value) -> Result<Event, ParseError> {
 
 /// A refund of a charge that paid an invoice rather than a registered order.
 fn is_invoice_refund(charge: &Value) -> bool {
-    charge.pointer("/metadata/order_id").and_then(Value::as_str).is_none() && ref_at(charge, "/invoice").is_some()
+    crate::json_pointer::get(charge, "/metadata/order_id").and_then(Value::as_str).is_none()
+        && ref_at(charge, "/invoice").is_some()
 }
 
 fn customer(object: &Value) -> Result<Option<CustomerId>, ParseError> {

@@ -498,7 +498,7 @@ impl DeclaredScheme {
                                 .map_err(|_| VerifyError::Malformed("the signed body is not JSON".into()))?,
                         );
                     }
-                    let value = json.as_ref().and_then(|j| j.pointer(pointer));
+                    let value = json.as_ref().and_then(|j| crate::json_pointer::get(j, pointer));
                     let text = match value {
                         Some(serde_json::Value::String(s)) => s.clone(),
                         Some(v) => v.to_string(),

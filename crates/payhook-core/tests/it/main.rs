@@ -9,6 +9,7 @@
 //! * `named`: the named body-HMAC providers (GitHub, Paystack, Shopify).
 //! * `not_after`: secrets being rotated out, refused after their `not_after`.
 //! * `units`: targeted behaviour (error kinds, header aliases, redaction).
+//! * `json_pointer`: JSON pointers resolved as `serde_json` resolves them, for any document.
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
 
 mod adyen;
@@ -16,6 +17,7 @@ mod declared;
 mod ed25519;
 mod fuzz;
 mod http_signatures;
+mod json_pointer;
 mod named;
 mod not_after;
 mod props;
