@@ -1,18 +1,20 @@
 //! `payhook bench`: drive a running payhook the way providers do, and measure it.
 //!
-//! Why one file of about 870 lines: the workload (scenarios, orders, expectations), the delivery loop and the
-//! verification share the run's state; the HTTP client, the operator probes and the report are modules of their own.
+//! Why one file of about 940 lines: the workload (scenarios, orders, expectations), the delivery loop and the
+//! verification share the run's state; the HTTP client, the open loop of `--rate`, the operator probes and the report
+//! are modules of their own.
 //!
 //! Registers the orders, then delivers signed payment (and refund) events in one of four scenarios
 //! ([`Scenario`]), signing each attempt at send time. Like a provider it retries on 5xx (honouring `Retry-After`),
 //! timeouts and connection errors, never on 4xx. `--verify` then checks every order against what its events imply.
 //!
-//! Layout: `mod.rs` holds the arguments and the scenarios, `report` the report, `probes` the operator probes; `http`
-//! is the minimal HTTP/1.1 client the deliveries use by default (`--client lean`), so that the load generator leaves
-//! the machine's CPU to payhook.
+//! Layout: `mod.rs` holds the arguments and the scenarios, `open_loop` the scheduled arrivals of `--rate`, `report`
+//! the report, `probes` the operator probes; `http` is the minimal HTTP/1.1 client the deliveries use by default
+//! (`--client lean`), so that the load generator leaves the machine's CPU to payhook.
 
 mod cpu;
 mod http;
+mod open_loop;
 mod probes;
 mod report;
 
@@ -58,9 +60,16 @@ pub struct BenchArgs {
     /// sustained delivers each order's events in order.
     #[arg(long)]
     pub shuffle: bool,
-    /// Requests in flight at once (dup-storm: rounded down to a multiple of 16, at least 16).
+    /// Requests in flight at once (dup-storm: rounded down to a multiple of 16, at least 16). With --rate, the cap
+    /// on connections in flight.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
+    /// Open loop: start deliveries at this many per second on a fixed schedule, whether or not earlier ones were
+    /// answered, instead of each worker waiting for its answer. For offering a fixed load, e.g. twice the measured
+    /// capacity, to see what the server does with more than it can take (its memory, its latency). --concurrency
+    /// caps the connections in flight; latency counts from each delivery's scheduled time. Only for steady.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<f64>,
     /// How long sustained keeps delivering fresh events [default: 30]; only for sustained.
     #[arg(long)]
     pub duration_secs: Option<u64>,
@@ -155,6 +164,8 @@ struct Params {
     refund: f64,
     shuffle: bool,
     concurrency: usize,
+    /// Deliveries per second of the open loop; None: closed loop.
+    rate: Option<f64>,
     duration_secs: Option<u64>,
     client: ClientKind,
     timeout_ms: u64,
@@ -180,6 +191,11 @@ impl Params {
         if args.duration_secs.is_some() && scenario != Scenario::Sustained {
             bail!("--duration-secs is for --scenario sustained, not {name}");
         }
+        // dup-storm's identical deliveries are in flight together and refund-first's payments wait for their
+        // refunds' answers: neither is a stream of independent arrivals. sustained's length is a time, not a plan.
+        if args.rate.is_some() && scenario != Scenario::Steady {
+            bail!("--rate is for --scenario steady, not {name}");
+        }
         let dup = args.dup.unwrap_or(if scenario == Scenario::DupStorm { 0.0 } else { 0.2 });
         let refund = args.refund.unwrap_or(if scenario == Scenario::RefundFirst { 1.0 } else { 0.1 });
         if !(0.0..1.0).contains(&dup) || !(0.0..=1.0).contains(&refund) {
@@ -203,6 +219,7 @@ impl Params {
             refund,
             shuffle: args.shuffle || scenario == Scenario::RefundFirst,
             concurrency,
+            rate: args.rate,
             duration_secs: (scenario == Scenario::Sustained).then(|| args.duration_secs.unwrap_or(30).max(1)),
             client,
             timeout_ms: args.timeout_ms,
@@ -229,6 +246,9 @@ impl Params {
         if let Some(d) = self.duration_secs {
             c += &format!(" --duration-secs {d}");
         }
+        if let Some(rate) = self.rate {
+            c += &format!(" --rate {rate}");
+        }
         c += &format!(" --concurrency {} --client {}", self.concurrency, self.client.name());
         if self.verify {
             c += " --verify";
@@ -250,6 +270,7 @@ impl Params {
             "refund": self.refund,
             "shuffle": self.shuffle,
             "concurrency": self.concurrency,
+            "rate": self.rate,
             "duration_secs": self.duration_secs,
             "client": self.client.name(),
             "timeout_ms": self.timeout_ms,
@@ -258,6 +279,14 @@ impl Params {
             "scrape_ms": self.scrape_ms,
             "read_ms": self.read_ms,
         })
+    }
+}
+
+/// `--rate`: a finite number of deliveries per second above 0.
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err("a number of deliveries per second above 0".to_owned()),
     }
 }
 
@@ -357,7 +386,11 @@ impl Connector {
 
 /// Delivers one event like a provider: signs each attempt, retries 5xx (after `Retry-After`, capped), timeouts and
 /// IO errors with a growing pause, never a 4xx.
-async fn deliver(run: &Run, conn: &mut Conn, body: &[u8], msg_id: &str) -> Delivered {
+///
+/// The latency recorded is that of the answered attempt, or with `scheduled` (the open loop) the time since the
+/// delivery was due: waiting for a free connection and earlier attempts then count, as they would for a provider
+/// whose events keep arriving, rather than hiding the server's backlog in the client (coordinated omission).
+async fn deliver(run: &Run, conn: &mut Conn, body: &[u8], msg_id: &str, scheduled: Option<Instant>) -> Delivered {
     let counters = &run.counters;
     let mut backoff = Duration::from_millis(20);
     for _ in 0..MAX_ATTEMPTS {
@@ -365,7 +398,7 @@ async fn deliver(run: &Run, conn: &mut Conn, body: &[u8], msg_id: &str) -> Deliv
         let t0 = Instant::now();
         let wait = match tokio::time::timeout(run.timeout, conn.post(&headers, body)).await {
             Ok(Ok(resp)) if (200..300).contains(&resp.status) => {
-                let micros = t0.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                let micros = scheduled.unwrap_or(t0).elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
                 let at_ms = run.started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
                 if let Ok(mut s) = run.samples.lock() {
                     s.push((at_ms, micros));
@@ -513,13 +546,17 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     });
     let progress = (!args.json).then(|| progress(Arc::clone(&run)));
     let probes = probes::Probes::start(&client, &base, &token, p.scrape_ms, p.read_ms);
+    let mut open = None;
     let (deliveries, expect, registered) = match p.scenario {
         Scenario::Sustained => sustained(&p, &run, &connector, &registrar).await?,
         _ => {
             let w = Workload::build(&p, &mut rng, &registrar.run_id, &run.src);
             let deliveries = w.deliveries();
             let expect = w.expect.clone();
-            planned(&p, &run, &connector, w).await?;
+            match p.rate {
+                Some(rate) => open = Some(open_loop::deliver_at_rate(&run, &connector, w, rate, p.concurrency).await?),
+                None => planned(&p, &run, &connector, w).await?,
+            }
             (deliveries, expect, p.orders)
         }
     };
@@ -567,6 +604,9 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     });
     if let Some(secs) = p.duration_secs {
         result["per_second"] = per_second(&samples, secs);
+    }
+    if let Some(open) = open {
+        result["open_loop"] = open;
     }
     if probes.as_object().is_some_and(|o| !o.is_empty()) {
         result["probes"] = probes;
@@ -710,8 +750,8 @@ fn refunds_first(unique: &[Delivery], plan: &mut [usize], orders: usize) {
     }
 }
 
-/// steady, dup-storm and refund-first: the workers take the plan's entries in order, each with its own
-/// connection(s), until none is left.
+/// steady, dup-storm and refund-first, closed loop: the workers take the plan's entries in order, each with its own
+/// connection(s), until none is left. (steady with `--rate` is [`open_loop::deliver_at_rate`].)
 async fn planned(p: &Params, run: &Arc<Run>, connector: &Connector, w: Workload) -> Result<()> {
     let w = Arc::new(w);
     let gate = Arc::new(Gate::new(if p.scenario == Scenario::RefundFirst { p.orders } else { 0 }));
@@ -731,7 +771,8 @@ async fn planned(p: &Params, run: &Arc<Run>, connector: &Connector, w: Workload)
                     gate.wait(d.order).await;
                 }
                 let run = &run;
-                futures_util::future::join_all(conns.iter_mut().map(|c| deliver(run, c, body, &d.event_id))).await;
+                futures_util::future::join_all(conns.iter_mut().map(|c| deliver(run, c, body, &d.event_id, None)))
+                    .await;
                 if gated && d.action == OrderAction::Refund {
                     gate.open(d.order);
                 }
@@ -806,7 +847,7 @@ async fn sustained(
                     let body = run.src.format.encode(&outgoing(&d, &order_id, payhook_server::now_ms() / 1000));
                     let copies = 1 + usize::from(rng.f64() < dup);
                     for _ in 0..copies {
-                        deliver(&run, &mut conn, &body, &d.event_id).await;
+                        deliver(&run, &mut conn, &body, &d.event_id, None).await;
                         sent.fetch_add(1, Ordering::Relaxed);
                     }
                 }

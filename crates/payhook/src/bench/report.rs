@@ -20,6 +20,16 @@ pub(super) fn print_text(r: &Value) {
         r["client"].as_str().unwrap_or_default(),
         r["seed"]
     );
+    if let Some(o) = r.get("open_loop") {
+        println!(
+            "open loop at {}/s: {:.0}/s offered, {} late starts (every connection busy), at most {} in flight; \
+             latency counts from each delivery's scheduled time",
+            f(&o["rate"]),
+            f(&o["offered_per_s"]),
+            o["late_starts"],
+            o["max_in_flight"]
+        );
+    }
     if let Some(rows) = r["per_second"].as_array() {
         println!("second  acked/s  p50 ms  p99 ms  max ms");
         for row in rows {

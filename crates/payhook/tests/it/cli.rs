@@ -240,6 +240,90 @@ async fn bench_reports_throughput_and_verifies_the_final_state() {
     assert_eq!(count(&db, "SELECT COUNT(*) FROM inbox"), 300 + refunded, "one inbox row per unique event");
 }
 
+/// `--rate`: an open loop. The deliveries arrive on the schedule whatever the answers, so the run lasts as long as
+/// the schedule (a closed loop of these few hundred deliveries is over far sooner), with no more connections in
+/// flight than `--concurrency`, and everything still acknowledged and verified.
+#[tokio::test]
+async fn bench_rate_paces_an_open_loop_and_verifies() {
+    let dir = TestDir::new();
+    let server = Server::start(&dir).await;
+    let config = server.config.to_str().unwrap();
+    #[rustfmt::skip]
+    let args = [
+        "--config", config, "bench", "--source", SOURCE, "--scenario", "steady", "--orders", "200", "--dup", "0.2",
+        "--refund", "0.1", "--shuffle", "--rate", "400", "--concurrency", "8", "--verify", "--json",
+    ];
+    let out = dir.run(&args);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "bench failed: {}\n{stdout}\n{}\n{}", out.status, text(&out.stderr), server.log());
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let n = |path: &str| report.pointer(path).and_then(Value::as_f64).unwrap_or_else(|| panic!("{path}: {report}"));
+
+    assert_eq!(n("/verify/orders_checked"), 200.0, "{report}");
+    assert_eq!(n("/verify/violations"), 0.0, "{report}");
+    let deliveries = n("/deliveries");
+    assert!(deliveries >= 250.0, "{report}");
+    assert_eq!(n("/acked"), deliveries, "{report}");
+    assert_eq!((n("/rejected_4xx"), n("/gave_up")), (0.0, 0.0), "{report}");
+    assert_eq!(n("/open_loop/rate"), 400.0, "{report}");
+    assert_eq!(n("/params/rate"), 400.0, "{report}");
+    assert!(report["command"].as_str().unwrap_or_default().contains(" --rate 400 --concurrency 8 "), "{report}");
+    // Paced by the schedule: the last delivery is not due before (deliveries - 1) / 400 s.
+    assert!(n("/elapsed_s") >= deliveries / 400.0 * 0.8, "the schedule did not pace the run: {report}");
+    assert!(n("/open_loop/offered_per_s") <= 400.0 * 1.05, "{report}");
+    assert!(n("/open_loop/offered_per_s") > 0.0, "{report}");
+    let in_flight = n("/open_loop/max_in_flight");
+    assert!((1.0..=8.0).contains(&in_flight), "{report}");
+    assert!(n("/open_loop/late_starts") <= deliveries, "{report}");
+    for p in ["/latency_ms/p50", "/latency_ms/max"] {
+        assert!(n(p) > 0.0, "{p}: {report}");
+    }
+    // Offered far more than two connections can take: the deliveries wait for a connection (late starts), never
+    // more than two in flight, and all are still delivered.
+    #[rustfmt::skip]
+    let args = [
+        "--config", config, "bench", "--source", SOURCE, "--orders", "60", "--rate", "100000", "--concurrency", "2",
+        "--verify", "--json",
+    ];
+    let out = dir.run(&args);
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let flood: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    let n = |path: &str| flood.pointer(path).and_then(Value::as_f64).unwrap_or_else(|| panic!("{path}: {flood}"));
+    assert_eq!(n("/acked"), n("/deliveries"), "{flood}");
+    assert_eq!(n("/verify/violations"), 0.0, "{flood}");
+    assert_eq!(n("/open_loop/max_in_flight"), 2.0, "{flood}");
+    assert!(n("/open_loop/late_starts") > 0.0, "{flood}");
+    assert!(n("/open_loop/offered_per_s") < 100_000.0, "late starts lower the rate offered: {flood}");
+
+    // A closed-loop run has no open_loop object, and its rate is null.
+    let out = dir.run(&["--config", config, "bench", "--source", SOURCE, "--orders", "20", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let closed: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert!(closed.get("open_loop").is_none() && closed["params"]["rate"].is_null(), "{closed}");
+    server.stop();
+}
+
+/// Only steady takes `--rate`, and only above 0: refused, naming the flag, before anything is sent (no server runs).
+#[test]
+fn bench_rate_is_refused_outside_steady_and_at_zero() {
+    let dir = TestDir::new();
+    let config = dir.write("payhook.toml", &config_toml(free_port()));
+    let config = config.to_str().unwrap();
+    for scenario in ["dup-storm", "refund-first", "sustained"] {
+        let out = dir.run(&["--config", config, "bench", "--source", SOURCE, "--scenario", scenario, "--rate", "100"]);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{scenario} took --rate: {}", text(&out.stdout));
+        assert!(stderr.contains(&format!("--rate is for --scenario steady, not {scenario}")), "{stderr}");
+    }
+    // `--rate=-5`, as `--rate -5` would read -5 as a flag.
+    for rate in ["0", "-5", "inf", "NaN", "fast"] {
+        let out = dir.run(&["--config", config, "bench", "--source", SOURCE, &format!("--rate={rate}")]);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "--rate {rate} was taken: {}", text(&out.stdout));
+        assert!(stderr.contains("a number of deliveries per second above 0"), "--rate {rate}: {stderr}");
+    }
+}
+
 /// The named scenarios: a storm of identical concurrent deliveries, refunds before payments, and a sustained run
 /// reported per second. Each reports its scenario, parameters and command line, and `--verify` finds no violation.
 #[tokio::test]
