@@ -5,9 +5,11 @@
 #
 # Each round starts each build as a server on a fresh SQLite file (default settings, one hmac source) and drives it
 # with the same `payhook bench … --verify` client (BINARY_B's), so only the server differs. Besides acked/s it reads
-# the server's own CPU time (user + system, from /proc/PID/stat) and reports it per delivery: the load generator
-# shares the cores, so acked/s alone mixes the client's cost into the server's. $PAYHOOK_BENCH_ROUNDS rounds
-# (default 3); the ratios are of the medians, B over A.
+# the server's own CPU time (user + system, all threads, from /proc/PID/stat) per acknowledged delivery while the
+# deliveries ran (`bench --server-pid`), its writer thread's share and its peak resident set, and the server's CPU
+# over the whole run (registration and --verify included) per delivery: the load generator shares the cores, so
+# acked/s alone mixes the client's cost into the server's. $PAYHOOK_BENCH_ROUNDS rounds (default 3); the ratios
+# are of the medians, B over A.
 #
 # PAYHOOK_BENCH_AB_BACKEND=postgres runs each server on a fresh schema of $PAYHOOK_BENCH_POSTGRES_URL (else
 # $PAYHOOK_TEST_POSTGRES_URL, else postgres://postgres@127.0.0.1:5432/test) instead, dropped at the end.
@@ -53,7 +55,7 @@ run() { # label binary round port
   wait_ready "$port" "$file.log"
   local before after
   before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
-  "$b" --config "$file.toml" bench "${bench_args[@]}" --verify --json > "$file.json"
+  "$b" --config "$file.toml" bench "${bench_args[@]}" --verify --json --server-pid "$pid" > "$file.json"
   after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   echo "$(( (after - before) * 1000000 / ticks ))" > "$file.cpu_us"
   kill "$pid"
@@ -82,13 +84,27 @@ for label in "AB":
         runs[label].append(report)
 print(runs["A"][0]["command"].rsplit(" --seed ", 1)[0], f"  ({rounds} rounds, A and B interleaved, {sys.argv[5]})")
 print(f"A = {a}\nB = {b}")
-print("| build | round | deliveries | acked/s | server CPU µs/delivery | p99 ms | violations |")
-print("|---|---|---|---|---|---|---|")
+def writer(r):
+    threads = r["server_cpu"]["by_thread_us_per_acked"]
+    return threads.get("sqlite-writer", 0.0)  # PostgreSQL has no writer thread: its work is in the database
+print("| build | round | deliveries | acked/s | p99 ms | CPU µs/acked | sqlite-writer µs/acked | CPU µs/delivery, whole run | peak RSS MiB | violations |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for label in "AB":
     for i, r in enumerate(runs[label], 1):
-        per = r["cpu_us"] / r["deliveries"]
-        print(f"| {label} | {i} | {r['deliveries']} | {r['acked_per_s']:.0f} | {per:.1f} | {r['latency_ms']['p99']:.2f} | {r['verify']['violations']} |")
-acked = {l: statistics.median(r["acked_per_s"] for r in runs[l]) for l in "AB"}
-cpu = {l: statistics.median(r["cpu_us"] / r["deliveries"] for r in runs[l]) for l in "AB"}
-print(f"B / A: acked/s {acked['B'] / acked['A']:.3f}x, server CPU per delivery {cpu['B'] / cpu['A']:.3f}x (medians)")
+        whole = r["cpu_us"] / r["deliveries"]
+        c = r["server_cpu"]
+        print(f"| {label} | {i} | {r['deliveries']} | {r['acked_per_s']:.0f} | {r['latency_ms']['p99']:.2f} | "
+              f"{c['us_per_acked']:.1f} | {writer(r):.1f} | {whole:.1f} | {c['peak_rss_mib']:.1f} | {r['verify']['violations']} |")
+def med(l, f):
+    return statistics.median(f(r) for r in runs[l])
+ratios = {
+    "acked/s": lambda r: r["acked_per_s"],
+    "p99": lambda r: r["latency_ms"]["p99"],
+    "CPU per acked delivery": lambda r: r["server_cpu"]["us_per_acked"],
+    "writer CPU per acked delivery": writer,
+    "CPU per delivery, whole run": lambda r: r["cpu_us"] / r["deliveries"],
+    "peak RSS": lambda r: r["server_cpu"]["peak_rss_mib"],
+}
+print("B / A (medians): " + ", ".join(f"{k} {med('B', f) / med('A', f):.3f}x" for k, f in ratios.items()
+                                      if med("A", f) > 0))
 PY

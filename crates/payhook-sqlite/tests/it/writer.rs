@@ -1,4 +1,4 @@
-//! The writer: group commit under load (with and without batching), load shedding and shutdown.
+//! The writer: group commit under load (with and without batching), load shedding, shutdown, and its sub-journal.
 
 use crate::{TempStore, side_connection};
 use payhook_core::event::EventId;
@@ -149,4 +149,23 @@ async fn dropping_a_store_whose_writer_is_stuck_returns_at_once() {
     let took = started.elapsed();
     releaser.join().expect("releaser");
     assert!(took < Duration::from_secs(1), "dropping the store blocked for {took:?}");
+}
+
+/// The writer keeps its sub-journal (the pages its savepoints may restore) in memory, never in a temporary file:
+/// a trigger created on a side connection runs on the writer's connection and refuses the insert when the writer's
+/// `temp_store` is not `MEMORY`. Every job's pages went through a temporary file with a system call each before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_keeps_its_sub_journal_in_memory() {
+    let store = TempStore::open(test_policy());
+    side_connection(store.path())
+        .execute_batch(
+            "CREATE TRIGGER sub_journal_on_disk BEFORE INSERT ON inbox
+             WHEN (SELECT temp_store FROM pragma_temp_store) != 2
+             BEGIN SELECT RAISE(ABORT, 'the writer''s temp_store is not MEMORY'); END;",
+        )
+        .expect("create the trigger");
+    store.register_order(new_order("ord_m", 100, T0)).await.expect("register");
+    let recorded = store.ingest(pay("evt_m", "ord_m", 100, T0 + 1)).await.expect("a payment the writer records");
+    assert_eq!(recorded.outcome, Outcome::Processed);
+    assert_eq!(order_view(&store, "ord_m").await.status, OrderStatus::Paid);
 }
