@@ -110,6 +110,59 @@ async fn ingest<S: Store>(
     src: &SourceRuntime,
     request: Request,
 ) -> Result<Response, ApiError> {
+    // The request is consumed by `deliveries`, so nothing of it lives across the wait for the commit: its body and
+    // header values are slices of the connection's read buffer, and held while the request waits they would keep
+    // that buffer from being reused, so that hyper, reading on meanwhile, allocated another for every request
+    // waiting (BENCHMARKS.md, *Memory*). The deliveries own copies.
+    let deliveries = deliveries(state, live, src, request).await?;
+    let mut answers = Vec::with_capacity(deliveries.len());
+    let mut failure = None;
+    for (index, event_id, recorded) in record_all(&state.store, deliveries).await? {
+        match recorded {
+            Ok(recorded) => {
+                src.metrics.recorded(recorded.outcome);
+                // Debug, not info: a line per delivery costs a write at thousands of deliveries per second.
+                tracing::debug!(
+                    source = %src.settings.name, event_id, outcome = recorded.outcome.as_str(), "delivery recorded"
+                );
+                let mut answer = json!({ "status": recorded.outcome.as_str(), "event_id": event_id });
+                if let Some(detail) = recorded.detail {
+                    answer["detail"] = detail.into();
+                }
+                answers.push((index, answer));
+            }
+            // The events recorded before the failure are kept; the provider's retry deduplicates them.
+            Err(e) => {
+                tracing::warn!(
+                    source = %src.settings.name, event_id, outcome = "failed", error = %e, "delivery not recorded"
+                );
+                failure = Some(e);
+            }
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    if src.settings.format == Format::Adyen {
+        // Adyen treats any other answer as a failure and retries.
+        return Ok(([(header::CONTENT_TYPE, "text/plain")], "[accepted]").into_response());
+    }
+    answers.sort_by_key(|(index, _)| *index);
+    let mut answers: Vec<serde_json::Value> = answers.into_iter().map(|(_, a)| a).collect();
+    if answers.len() == 1 {
+        return Ok(Json(answers.remove(0)).into_response());
+    }
+    Ok(Json(json!({ "status": "accepted", "events": answers })).into_response())
+}
+
+/// Reads, verifies and parses the request into the deliveries to record (one per event), refusing what fails
+/// verification or replays a nonce.
+async fn deliveries<S: Store>(
+    state: &AppState<S>,
+    live: &Live,
+    src: &SourceRuntime,
+    request: Request,
+) -> Result<Vec<Delivery>, ApiError> {
     // The parts are taken apart rather than extracted, so the header map is read in place, not cloned.
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
@@ -187,44 +240,7 @@ async fn ingest<S: Store>(
             verification: verification.clone(),
         })
         .collect();
-    let mut answers = Vec::with_capacity(deliveries.len());
-    let mut failure = None;
-    for (index, event_id, recorded) in record_all(&state.store, deliveries).await? {
-        match recorded {
-            Ok(recorded) => {
-                src.metrics.recorded(recorded.outcome);
-                // Debug, not info: a line per delivery costs a write at thousands of deliveries per second.
-                tracing::debug!(
-                    source = %src.settings.name, event_id, outcome = recorded.outcome.as_str(), "delivery recorded"
-                );
-                let mut answer = json!({ "status": recorded.outcome.as_str(), "event_id": event_id });
-                if let Some(detail) = recorded.detail {
-                    answer["detail"] = detail.into();
-                }
-                answers.push((index, answer));
-            }
-            // The events recorded before the failure are kept; the provider's retry deduplicates them.
-            Err(e) => {
-                tracing::warn!(
-                    source = %src.settings.name, event_id, outcome = "failed", error = %e, "delivery not recorded"
-                );
-                failure = Some(e);
-            }
-        }
-    }
-    if let Some(e) = failure {
-        return Err(e.into());
-    }
-    if src.settings.format == Format::Adyen {
-        // Adyen treats any other answer as a failure and retries.
-        return Ok(([(header::CONTENT_TYPE, "text/plain")], "[accepted]").into_response());
-    }
-    answers.sort_by_key(|(index, _)| *index);
-    let mut answers: Vec<serde_json::Value> = answers.into_iter().map(|(_, a)| a).collect();
-    if answers.len() == 1 {
-        return Ok(Json(answers.remove(0)).into_response());
-    }
-    Ok(Json(json!({ "status": "accepted", "events": answers })).into_response())
+    Ok(deliveries)
 }
 
 /// A delivery's result: its index in the batch, its event id and what the store made of it.

@@ -64,7 +64,7 @@ impl Default for ListenerSettings {
         Self {
             header_read_timeout_ms: 10_000,
             keep_alive_idle_ms: 60_000,
-            max_connections: 4_096,
+            max_connections: 2_048,
             max_header_bytes: 65_536,
             max_headers: 100,
             shutdown_grace_ms: 30_000,
