@@ -4,7 +4,7 @@
 //! WAL lets any number of readers run beside the writer, each on its own snapshot, so one slow read (a full count
 //! for a scrape, a dashboard page) holds only its own connection while the others keep answering. A read checks a
 //! connection out (waiting at most the read time limit for one to come free, then [`StoreError::ReadersBusy`]), runs
-//! on a blocking thread, and gives it back. While it runs, SQLite's progress handler checks its deadline every
+//! on one of the pool's own threads (`sqlite-reader`, as many as connections), and gives it back. While it runs, SQLite's progress handler checks its deadline every
 //! [`PROGRESS_OPS`] virtual machine instructions and interrupts the statement once it has passed
 //! ([`StoreError::ReadTimeout`]).
 //!
@@ -13,6 +13,12 @@
 //!
 //! The pool is a `Mutex<Vec<Connection>>` counted by a semaphore with as many permits as connections: a permit
 //! guarantees an idle connection, and the mutex is held only to push or pop one.
+//!
+//! The reads run on threads of the pool's own rather than on tokio's blocking pool, which starts a thread whenever
+//! none is idle at the moment of the call: a connection given back wakes the next read before its thread is idle
+//! again, so a steady stream of reads grew that pool to a hundred threads, each with its stack and its allocator
+//! caches (BENCHMARKS.md, *Memory*). Here the threads are as many as the connections, and a read holds a permit
+//! before it is queued to them, so the queue never holds more than one read per thread.
 
 use crate::writer::unavailable;
 use payhook_store::StoreError;
@@ -20,7 +26,7 @@ use payhook_store::metrics::ReadMetrics;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -32,6 +38,23 @@ const PROGRESS_OPS: i32 = 1_000;
 #[derive(Debug)]
 pub(crate) struct ReadPool {
     inner: Arc<Inner>,
+    /// The reads handed to the pool's threads; they stop when it is dropped.
+    jobs: mpsc::SyncSender<ReadJob>,
+}
+
+/// A read as the pool's threads run it: checkout, query, give back, answer.
+type ReadJob = Box<dyn FnOnce() + Send>;
+
+/// Runs the reads queued on `jobs` until the pool is dropped. A read that panics loses its answer (its caller gets
+/// `Unavailable`), not the thread: its checkout gives the connection back while unwinding.
+fn serve_reads(jobs: Arc<Mutex<mpsc::Receiver<ReadJob>>>) {
+    loop {
+        let job = jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).recv();
+        let Ok(job) = job else { return };
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+            tracing::error!("read pool: a read panicked; its caller is answered unavailable");
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -69,9 +92,20 @@ impl ReadPool {
     pub(crate) fn open(path: &Path, busy_timeout_ms: u64, size: usize, timeout: Duration) -> Result<Self, StoreError> {
         let size = size.max(1);
         let conns = (0..size).map(|_| open_reader(path, busy_timeout_ms)).collect::<rusqlite::Result<Vec<_>>>();
+        let conns = conns.map_err(unavailable)?;
+        let (jobs, queue) = mpsc::sync_channel::<ReadJob>(size);
+        let queue = Arc::new(Mutex::new(queue));
+        for _ in 0..size {
+            let queue = Arc::clone(&queue);
+            std::thread::Builder::new()
+                .name("sqlite-reader".into())
+                .spawn(move || serve_reads(queue))
+                .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        }
         Ok(Self {
+            jobs,
             inner: Arc::new(Inner {
-                idle: Mutex::new(conns.map_err(unavailable)?),
+                idle: Mutex::new(conns),
                 permits: Arc::new(Semaphore::new(size)),
                 size: size as u64,
                 timeout,
@@ -85,7 +119,7 @@ impl ReadPool {
         })
     }
 
-    /// Runs `query` on a pooled connection, on a blocking thread, within the read time limit.
+    /// Runs `query` on a pooled connection, on one of the pool's threads, within the read time limit.
     pub(crate) async fn read<T, F>(&self, query: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -93,12 +127,15 @@ impl ReadPool {
     {
         let permit = self.checkout_permit().await?;
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let mut checkout = Checkout::take(inner, permit)?;
-            checkout.run(query)
-        })
-        .await
-        .map_err(|e| StoreError::Unavailable(Box::new(e)))?
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let job: ReadJob = Box::new(move || {
+            // The checkout gives its connection (and permit) back before the answer is sent.
+            let result = Checkout::take(inner, permit).and_then(|mut checkout| checkout.run(query));
+            let _ = answer.send(result);
+        });
+        // A permit is held, so the queue (one place per thread) has room: this never waits.
+        self.jobs.try_send(job).map_err(|_| StoreError::Unavailable("read pool: its threads have stopped".into()))?;
+        answered.await.map_err(|_| StoreError::Unavailable("read pool: a read ended without an answer".into()))?
     }
 
     /// Waits, at most the read time limit, for a connection to come free.
@@ -227,6 +264,35 @@ mod tests {
         // The file and its WAL mode are made by a read-write connection, as the writer makes them in production.
         crate::connect(&path, 5_000).expect("create the database");
         ReadPool::open(&path, 5_000, 1, timeout).expect("open the pool")
+    }
+
+    /// However many reads come at once, they run on the pool's own threads, as many as its connections, never on
+    /// threads started for them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_run_on_the_pools_own_threads_however_many_come_at_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pool.db");
+        crate::connect(&path, 5_000).expect("create the database");
+        let pool = Arc::new(ReadPool::open(&path, 5_000, 3, Duration::from_secs(5)).expect("open the pool"));
+        let mut reads = tokio::task::JoinSet::new();
+        for _ in 0..300 {
+            let pool = Arc::clone(&pool);
+            reads.spawn(async move {
+                pool.read(|conn| {
+                    conn.query_row("SELECT 1", [], |_| Ok(())).map_err(unavailable)?;
+                    let me = std::thread::current();
+                    Ok((me.id(), me.name().map(str::to_owned)))
+                })
+                .await
+            });
+        }
+        let mut threads = std::collections::HashSet::new();
+        while let Some(read) = reads.join_next().await {
+            let (id, name) = read.expect("task").expect("read");
+            assert_eq!(name.as_deref(), Some("sqlite-reader"));
+            threads.insert(id);
+        }
+        assert!(threads.len() <= 3, "300 reads ran on {} threads", threads.len());
     }
 
     #[tokio::test]
