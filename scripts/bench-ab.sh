@@ -11,6 +11,9 @@
 # acked/s alone mixes the client's cost into the server's. $PAYHOOK_BENCH_ROUNDS rounds (default 3); the ratios
 # are of the medians, B over A.
 #
+# PAYHOOK_BENCH_AB_SQLITE_FILE=PATH runs every server, one after the other, on that existing SQLite file (grown
+# beforehand, e.g. by `payhook prefill`, to measure a database with history; retention off) instead of a fresh one.
+#
 # PAYHOOK_BENCH_AB_BACKEND=postgres runs each server on a fresh schema of $PAYHOOK_BENCH_POSTGRES_URL (else
 # $PAYHOOK_TEST_POSTGRES_URL, else postgres://postgres@127.0.0.1:5432/test) instead, dropped at the end.
 set -euo pipefail
@@ -46,6 +49,10 @@ run() { # label binary round port
     schemas+=("$schema")
     psql -q "$db" -c "CREATE SCHEMA $schema" >/dev/null
     bench_config "$file.toml" "$port" "url = \"$db${sep}options=-csearch_path%3D$schema\""
+  elif [[ -n ${PAYHOOK_BENCH_AB_SQLITE_FILE:-} ]]; then
+    bench_config "$file.toml" "$port" "url = \"sqlite://$PAYHOOK_BENCH_AB_SQLITE_FILE\"
+[retention]
+enabled = false"
   else
     bench_config "$file.toml" "$port" "url = \"sqlite://$file.db\""
   fi
