@@ -26,6 +26,9 @@ rounds=${PAYHOOK_BENCH_ROUNDS:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/bench-lib.sh"
 mapfile -t bench_args < <(scenario_args "$scenario" "$orders" "$concurrency")
+# $PAYHOOK_BENCH_AB_ARGS: more `payhook bench` flags for every run (e.g. "--client reqwest").
+read -r -a extra_args <<< "${PAYHOOK_BENCH_AB_ARGS:-}"
+bench_args+=("${extra_args[@]}")
 work=$(mktemp -d)
 pids=()
 schemas=()
