@@ -151,19 +151,17 @@ async fn dropping_a_store_whose_writer_is_stuck_returns_at_once() {
     assert!(took < Duration::from_secs(1), "dropping the store blocked for {took:?}");
 }
 
-/// SQLite is built to keep a sub-journal (the pages a savepoint may restore; the writer runs every job in one) in
-/// memory up to 1 MiB, where its default of 64 KiB sent a batch's jobs through a temporary file, a system call per
-/// page (`.cargo/config.toml`, BENCHMARKS.md). A trigger created on a side connection runs on the writer's
-/// connection and refuses the insert when the SQLite it runs on was built otherwise.
+/// The writer keeps its sub-journal (the pages its savepoints may restore) in memory, never in a temporary file:
+/// a trigger created on a side connection runs on the writer's connection and refuses the insert when the writer's
+/// `temp_store` is not `MEMORY`. Every job's pages went through a temporary file with a system call each before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_writer_keeps_a_jobs_sub_journal_in_memory_up_to_one_mib() {
+async fn the_writer_keeps_its_sub_journal_in_memory() {
     let store = TempStore::open(test_policy());
     side_connection(store.path())
         .execute_batch(
-            "CREATE TRIGGER sub_journal_spills_early BEFORE INSERT ON inbox
-             WHEN NOT EXISTS (SELECT 1 FROM pragma_compile_options
-                              WHERE compile_options = 'STMTJRNL_SPILL=1048576')
-             BEGIN SELECT RAISE(ABORT, 'SQLite spills sub-journals to disk before 1 MiB'); END;",
+            "CREATE TRIGGER sub_journal_on_disk BEFORE INSERT ON inbox
+             WHEN (SELECT temp_store FROM pragma_temp_store) != 2
+             BEGIN SELECT RAISE(ABORT, 'the writer''s temp_store is not MEMORY'); END;",
         )
         .expect("create the trigger");
     store.register_order(new_order("ord_m", 100, T0)).await.expect("register");
