@@ -134,7 +134,12 @@ impl ReadPool {
             let _ = answer.send(result);
         });
         // A permit is held, so the queue (one place per thread) has room: this never waits.
-        self.jobs.try_send(job).map_err(|_| StoreError::Unavailable("read pool: its threads have stopped".into()))?;
+        self.jobs.try_send(job).map_err(|e| {
+            StoreError::Unavailable(match e {
+                mpsc::TrySendError::Full(_) => "read pool: its queue is full (more reads than permits)".into(),
+                mpsc::TrySendError::Disconnected(_) => "read pool: its threads have stopped".into(),
+            })
+        })?;
         answered.await.map_err(|_| StoreError::Unavailable("read pool: a read ended without an answer".into()))?
     }
 
