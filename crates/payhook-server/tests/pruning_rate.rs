@@ -116,6 +116,7 @@ async fn ingest_keeps_its_rate_while_pruning_runs_in_the_server_or_as_a_second_p
     assert!(beside_cli >= 0.9 * alone, "beside `payhook prune`: {beside_cli:.0}/s against {alone:.0}/s alone");
     assert!(
         in_server_lasted && beside_cli_lasted,
-        "pruning went on through both measurements: in the server {in_server_lasted}, beside the CLI {beside_cli_lasted}"
+        "pruning went on through both measurements: in the server {in_server_lasted}, \
+         beside the CLI {beside_cli_lasted}"
     );
 }

@@ -4,9 +4,9 @@
 //! WAL lets any number of readers run beside the writer, each on its own snapshot, so one slow read (a full count
 //! for a scrape, a dashboard page) holds only its own connection while the others keep answering. A read checks a
 //! connection out (waiting at most the read time limit for one to come free, then [`StoreError::ReadersBusy`]), runs
-//! on one of the pool's own threads (`sqlite-reader`, as many as connections), and gives it back. While it runs, SQLite's progress handler checks its deadline every
-//! [`PROGRESS_OPS`] virtual machine instructions and interrupts the statement once it has passed
-//! ([`StoreError::ReadTimeout`]).
+//! on one of the pool's own threads (`sqlite-reader`, as many as connections), and gives it back. While it runs,
+//! SQLite's progress handler checks its deadline every [`PROGRESS_OPS`] virtual machine instructions and interrupts
+//! the statement once it has passed ([`StoreError::ReadTimeout`]).
 //!
 //! Invariant: a connection goes back to the pool outside any transaction, so no read keeps a snapshot (and the WAL
 //! it pins) beyond its own query. One that cannot be rolled back is replaced by a fresh connection.
