@@ -54,6 +54,7 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
     ("payhook_forget_keys", include_str!("../sql/functions/payhook_forget_keys.sql")),
     ("payhook_hold_unsettled", include_str!("../sql/functions/payhook_hold_unsettled.sql")),
     ("payhook_ingest_batch", include_str!("../sql/functions/payhook_ingest_batch.sql")),
+    ("payhook_ingest_each", include_str!("../sql/functions/payhook_ingest_each.sql")),
     ("payhook_lock_all", include_str!("../sql/functions/payhook_lock_all.sql")),
     ("payhook_raise_alert", include_str!("../sql/functions/payhook_raise_alert.sql")),
     ("payhook_reapply", include_str!("../sql/functions/payhook_reapply.sql")),

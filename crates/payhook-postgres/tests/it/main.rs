@@ -2,6 +2,8 @@
 //! (e.g. `postgres://postgres@127.0.0.1:5432/test`). Each test works in a fresh schema of its own, dropped at the
 //! end. Without the variable, every test says it was skipped and passes.
 //!
+//! * `batch_set`: a batch run as a set of statements does what running its deliveries one at a time does (random
+//!   batches into two schemas, compared row for row).
 //! * `billing`: payments racing a subscription's end on several instances; a billing dead letter replayed.
 //! * `contract`: the store contract every backend must pass (`payhook_store::contract`), with group commit and
 //!   with one commit per event.
@@ -28,6 +30,7 @@
 //!   `prefer` connect, `verify-full` needs the right CA and host name, `verify-ca` only the CA, `disable` is refused.
 //! * `upgrade`: a database of the previous schema version, upgraded in place.
 
+mod batch_set;
 mod billing;
 #[cfg(payhook_test_postgres)]
 mod contract;
