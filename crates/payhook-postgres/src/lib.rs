@@ -12,8 +12,9 @@
 //!
 //! - [`PgStore`]: implements [`payhook_store::Store`]; [`PgOptions`] says how it runs.
 //! - `writer`: group commit. A batcher task drains a bounded queue into batch transactions (at most `writers` in
-//!   flight, at most [`MAX_BATCH`] deliveries each, sorted by lock), each delivery in its own savepoint, and
-//!   answers only after `COMMIT`; batches rolled back by a deadlock or a serialization failure, or whose
+//!   flight, at most [`MAX_BATCH`] deliveries each, sorted by lock): a batch of distinct deliveries runs as a set of
+//!   multi-row statements, any other one delivery at a time, each in its own savepoint; it answers only after
+//!   `COMMIT`; batches rolled back by a deadlock or a serialization failure, or whose
 //!   connection was lost before `COMMIT`, are run again whole.
 //! - `ops`: what each operation sends to the schema's SQL functions, the ledger decisions taken in Rust, the
 //!   worker's operations (`claim_due` with `FOR UPDATE SKIP LOCKED`, `retry` under its lease) and `replay`.

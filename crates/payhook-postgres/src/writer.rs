@@ -9,7 +9,9 @@
 //! A batch is two pipelined round trips and two or three statements, whatever its size:
 //!
 //! ```text
-//! BEGIN; SELECT … FROM payhook_ingest_batch(arrays)     one savepoint per delivery (a plpgsql EXCEPTION block);
+//! BEGIN; SELECT … FROM payhook_ingest_batch(arrays)     distinct deliveries: a set of multi-row statements in one
+//!                                                        subtransaction; otherwise (or if the set fails) one
+//!                                                        savepoint per delivery (plpgsql EXCEPTION blocks);
 //!                                                        outbox rows per sink of the routing passed in
 //! [SELECT payhook_settle_batch(arrays);] COMMIT          settlements of the guard misses (explained in Rust),
 //!                                                        forwarded events, dead-letter alerts (by key)
