@@ -23,7 +23,7 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
 fi
 
 cargo build --locked --quiet -p payhook --bin payhook
-bin="target/debug/payhook"
+bin="${CARGO_TARGET_DIR:-target}/debug/payhook"
 
 work="$(mktemp -d)"
 server_pid=""
