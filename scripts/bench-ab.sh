@@ -16,8 +16,9 @@
 #
 # PAYHOOK_BENCH_AB_BACKEND=postgres runs each server on a fresh schema of $PAYHOOK_BENCH_POSTGRES_URL (else
 # $PAYHOOK_TEST_POSTGRES_URL, else postgres://postgres@127.0.0.1:5432/test) instead, dropped at the end, and also
-# reports the database's CPU per delivery over the whole run (every local process named `postgres`, registration
-# and --verify included: meaningful only when the server is on this machine and nothing else uses it).
+# reports the database's CPU per acknowledged delivery while the deliveries ran (`bench --database-process
+# postgres`: every local process of that name; meaningful only when the server is on this machine and nothing
+# else uses it).
 set -euo pipefail
 a=$(realpath "$1") b=$(realpath "$2")
 orders=${3:-20000}
@@ -46,16 +47,6 @@ cleanup() {
 trap cleanup EXIT
 export PAYHOOK_API_TOKEN=bench-token-0123456789abcdef
 ticks=$(getconf CLK_TCK)
-# The CPU ticks (user + system) of the local PostgreSQL server's processes so far; 0 for SQLite.
-db_ticks() {
-  [[ $backend == postgres ]] || { echo 0; return; }
-  local total=0 pid
-  for pid in $(pgrep -x postgres); do
-    total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
-  done
-  echo "$total"
-}
-
 run() { # label binary round port
   local label=$1 bin=$2 round=$3 port=$4 file="$work/$1-$3"
   if [[ $backend == postgres ]]; then
@@ -74,14 +65,12 @@ enabled = false"
   local pid=$!
   pids+=("$pid")
   wait_ready "$port" "$file.log"
-  local before after db_before db_after
-  db_before=$(db_ticks)
+  local before after database=()
+  [[ $backend == postgres ]] && database=(--database-process postgres)
   before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
-  "$b" --config "$file.toml" bench "${bench_args[@]}" --verify --json --server-pid "$pid" > "$file.json"
+  "$b" --config "$file.toml" bench "${bench_args[@]}" --verify --json --server-pid "$pid" "${database[@]}" > "$file.json"
   after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
-  db_after=$(db_ticks)
   echo "$(( (after - before) * 1000000 / ticks ))" > "$file.cpu_us"
-  echo "$(( (db_after - db_before) * 1000000 / ticks ))" > "$file.db_us"
   kill "$pid"
   wait "$pid" 2>/dev/null || true
   unset 'pids[-1]'
@@ -105,21 +94,22 @@ for label in "AB":
     for r in range(1, rounds + 1):
         report = json.load(open(f"{work}/{label}-{r}.json"))
         report["cpu_us"] = int(open(f"{work}/{label}-{r}.cpu_us").read())
-        report["db_us"] = int(open(f"{work}/{label}-{r}.db_us").read())
         runs[label].append(report)
 print(runs["A"][0]["command"].rsplit(" --seed ", 1)[0], f"  ({rounds} rounds, A and B interleaved, {sys.argv[5]})")
 print(f"A = {a}\nB = {b}")
 def writer(r):
     threads = r["server_cpu"]["by_thread_us_per_acked"]
     return threads.get("sqlite-writer", 0.0)  # PostgreSQL has no writer thread: its work is in the database
-print("| build | round | deliveries | acked/s | p99 ms | CPU µs/acked | sqlite-writer µs/acked | CPU µs/delivery, whole run | database CPU µs/delivery, whole run | peak RSS MiB | violations |")
+def database(r):
+    return r.get("database_cpu", {}).get("us_per_acked", 0.0)  # SQLite has no database process
+print("| build | round | deliveries | acked/s | p99 ms | CPU µs/acked | sqlite-writer µs/acked | CPU µs/delivery, whole run | database CPU µs/acked | peak RSS MiB | violations |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for label in "AB":
     for i, r in enumerate(runs[label], 1):
         whole = r["cpu_us"] / r["deliveries"]
         c = r["server_cpu"]
         print(f"| {label} | {i} | {r['deliveries']} | {r['acked_per_s']:.0f} | {r['latency_ms']['p99']:.2f} | "
-              f"{c['us_per_acked']:.1f} | {writer(r):.1f} | {whole:.1f} | {r['db_us'] / r['deliveries']:.1f} | {c['peak_rss_mib']:.1f} | {r['verify']['violations']} |")
+              f"{c['us_per_acked']:.1f} | {writer(r):.1f} | {whole:.1f} | {database(r):.1f} | {c['peak_rss_mib']:.1f} | {r['verify']['violations']} |")
 def med(l, f):
     return statistics.median(f(r) for r in runs[l])
 ratios = {
@@ -128,7 +118,7 @@ ratios = {
     "CPU per acked delivery": lambda r: r["server_cpu"]["us_per_acked"],
     "writer CPU per acked delivery": writer,
     "CPU per delivery, whole run": lambda r: r["cpu_us"] / r["deliveries"],
-    "database CPU per delivery, whole run": lambda r: r["db_us"] / r["deliveries"],
+    "database CPU per acked delivery": database,
     "peak RSS": lambda r: r["server_cpu"]["peak_rss_mib"],
 }
 print("B / A (medians): " + ", ".join(f"{k} {med('B', f) / med('A', f):.3f}x" for k, f in ratios.items()

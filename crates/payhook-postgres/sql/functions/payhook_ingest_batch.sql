@@ -30,7 +30,7 @@
 CREATE OR REPLACE FUNCTION payhook_ingest_batch(p_deliveries payhook_delivery[], p_route_sinks text[])
 RETURNS TABLE (outcome text, detail text, row_id bigint, order_status text, order_amount bigint,
                order_currency text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_distinct boolean;
     v_creates boolean;

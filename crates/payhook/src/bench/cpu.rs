@@ -74,6 +74,35 @@ impl CpuSnapshot {
     }
 }
 
+/// The CPU ticks (user + system) spent so far by every process on this machine whose name is `name` (the name
+/// `/proc/<pid>/stat` gives, e.g. `postgres` for PostgreSQL's server processes). A process that exits between the
+/// listing and the read is left out.
+pub(super) fn ticks_of_processes_named(name: &str) -> io::Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        if !entry.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        if let Ok(text) = std::fs::read_to_string(entry.path().join("stat")) {
+            let (process, ticks) = stat_ticks(&text)?;
+            if process == name {
+                total += ticks;
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// `ticks` spent by the processes named `name`, as microseconds per acknowledged delivery.
+pub(super) fn per_acked(name: &str, ticks: u64, acked: usize) -> Value {
+    json!({
+        "process": name,
+        "total_s": ticks as f64 / TICKS_PER_SEC as f64,
+        "us_per_acked": ticks as f64 * 1e6 / TICKS_PER_SEC as f64 / acked.max(1) as f64,
+    })
+}
+
 /// The value in KiB of a `/proc/<pid>/status` field such as `VmHWM:` (written `VmHWM:   123456 kB`).
 fn status_kib(status: &str, field: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with(field))?;
@@ -96,6 +125,22 @@ fn stat_ticks(text: &str) -> io::Result<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_processes_of_a_name_are_added_up_and_include_this_one() {
+        // Burn a few ticks so that this process has some to count.
+        let started = std::time::Instant::now();
+        let mut x = 0u64;
+        while started.elapsed() < std::time::Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let (name, own) = stat_ticks(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
+        assert!(own > 0, "50 ms of work shows in this process's ticks");
+        let all = ticks_of_processes_named(&name).unwrap();
+        assert!(all >= own, "{all} ticks for every {name:?} process, {own} for this one alone");
+        assert_eq!(ticks_of_processes_named("no process has this name").unwrap(), 0);
+        assert_eq!(per_acked("postgres", 250, 1_000)["us_per_acked"], json!(2_500.0));
+    }
 
     #[test]
     fn a_stat_line_gives_its_name_and_user_plus_system_ticks_even_with_a_name_holding_parentheses() {

@@ -100,6 +100,11 @@ pub struct BenchArgs {
     /// (user + system, all threads) per acknowledged delivery, split by thread name.
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// The name of the database server's processes on this machine (e.g. `postgres`): the report then gives the
+    /// CPU time (user + system) of every process of that name per acknowledged delivery while the deliveries ran
+    /// (processes that exit meanwhile are not counted, so pooled connections are what it measures).
+    #[arg(long, value_name = "NAME")]
+    pub database_process: Option<String>,
 }
 
 /// What the benchmark delivers, and in which order.
@@ -546,6 +551,7 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
         Some(pid) => Some(cpu::CpuSnapshot::read(pid).with_context(|| format!("--server-pid {pid}: /proc/{pid}"))?),
         None => None,
     };
+    let database_before = args.database_process.as_deref().map(cpu::ticks_of_processes_named).transpose()?;
     let run = Arc::new(Run {
         src,
         timeout: Duration::from_millis(p.timeout_ms),
@@ -571,6 +577,7 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
         }
     };
     let elapsed = run.finished.get().copied().unwrap_or_else(Instant::now).duration_since(run.started).as_secs_f64();
+    let database_after = args.database_process.as_deref().map(cpu::ticks_of_processes_named).transpose()?;
     let cpu_after = match args.server_pid {
         Some(pid) => Some(cpu::CpuSnapshot::read(pid).with_context(|| format!("--server-pid {pid}: /proc/{pid}"))?),
         None => None,
@@ -623,6 +630,9 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     }
     if let (Some(before), Some(after)) = (&cpu_before, &cpu_after) {
         result["server_cpu"] = after.since(before, acked);
+    }
+    if let (Some(name), Some(before), Some(after)) = (&args.database_process, database_before, database_after) {
+        result["database_cpu"] = cpu::per_acked(name, after.saturating_sub(before), acked);
     }
 
     // 4. Verify.
