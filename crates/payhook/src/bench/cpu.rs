@@ -46,7 +46,7 @@ impl CpuSnapshot {
     /// The CPU spent from `before` to `self`, as microseconds per acknowledged delivery, in all and by thread
     /// name (threads of one name, such as tokio's workers, added together).
     pub(super) fn since(&self, before: &CpuSnapshot, acked: usize) -> Value {
-        let per = |ticks: u64| ticks as f64 * 1e6 / TICKS_PER_SEC as f64 / acked.max(1) as f64;
+        let per = |ticks: u64| us_per_acked(ticks, acked);
         let mut by_name: BTreeMap<&str, u64> = BTreeMap::new();
         let mut live = 0;
         for (tid, (name, ticks)) in &self.threads {
@@ -99,8 +99,13 @@ pub(super) fn per_acked(name: &str, ticks: u64, acked: usize) -> Value {
     json!({
         "process": name,
         "total_s": ticks as f64 / TICKS_PER_SEC as f64,
-        "us_per_acked": ticks as f64 * 1e6 / TICKS_PER_SEC as f64 / acked.max(1) as f64,
+        "us_per_acked": us_per_acked(ticks, acked),
     })
+}
+
+/// `ticks` of CPU as microseconds per acknowledged delivery.
+fn us_per_acked(ticks: u64, acked: usize) -> f64 {
+    ticks as f64 * 1e6 / TICKS_PER_SEC as f64 / acked.max(1) as f64
 }
 
 /// The value in KiB of a `/proc/<pid>/status` field such as `VmHWM:` (written `VmHWM:   123456 kB`).
