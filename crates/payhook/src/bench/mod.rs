@@ -80,6 +80,10 @@ pub struct BenchArgs {
     /// Per-request timeout in milliseconds (a timeout is retried).
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
+    /// Attempts per delivery (the first one included) before the benchmark gives up on it, as a provider
+    /// eventually does. `--verify` leaves out the orders with a delivery given up: their state is not known.
+    #[arg(long, default_value_t = DEFAULT_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempts: u32,
     /// Check afterwards that every order is in the state its events imply, with at most one receipt.
     #[arg(long)]
     pub verify: bool,
@@ -157,10 +161,10 @@ const AMOUNT: i64 = 1999;
 const CURRENCY: &str = "usd";
 /// The longest `Retry-After` the benchmark waits for before a retry.
 const RETRY_AFTER_CAP: Duration = Duration::from_secs(5);
+/// Attempts per delivery before the benchmark gives up on it, unless `--attempts` says otherwise.
+const DEFAULT_ATTEMPTS: u32 = 50;
 /// Orders registered (and read back by `--verify`) at once at most, whatever `--concurrency` is.
 const REGISTER_CONCURRENCY: usize = 256;
-/// Attempts per delivery before the benchmark gives up on it.
-const MAX_ATTEMPTS: usize = 50;
 
 /// The arguments resolved for the chosen scenario: what actually runs, and what the report repeats.
 #[derive(Debug)]
@@ -176,6 +180,7 @@ struct Params {
     duration_secs: Option<u64>,
     client: ClientKind,
     timeout_ms: u64,
+    attempts: u32,
     verify: bool,
     seed: u64,
     scrape_ms: u64,
@@ -230,6 +235,7 @@ impl Params {
             duration_secs: (scenario == Scenario::Sustained).then(|| args.duration_secs.unwrap_or(30).max(1)),
             client,
             timeout_ms: args.timeout_ms,
+            attempts: args.attempts,
             verify: args.verify,
             seed: args.seed.unwrap_or_else(|| fastrand::u64(..)),
             scrape_ms: args.scrape_ms,
@@ -257,6 +263,9 @@ impl Params {
             c += &format!(" --rate {rate}");
         }
         c += &format!(" --concurrency {} --client {}", self.concurrency, self.client.name());
+        if self.attempts != DEFAULT_ATTEMPTS {
+            c += &format!(" --attempts {}", self.attempts);
+        }
         if self.verify {
             c += " --verify";
         }
@@ -281,6 +290,7 @@ impl Params {
             "duration_secs": self.duration_secs,
             "client": self.client.name(),
             "timeout_ms": self.timeout_ms,
+            "attempts": self.attempts,
             "verify": self.verify,
             "seed": self.seed,
             "scrape_ms": self.scrape_ms,
@@ -332,6 +342,7 @@ enum Delivered {
 struct Run {
     src: SourceSettings,
     timeout: Duration,
+    attempts: u32,
     started: Instant,
     counters: Counters,
     /// (milliseconds since the start when the answer was read, latency in microseconds), per acked delivery.
@@ -339,6 +350,8 @@ struct Run {
     /// When the last delivery was answered, if that is not when the phase returns (sustained stops its order
     /// registration afterwards, which is not part of the delivery rate).
     finished: std::sync::OnceLock<Instant>,
+    /// The orders (their indexes) with a delivery given up on: `--verify` cannot know what state they are in.
+    gave_up_orders: Mutex<std::collections::BTreeSet<usize>>,
 }
 
 /// One connection (lean) or a handle on the shared pool (reqwest), aimed at one of the URLs.
@@ -397,11 +410,11 @@ impl Connector {
 /// The latency recorded is that of the answered attempt, or with `scheduled` (the open loop) the time since the
 /// delivery was due: waiting for a free connection and earlier attempts then count, as they would for a provider
 /// whose events keep arriving, rather than hiding the server's backlog in the client (coordinated omission).
-async fn deliver(run: &Run, conn: &mut Conn, body: &[u8], msg_id: &str, scheduled: Option<Instant>) -> Delivered {
+async fn deliver(run: &Run, conn: &mut Conn, body: &[u8], d: &Delivery, scheduled: Option<Instant>) -> Delivered {
     let counters = &run.counters;
     let mut backoff = Duration::from_millis(20);
-    for _ in 0..MAX_ATTEMPTS {
-        let headers = run.src.verifier.sign(body, payhook_server::now_ms() / 1000, msg_id);
+    for attempt in 1..=run.attempts {
+        let headers = run.src.verifier.sign(body, payhook_server::now_ms() / 1000, &d.event_id);
         let t0 = Instant::now();
         let wait = match tokio::time::timeout(run.timeout, conn.post(&headers, body)).await {
             Ok(Ok(resp)) if (200..300).contains(&resp.status) => {
@@ -430,10 +443,15 @@ async fn deliver(run: &Run, conn: &mut Conn, body: &[u8], msg_id: &str, schedule
                 None
             }
         };
-        tokio::time::sleep(wait.unwrap_or_default().max(backoff)).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        if attempt < run.attempts {
+            tokio::time::sleep(wait.unwrap_or_default().max(backoff)).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
     }
     counters.gave_up.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut orders) = run.gave_up_orders.lock() {
+        orders.insert(d.order);
+    }
     Delivered::GaveUp
 }
 
@@ -555,10 +573,12 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
     let run = Arc::new(Run {
         src,
         timeout: Duration::from_millis(p.timeout_ms),
+        attempts: p.attempts,
         started: Instant::now(),
         counters: Counters::default(),
         samples: Mutex::new(Vec::new()),
         finished: std::sync::OnceLock::new(),
+        gave_up_orders: Mutex::new(std::collections::BTreeSet::new()),
     });
     let progress = (!args.json).then(|| progress(Arc::clone(&run)));
     let probes = probes::Probes::start(&client, &base, &token, p.scrape_ms, p.read_ms);
@@ -637,9 +657,15 @@ pub async fn run(cfg: Config, args: BenchArgs) -> Result<()> {
 
     // 4. Verify.
     if p.verify {
-        let bad =
-            verify(&client, &base, &token, &registrar.run_id, &expect, p.concurrency.min(REGISTER_CONCURRENCY)).await?;
-        result["verify"] = json!({ "orders_checked": expect.len(), "violations": bad.len(), "first": bad.first() });
+        let skipped = run.gave_up_orders.lock().map(|mut o| std::mem::take(&mut *o)).unwrap_or_default();
+        let checks = Checks { run_id: &registrar.run_id, expect: &expect, skipped: &skipped };
+        let bad = verify(&client, &base, &token, &checks, p.concurrency.min(REGISTER_CONCURRENCY)).await?;
+        result["verify"] = json!({
+            "orders_checked": expect.len() - skipped.len(),
+            "orders_skipped": skipped.len(),
+            "violations": bad.len(),
+            "first": bad.first(),
+        });
         if !bad.is_empty() {
             eprintln!("{}", serde_json::to_string_pretty(&result)?);
             bail!("{} orders are not in the state their events imply, e.g. {}", bad.len(), bad[0]);
@@ -792,8 +818,7 @@ async fn planned(p: &Params, run: &Arc<Run>, connector: &Connector, w: Workload)
                     gate.wait(d.order).await;
                 }
                 let run = &run;
-                futures_util::future::join_all(conns.iter_mut().map(|c| deliver(run, c, body, &d.event_id, None)))
-                    .await;
+                futures_util::future::join_all(conns.iter_mut().map(|c| deliver(run, c, body, d, None))).await;
                 if gated && d.action == OrderAction::Refund {
                     gate.open(d.order);
                 }
@@ -868,7 +893,7 @@ async fn sustained(
                     let body = run.src.format.encode(&outgoing(&d, &order_id, payhook_server::now_ms() / 1000));
                     let copies = 1 + usize::from(rng.f64() < dup);
                     for _ in 0..copies {
-                        deliver(&run, &mut conn, &body, &d.event_id, None).await;
+                        deliver(&run, &mut conn, &body, &d, None).await;
                         sent.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -892,22 +917,37 @@ fn order_rng(seed: u64, i: usize) -> fastrand::Rng {
     fastrand::Rng::with_seed(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
-/// Reads every order back and lists those not in the state their events imply.
+/// What `--verify` checks: each order's expected state, but for the orders with a delivery given up on.
+struct Checks<'a> {
+    run_id: &'a str,
+    expect: &'a [Expect],
+    skipped: &'a std::collections::BTreeSet<usize>,
+}
+
+impl Checks<'_> {
+    /// The orders to read back, with the state each should be in.
+    fn orders(&self) -> Vec<(String, Expect)> {
+        (self.expect.iter().enumerate())
+            .filter(|(i, _)| !self.skipped.contains(i))
+            .map(|(i, e)| (Registrar::order_id(self.run_id, i), *e))
+            .collect()
+    }
+}
+
+/// Reads every order to check back and lists those not in the state their events imply.
 async fn verify(
     client: &reqwest::Client,
     base: &str,
     token: &str,
-    run_id: &str,
-    expect: &[Expect],
+    checks: &Checks<'_>,
     concurrency: usize,
 ) -> Result<Vec<String>> {
     let bad = Arc::new(Mutex::new(Vec::new()));
-    let expect: Arc<[Expect]> = expect.into();
-    let (client, token, b, base, run_id) =
-        (client.clone(), token.to_owned(), Arc::clone(&bad), base.to_owned(), run_id.to_owned());
-    pool(concurrency, expect.len(), move |i| {
-        let (client, id, token, bad, e) =
-            (client.clone(), Registrar::order_id(&run_id, i), token.clone(), Arc::clone(&b), expect[i]);
+    let orders: Arc<[(String, Expect)]> = checks.orders().into();
+    let (client, token, b, base) = (client.clone(), token.to_owned(), Arc::clone(&bad), base.to_owned());
+    pool(concurrency, orders.len(), move |i| {
+        let (client, token, bad) = (client.clone(), token.clone(), Arc::clone(&b));
+        let (id, e) = orders[i].clone();
         let url = format!("{base}/v1/orders/{id}");
         async move {
             let v: Value = client.get(&url).bearer_auth(&token).send().await?.json().await?;

@@ -69,7 +69,7 @@ pub(super) async fn deliver_at_rate(
         let (run, w, pool) = (Arc::clone(run), Arc::clone(&w), Arc::clone(&pool));
         set.spawn(async move {
             let d = &w.unique[u];
-            deliver(&run, &mut conn, &w.bodies[u], &d.event_id, Some(due)).await;
+            deliver(&run, &mut conn, &w.bodies[u], d, Some(due)).await;
             if let Ok(mut p) = pool.lock() {
                 p.push(conn);
             }

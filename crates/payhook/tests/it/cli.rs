@@ -240,6 +240,42 @@ async fn bench_reports_throughput_and_verifies_the_final_state() {
     assert_eq!(count(&db, "SELECT COUNT(*) FROM inbox"), 300 + refunded, "one inbox row per unique event");
 }
 
+/// A delivery the benchmark gives up on (`--attempts`, here to a second URL where nothing listens) leaves its
+/// order in a state nobody knows: `--verify` leaves such orders out, says how many, and checks all the others.
+#[tokio::test]
+async fn bench_verify_leaves_out_the_orders_whose_delivery_it_gave_up_on() {
+    let dir = TestDir::new();
+    let server = Server::start(&dir).await;
+    let config = server.config.to_str().unwrap();
+    let urls = format!("{},http://127.0.0.1:{}", server.base(), free_port());
+    #[rustfmt::skip]
+    let args = [
+        "--config", config, "bench", "--url", &urls, "--source", SOURCE, "--orders", "100", "--dup", "0",
+        "--refund", "0", "--concurrency", "8", "--attempts", "2", "--verify", "--json",
+    ];
+    let out = dir.run(&args);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "bench failed: {}\n{stdout}\n{}\n{}", out.status, text(&out.stderr), server.log());
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let n = |path: &str| report.pointer(path).and_then(Value::as_f64).unwrap_or_else(|| panic!("{path}: {report}"));
+
+    // One payment per order: the workers on the second URL gave up on each of theirs after two attempts.
+    let (acked, gave_up) = (n("/acked"), n("/gave_up"));
+    assert!(acked > 0.0 && gave_up > 0.0, "{report}");
+    assert_eq!(acked + gave_up, 100.0, "{report}");
+    assert_eq!(n("/retried_io"), 2.0 * gave_up, "two failed attempts each: {report}");
+    assert_eq!(n("/params/attempts"), 2.0, "{report}");
+    assert!(report["command"].as_str().is_some_and(|c| c.contains(" --attempts 2 ")), "{report}");
+    assert_eq!((n("/verify/orders_skipped"), n("/verify/orders_checked")), (gave_up, acked), "{report}");
+    assert_eq!(n("/verify/violations"), 0.0, "{report}");
+    server.stop();
+
+    // The orders left out are the ones still waiting for their payment: checked, they would have been violations.
+    let db = dir.open_db();
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM orders WHERE status = 'paid'") as f64, acked);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM orders WHERE status = 'pending'") as f64, gave_up);
+}
+
 /// `--rate`: an open loop. The deliveries arrive on the schedule whatever the answers, so the run lasts as long as
 /// the schedule (a closed loop of these few hundred deliveries is over far sooner), with no more connections in
 /// flight than `--concurrency`, and everything still acknowledged and verified.
