@@ -218,7 +218,9 @@ async fn a_batch_that_deadlocks_is_run_again_whole_and_each_delivery_is_answered
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_timeout_answers_unavailable_stores_nothing_and_the_retry_goes_through() {
     let Some(url) = test_url() else { return };
-    let store = TempStore::open_with(&url, test_policy(), |o| o.statement_timeout_ms = 300).await;
+    // Long enough for a new session's first batch on a loaded machine (the registration and the retry below run
+    // under it too); the jam holds until released, so only the jammed batch reaches it.
+    let store = TempStore::open_with(&url, test_policy(), |o| o.statement_timeout_ms = 2_000).await;
     register_new(&store, new_order("ord_t", 100, T0)).await;
     let delivery = pay("evt_t", "ord_t", 100, T0 + 1);
 

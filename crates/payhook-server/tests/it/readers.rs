@@ -71,7 +71,7 @@ async fn finish(readers: Vec<JoinHandle<Reply>>) {
 }
 
 #[tokio::test]
-async fn readyz_answers_within_50_ms_while_every_read_connection_is_held_by_a_slow_read() {
+async fn readyz_answers_at_once_while_every_read_connection_is_held_by_a_slow_read() {
     let _serial = SERIAL.lock().await;
     let app = spawn(4, 2_000).await;
     let stall = Failpoint::set("sqlite::stats_stall", &app);
@@ -87,8 +87,10 @@ async fn readyz_answers_within_50_ms_while_every_read_connection_is_held_by_a_sl
         assert_eq!(status, StatusCode::OK, "probe {i} after {:?}: {body}", took[i]);
     }
     took.sort();
+    // A probe that waited for a read connection would wait for the stalled reads' 2 s timeout; the bound leaves a
+    // loaded machine's scheduling pauses room below that.
     let p99 = took[98];
-    assert!(p99 < Duration::from_millis(50), "readyz p99 {p99:?} (max {:?})", took[99]);
+    assert!(p99 < Duration::from_millis(500), "readyz p99 {p99:?} (max {:?})", took[99]);
     assert_eq!(app.store.read_metrics().in_use, 4, "the slow reads were in progress throughout");
 
     drop(stall);
@@ -108,7 +110,8 @@ async fn an_order_is_read_at_once_while_a_slow_read_holds_a_pooled_connection() 
         let order = app.order("ord_beside").await;
         let took = start.elapsed();
         assert_eq!(order["status"], json!("pending"));
-        assert!(took < Duration::from_millis(500), "GET /v1/orders/ord_beside took {took:?} beside a slow read");
+        // Waiting for the slow read's connection would take its 5 s timeout.
+        assert!(took < Duration::from_secs(2), "GET /v1/orders/ord_beside took {took:?} beside a slow read");
     }
     assert_eq!(app.store.read_metrics().in_use, 1, "the slow read was in progress throughout");
 

@@ -98,7 +98,7 @@ async fn a_long_reader_never_holds_the_writer_up_longer_than_the_checkpoint_wait
         o.wal_checkpoint_wait_ms = 100;
     });
     write_load(&store, "evt_before", 10, Duration::ZERO).await;
-    // A snapshot held for 2 s: no checkpoint can reset the WAL before it ends.
+    // A snapshot held for 5 s: no checkpoint can reset the WAL before it ends.
     let path = store.path().to_owned();
     let (opened_tx, opened_rx) = std::sync::mpsc::channel();
     let long_reader = std::thread::spawn(move || {
@@ -106,21 +106,21 @@ async fn a_long_reader_never_holds_the_writer_up_longer_than_the_checkpoint_wait
         conn.execute_batch("BEGIN").expect("begin");
         let _: i64 = conn.query_row("SELECT count(*) FROM inbox", [], |r| r.get(0)).expect("read");
         opened_tx.send(()).expect("signal");
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(Duration::from_secs(5));
         conn.execute_batch("COMMIT").expect("end the read");
     });
     opened_rx.recv().expect("the reader opened its snapshot");
     let started = Instant::now();
     let mut slowest = Duration::ZERO;
     let mut batches = 0;
-    while started.elapsed() < Duration::from_millis(1_800) {
+    while started.elapsed() < Duration::from_millis(4_500) {
         slowest = slowest.max(write_load(&store, &format!("evt_{batches}"), 50, Duration::ZERO).await);
         batches += 1;
     }
     long_reader.join().expect("reader");
     let wal = store.sqlite().writer_metrics().wal.expect("sqlite reports its WAL");
-    // The bound is 100 ms of waiting, plus the writer's own polling for the lock; a checkpointer waiting for the
-    // reader would stall it for the reader's whole 2 s.
-    assert!(slowest < Duration::from_millis(700), "a commit took {slowest:?} ({wal:?})");
+    // The bound is 100 ms of waiting, plus the writer's own polling for the lock, plus room for a loaded machine; a
+    // checkpointer waiting for the reader would stall it for the rest of the reader's 5 s.
+    assert!(slowest < Duration::from_millis(2_000), "a commit took {slowest:?} ({wal:?})");
     assert!(wal.truncate_busy > 0, "the checkpointer tried to reset the WAL and gave up in time: {wal:?}");
 }
