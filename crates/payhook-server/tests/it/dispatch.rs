@@ -345,10 +345,13 @@ async fn a_source_that_keeps_failing_verification_raises_one_alert() {
 async fn one_slow_sink_does_not_stall_the_others() {
     let sink_server = Sink::start().await;
     let (slow, fast) = (sink_server.url("/slow"), sink_server.url("/fast"));
-    sink_server.slow("/slow", Duration::from_millis(1_500));
+    // The slow sink's first row takes 6 s: the fast rows must all arrive before it is answered, with room for a
+    // loaded machine.
+    const SLOW: Duration = Duration::from_secs(6);
+    sink_server.slow("/slow", SLOW);
     let app = TestApp::spawn_with(|s, _| {
         let mut slow = sink("slow", slow, &["order.paid"]);
-        slow.max_in_flight = 1;
+        (slow.max_in_flight, slow.timeout_ms) = (1, 10_000);
         s.sinks.push(slow);
         s.sinks.push(sink("fast", fast, &["order.paid"]));
         s.dispatcher.enabled = true;
@@ -359,12 +362,12 @@ async fn one_slow_sink_does_not_stall_the_others() {
     for i in 0..4 {
         paid_order(&app, &format!("ord_s{i}")).await;
     }
-    let deadline = started + Duration::from_secs(5);
+    let deadline = started + SLOW;
     while sink_server.seen("/fast").len() < 4 {
         assert!(std::time::Instant::now() < deadline, "the fast sink was stalled");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(started.elapsed() < Duration::from_millis(1_500), "fast rows arrived in {:?}", started.elapsed());
+    assert!(started.elapsed() < SLOW, "fast rows arrived in {:?}", started.elapsed());
     assert!(sink_server.seen("/slow").len() <= 1, "the slow sink is still on its first row");
 }
 
