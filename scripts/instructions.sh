@@ -8,14 +8,19 @@
 #   scripts/instructions.sh            # prints the figure
 #   scripts/instructions.sh --check    # also fails when it is above the number in scripts/instructions-threshold
 #
-# $PAYHOOK_INSTR_ORDERS sets the two workloads' orders (default "200 800").
+# $PAYHOOK_INSTR_ORDERS sets the two workloads' orders (default "200 800"); $PAYHOOK_INSTR_BIN measures that
+# payhook binary instead of building this checkout's (to compare two builds).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/bench-lib.sh"
 cd "$root"
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
-cargo build --release --quiet --locked -p payhook
-bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
+if [[ -n ${PAYHOOK_INSTR_BIN:-} ]]; then
+  bin=$PAYHOOK_INSTR_BIN
+else
+  cargo build --release --quiet --locked -p payhook
+  bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
+fi
 read -r small large <<< "${PAYHOOK_INSTR_ORDERS:-200 800}"
 work=$(mktemp -d)
 pid=
