@@ -58,8 +58,8 @@ async fn a_request_in_flight_at_shutdown_is_finished_committed_and_answered() {
     let mut stream = TcpStream::connect(app.addr).await.unwrap();
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(first).await.unwrap();
-    // Let the server parse the head and start reading the body.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Let the server parse the head and start reading the body (a second: room for a loaded machine).
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
     let TestApp { running, .. } = app;
     let shutdown = tokio::spawn(running.shutdown());

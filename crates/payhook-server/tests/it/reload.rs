@@ -39,7 +39,8 @@ async fn a_request_in_flight_during_a_reload_finishes_under_the_configuration_it
     let head = request_head(app.addr, "payments", &headers, &format!("Content-Length: {}", body.len()));
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(&body[..body.len() / 2]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Time for the server to read the head (half a second: room for a loaded machine).
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let report = app.running.state.apply(reloaded(rotated(&app), &["payments"]));
     assert_eq!((report.generation, report.sources_changed.clone()), (1, vec!["payments".to_owned()]));
     assert_eq!(report.sources_removed, ["stripe"]);
