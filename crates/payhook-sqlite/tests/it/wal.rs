@@ -26,6 +26,8 @@ fn wal_bytes(db: &Path) -> u64 {
 async fn write_load(store: &TempStore, prefix: &str, count: usize, every: Duration) -> Duration {
     let mut slowest = Duration::ZERO;
     let mut tick = tokio::time::interval(every.max(Duration::from_micros(1)));
+    // After a stall (a loaded machine), the load resumes at its pace rather than catching up in a burst.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for i in 0..count {
         tick.tick().await;
         let mut d = ignored(&format!("{prefix}_{i}"), "customer.updated", T0 + i as i64);
@@ -77,16 +79,21 @@ async fn the_wal_stays_under_its_limit_while_overlapping_readers_never_let_it_re
     // A steady 40 writes per second for 5 s: about 25 KiB of WAL each (the body's pages and the index pages), so
     // an unbounded WAL would end about five times over the limit.
     write_load(&store, "evt_wal", 200, Duration::from_millis(25)).await;
-    // One more checkpoint interval, for the last writes.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let settled = wal_bytes(store.path());
+    // The checkpointer's next intervals take the last writes (polled: a loaded machine may delay them).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut settled = wal_bytes(store.path());
+    while settled > LIMIT_BYTES && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        settled = wal_bytes(store.path());
+    }
     stop.store(true, Ordering::Relaxed);
     let reads = first.join().expect("reader") + second.join().expect("reader");
     let largest = sampler.join().expect("sampler");
     let wal = store.sqlite().writer_metrics().wal.expect("sqlite reports its WAL");
     assert!(reads > 20, "the readers kept reading: {reads}");
-    // Between two checkpoints (250 ms) the WAL grows by what is written meanwhile; it never runs away.
-    assert!(largest <= 2 * LIMIT_BYTES, "the WAL reached {largest} bytes with a limit of {LIMIT_BYTES}: {wal:?}");
+    // Between two checkpoints (250 ms) the WAL grows by what is written meanwhile, more when a loaded machine delays
+    // a checkpoint; it never runs away (unbounded, it would pass 5 MB).
+    assert!(largest <= 3 * LIMIT_BYTES, "the WAL reached {largest} bytes with a limit of {LIMIT_BYTES}: {wal:?}");
     assert!(settled <= LIMIT_BYTES, "the WAL settles under its limit: {settled} bytes, {wal:?}");
     assert!(wal.truncate > 0, "the checkpointer had to reset the WAL: {wal:?}");
 }
