@@ -1,6 +1,6 @@
 //! `payhook bench`: drive a running payhook the way providers do, and measure it.
 //!
-//! Why one file of about 960 lines: the workload (scenarios, orders, expectations), the delivery loop and the
+//! Why one file of about 1,000 lines: the workload (scenarios, orders, expectations), the delivery loop and the
 //! verification share the run's state; the HTTP client, the open loop of `--rate`, the operator probes and the report
 //! are modules of their own.
 //!
