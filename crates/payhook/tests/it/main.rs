@@ -2,6 +2,7 @@
 //! temp dirs, driven over HTTP and its command line.
 
 mod admin_cli;
+mod allocator;
 mod cli;
 mod crash;
 mod declared;
