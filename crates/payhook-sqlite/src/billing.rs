@@ -7,6 +7,7 @@
 
 use crate::context::{Ctx, Result, SqlResult};
 use crate::outbox::route_outbox;
+use crate::read::in_snapshot;
 use crate::writer::unavailable;
 use payhook_core::billing::{
     self, ENTITLEMENT_GRANTED, ENTITLEMENT_REVOKED, EntitlementStatus, INVOICE_PAYMENT_FAILED, InvoiceChange,
@@ -403,46 +404,43 @@ fn entitlement_rows(conn: &Connection, filter: &str, key: &str) -> Result<Vec<En
 
 /// A subscription with its history and entitlements, from one snapshot.
 pub(crate) fn subscription(conn: &Connection, id: &SubscriptionId) -> Result<Option<SubscriptionView>> {
-    let tx = conn.unchecked_transaction().map_err(unavailable)?;
-    let view = tx
-        .prepare_cached(
-            "SELECT customer_id, status, current_period_end, occurred_at, source, event_id, created_at, updated_at
-             FROM subscriptions WHERE id = ?1",
-        )
-        .map_err(unavailable)?
-        .query_row([id.as_str()], |r| {
-            Ok(SubscriptionView {
-                id: id.as_str().to_owned(),
-                customer_id: r.get(0)?,
-                status: r.get(1)?,
-                current_period_end: r.get(2)?,
-                occurred_at: r.get(3)?,
-                source: r.get(4)?,
-                event_id: r.get(5)?,
-                created_at_ms: r.get(6)?,
-                updated_at_ms: r.get(7)?,
-                history: Vec::new(),
-                entitlements: Vec::new(),
+    in_snapshot(conn, |tx| {
+        let view = tx
+            .prepare_cached(
+                "SELECT customer_id, status, current_period_end, occurred_at, source, event_id, created_at, updated_at
+                 FROM subscriptions WHERE id = ?1",
+            )
+            .map_err(unavailable)?
+            .query_row([id.as_str()], |r| {
+                Ok(SubscriptionView {
+                    id: id.as_str().to_owned(),
+                    customer_id: r.get(0)?,
+                    status: r.get(1)?,
+                    current_period_end: r.get(2)?,
+                    occurred_at: r.get(3)?,
+                    source: r.get(4)?,
+                    event_id: r.get(5)?,
+                    created_at_ms: r.get(6)?,
+                    updated_at_ms: r.get(7)?,
+                    history: Vec::new(),
+                    entitlements: Vec::new(),
+                })
             })
-        })
-        .optional()
-        .map_err(unavailable)?;
-    let view = match view {
-        None => None,
-        Some(mut view) => {
-            view.history = audit_rows(&tx, "subscription", id.as_str())?;
-            view.entitlements = entitlement_rows(&tx, "subscription_id", id.as_str())?;
-            Some(view)
-        }
-    };
-    tx.finish().map_err(unavailable)?;
-    Ok(view)
+            .optional()
+            .map_err(unavailable)?;
+        let view = match view {
+            None => None,
+            Some(mut view) => {
+                view.history = audit_rows(tx, "subscription", id.as_str())?;
+                view.entitlements = entitlement_rows(tx, "subscription_id", id.as_str())?;
+                Some(view)
+            }
+        };
+        Ok(view)
+    })
 }
 
 /// A customer's entitlements, from one snapshot.
 pub(crate) fn entitlements(conn: &Connection, customer: &CustomerId) -> Result<Vec<EntitlementView>> {
-    let tx = conn.unchecked_transaction().map_err(unavailable)?;
-    let rows = entitlement_rows(&tx, "customer_id", customer.as_str())?;
-    tx.finish().map_err(unavailable)?;
-    Ok(rows)
+    in_snapshot(conn, |tx| entitlement_rows(tx, "customer_id", customer.as_str()))
 }

@@ -6,6 +6,7 @@
 //! difference between the full count and the counters *of the same snapshot*: writes committed after it move rows
 //! and counters together, so adding the difference later is still right.
 
+use crate::read::in_snapshot;
 use crate::writer::unavailable;
 use payhook_store::{CounterKey, Counts, Drift, StoreError};
 use rusqlite::{Connection, Params};
@@ -57,26 +58,28 @@ pub(crate) fn inbox_sources(conn: &Connection) -> Result<Vec<String>> {
 
 /// The full count of a step's rows and the counters of the same rows, from one snapshot: `(counted, kept)`.
 pub(crate) fn read_step(conn: &Connection, step: &Step) -> Result<(Counts, Counts)> {
-    let tx = conn.unchecked_transaction().map_err(unavailable)?;
-    let kept_sql = "SELECT tbl, grp, kind, status, n FROM counters WHERE tbl = ?1 AND (?2 IS NULL OR grp = ?2)";
-    let read = match step {
-        Step::Orders => read_counts(&tx, "SELECT 'orders', '', '', status, count(*) FROM orders GROUP BY status", [])
-            .and_then(|counted| Ok((counted, read_counts(&tx, kept_sql, rusqlite::params!["orders", None::<&str>])?))),
-        Step::Outbox => read_counts(
-            &tx,
-            "SELECT 'outbox', sink, kind, status, count(*) FROM outbox GROUP BY sink, kind, status",
-            [],
-        )
-        .and_then(|counted| Ok((counted, read_counts(&tx, kept_sql, rusqlite::params!["outbox", None::<&str>])?))),
-        Step::Inbox(source) => read_counts(
-            &tx,
-            "SELECT 'inbox', source, '', status, count(*) FROM inbox WHERE source = ?1 GROUP BY status",
-            [source],
-        )
-        .and_then(|counted| Ok((counted, read_counts(&tx, kept_sql, rusqlite::params!["inbox", source])?))),
-    };
-    tx.finish().map_err(unavailable)?;
-    read
+    in_snapshot(conn, |tx| {
+        let kept_sql = "SELECT tbl, grp, kind, status, n FROM counters WHERE tbl = ?1 AND (?2 IS NULL OR grp = ?2)";
+        match step {
+            Step::Orders => {
+                read_counts(tx, "SELECT 'orders', '', '', status, count(*) FROM orders GROUP BY status", []).and_then(
+                    |counted| Ok((counted, read_counts(tx, kept_sql, rusqlite::params!["orders", None::<&str>])?)),
+                )
+            }
+            Step::Outbox => read_counts(
+                tx,
+                "SELECT 'outbox', sink, kind, status, count(*) FROM outbox GROUP BY sink, kind, status",
+                [],
+            )
+            .and_then(|counted| Ok((counted, read_counts(tx, kept_sql, rusqlite::params!["outbox", None::<&str>])?))),
+            Step::Inbox(source) => read_counts(
+                tx,
+                "SELECT 'inbox', source, '', status, count(*) FROM inbox WHERE source = ?1 GROUP BY status",
+                [source],
+            )
+            .and_then(|counted| Ok((counted, read_counts(tx, kept_sql, rusqlite::params!["inbox", source])?))),
+        }
+    })
 }
 
 /// Adds each drift's difference to its counter (run by the writer, in its transaction).

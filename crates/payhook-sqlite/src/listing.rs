@@ -13,7 +13,7 @@
 //! finds the id that many rows down the path (`LIMIT 1 OFFSET n - 1`), and the page reads no lower. A page that
 //! stops there with fewer rows than asked says where it stopped ([`Listing::scan_stopped_before`]).
 
-use crate::read::{OUTBOX_COLUMNS, outbox_rows, outcome};
+use crate::read::{OUTBOX_COLUMNS, in_snapshot, outbox_rows, outcome};
 use crate::writer::unavailable;
 use payhook_store::listing::{Check, Column, Path, Route, event_route, outbox_route};
 use payhook_store::{EventFilter, EventSummary, Listing, OutboxFilter, OutboxView, StoreError};
@@ -231,60 +231,61 @@ fn listing<T>(rows: Vec<T>, limit: u32, r: &Range) -> Listing<T> {
 /// filter. Reads in one snapshot. Public (with [`list_outbox`]) so that tests count the work a listing does on a
 /// connection of their own; the store runs it on its read connections.
 pub fn list_events(conn: &Connection, f: &EventFilter, scan_rows: u32) -> Result<Listing<EventSummary>> {
-    let tx = conn.unchecked_transaction().map_err(unavailable)?;
-    let p = event_plan(f);
-    let Some(r) = range(&tx, &p, f.before, [f.since_ms, f.until_ms], scan_rows)? else {
-        return Ok(Listing::complete(Vec::new()));
-    };
-    let sql = p.sql.page.clone();
-    let mut stmt = tx.prepare_cached(&sql).map_err(unavailable)?;
-    let rows = stmt
-        .query_map(rusqlite::params_from_iter(page_values(p, &r, f.limit)), |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, Option<String>>(3)?,
-                r.get::<_, String>(4)?,
-                r.get::<_, Option<String>>(5)?,
-                r.get::<_, u32>(6)?,
-                r.get::<_, Option<i64>>(7)?,
-                r.get::<_, i64>(8)?,
-            ))
-        })
-        .map_err(unavailable)?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (row_id, source, event_id, event_type, st, reason, attempts, next, received) = row.map_err(unavailable)?;
-        out.push(EventSummary {
-            row_id,
-            source,
-            event_id,
-            event_type,
-            status: outcome(&st)?,
-            reason,
-            attempts,
-            next_attempt_at_ms: next,
-            received_at_ms: received,
-        });
-    }
-    drop(stmt);
-    tx.finish().map_err(unavailable)?;
-    Ok(listing(out, f.limit, &r))
+    in_snapshot(conn, |tx| {
+        let p = event_plan(f);
+        let Some(r) = range(tx, &p, f.before, [f.since_ms, f.until_ms], scan_rows)? else {
+            return Ok(Listing::complete(Vec::new()));
+        };
+        let sql = p.sql.page.clone();
+        let mut stmt = tx.prepare_cached(&sql).map_err(unavailable)?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(page_values(p, &r, f.limit)), |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, u32>(6)?,
+                    r.get::<_, Option<i64>>(7)?,
+                    r.get::<_, i64>(8)?,
+                ))
+            })
+            .map_err(unavailable)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (row_id, source, event_id, event_type, st, reason, attempts, next, received) =
+                row.map_err(unavailable)?;
+            out.push(EventSummary {
+                row_id,
+                source,
+                event_id,
+                event_type,
+                status: outcome(&st)?,
+                reason,
+                attempts,
+                next_attempt_at_ms: next,
+                received_at_ms: received,
+            });
+        }
+        drop(stmt);
+        Ok(listing(out, f.limit, &r))
+    })
 }
 
 /// Outbox rows, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the
 /// whole filter. Reads in one snapshot.
 pub fn list_outbox(conn: &Connection, f: &OutboxFilter, scan_rows: u32) -> Result<Listing<OutboxView>> {
-    let tx = conn.unchecked_transaction().map_err(unavailable)?;
-    let p = outbox_plan(f);
-    let Some(r) = range(&tx, &p, f.before, [None, None], scan_rows)? else {
-        return Ok(Listing::complete(Vec::new()));
-    };
-    let sql = p.sql.page.clone();
-    let values = page_values(p, &r, f.limit);
-    let args: Vec<&dyn ToSql> = values.iter().map(|v| v as &dyn ToSql).collect();
-    let rows = outbox_rows(&tx, &sql, &args)?;
-    tx.finish().map_err(unavailable)?;
-    Ok(listing(rows, f.limit, &r))
+    in_snapshot(conn, |tx| {
+        let p = outbox_plan(f);
+        let Some(r) = range(tx, &p, f.before, [None, None], scan_rows)? else {
+            return Ok(Listing::complete(Vec::new()));
+        };
+        let sql = p.sql.page.clone();
+        let values = page_values(p, &r, f.limit);
+        let args: Vec<&dyn ToSql> = values.iter().map(|v| v as &dyn ToSql).collect();
+        let rows = outbox_rows(tx, &sql, &args)?;
+        Ok(listing(rows, f.limit, &r))
+    })
 }
