@@ -590,11 +590,17 @@ fn render_replication(out: &mut String, r: &payhook_store::Replication) {
 fn render_wal(out: &mut String, wal: &payhook_store::metrics::WalMetrics) {
     family(out, "payhook_sqlite_wal_bytes", "gauge", "Size of the SQLite WAL file after the latest checkpoint.");
     sample(out, "payhook_sqlite_wal_bytes", "", wal.wal_bytes);
-    family(out, "payhook_sqlite_wal_limit_bytes", "gauge", "WAL size above which the checkpointer resets it.");
+    family(
+        out,
+        "payhook_sqlite_wal_limit_bytes",
+        "gauge",
+        "The WAL's bound: past half of it the writer resets the log, past all of it the checkpointer truncates it.",
+    );
     sample(out, "payhook_sqlite_wal_limit_bytes", "", wal.limit_bytes);
     family(out, "payhook_sqlite_checkpoints_total", "counter", "WAL checkpoints run, by mode.");
     sample(out, "payhook_sqlite_checkpoints_total", "mode=\"passive\"", wal.passive);
     sample(out, "payhook_sqlite_checkpoints_total", "mode=\"truncate\"", wal.truncate);
+    sample(out, "payhook_sqlite_checkpoints_total", "mode=\"writer\"", wal.writer);
     family(
         out,
         "payhook_sqlite_checkpoints_busy_total",
@@ -603,6 +609,7 @@ fn render_wal(out: &mut String, wal: &payhook_store::metrics::WalMetrics) {
     );
     sample(out, "payhook_sqlite_checkpoints_busy_total", "mode=\"passive\"", wal.passive_busy);
     sample(out, "payhook_sqlite_checkpoints_busy_total", "mode=\"truncate\"", wal.truncate_busy);
+    sample(out, "payhook_sqlite_checkpoints_busy_total", "mode=\"writer\"", wal.writer_busy);
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

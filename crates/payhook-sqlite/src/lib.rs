@@ -183,7 +183,9 @@ impl SqliteStore {
         options.retry.validate().map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         let mut conn = connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
         migrate::run(&mut conn).map_err(unavailable)?;
-        conn.pragma_update(None, "wal_autocheckpoint", checkpoint::WRITER_VALVE_PAGES).map_err(unavailable)?;
+        let page_size: u64 = conn.pragma_query_value(None, "page_size", |r| r.get(0)).map_err(unavailable)?;
+        conn.pragma_update(None, "wal_autocheckpoint", checkpoint::valve_pages(options.wal_limit_bytes, page_size))
+            .map_err(unavailable)?;
         let journal_limit = i64::try_from(options.wal_limit_bytes).unwrap_or(i64::MAX);
         conn.pragma_update(None, "journal_size_limit", journal_limit).map_err(unavailable)?;
         // The writer's sub-journal (the pages a savepoint may have to restore: every job and every effect runs in
@@ -202,6 +204,7 @@ impl SqliteStore {
             checkpoint::WalBound {
                 wal_path: PathBuf::from(&wal_path),
                 limit_bytes: options.wal_limit_bytes,
+                page_size,
                 wait_ms: options.wal_checkpoint_wait_ms,
             },
             Arc::clone(&wal),
@@ -214,9 +217,15 @@ impl SqliteStore {
             Duration::from_millis(options.read_timeout_ms.max(1)),
         )?;
         let probe = pool::open_reader(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
-        let (writer, join) =
-            writer::spawn(conn, options.sync, Path::new(&wal_path), options.queue_depth, options.batch_max)
-                .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        let (writer, join) = writer::spawn(
+            conn,
+            options.sync,
+            Path::new(&wal_path),
+            options.queue_depth,
+            options.batch_max,
+            Arc::clone(&wal),
+        )
+        .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         Ok(Self {
             writer,
             writer_thread: Mutex::new(Some(join)),

@@ -8,6 +8,7 @@
 //! Invariant: a job's reply is sent only after the commit that made its work durable (or with an error, in which
 //! case none of its work is durable).
 
+use crate::checkpoint::{self, WalCounters};
 use crate::failpoint::fires;
 use payhook_store::StoreError;
 use payhook_store::metrics::{BATCH_SIZE_BOUNDS, Histogram, WriterMetrics};
@@ -196,6 +197,7 @@ pub(crate) fn spawn(
     wal_path: &std::path::Path,
     queue_depth: usize,
     batch_max: usize,
+    wal_counters: Arc<WalCounters>,
 ) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
     let syncer = match sync {
         CommitSync::InCommit => None,
@@ -210,7 +212,7 @@ pub(crate) fn spawn(
     let sizes = Arc::clone(&batch_sizes);
     let join = std::thread::Builder::new()
         .name("sqlite-writer".into())
-        .spawn(move || run(conn, rx, batch_max.max(1), syncer, &sizes))?;
+        .spawn(move || run(conn, rx, batch_max.max(1), syncer, &sizes, &wal_counters))?;
     Ok((WriterHandle { tx, batch_sizes }, join))
 }
 
@@ -220,6 +222,7 @@ fn run(
     batch_max: usize,
     wal: Option<std::fs::File>,
     batch_sizes: &Histogram,
+    wal_counters: &WalCounters,
 ) {
     // Where this writer's failpoints apply (see `crate::failpoint`).
     let scope = conn.path().unwrap_or_default().to_owned();
@@ -267,6 +270,8 @@ fn run(
             let take = batch.len().min(batch_max);
             let jobs: Vec<Box<dyn Job>> = batch.drain(..take).collect();
             run_batch(&conn, jobs, &mut settle, batch_sizes);
+            // After the batch is handed on, so that a reset delays the next batch, not this one's answers.
+            checkpoint::reset_if_asked(&conn, wal_counters);
         }
     }
     if let Some((tx, join)) = syncer {

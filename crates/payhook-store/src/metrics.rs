@@ -120,17 +120,22 @@ pub struct PartitionMetrics {
 pub struct WalMetrics {
     /// Size of the WAL file in bytes after the latest checkpoint.
     pub wal_bytes: u64,
-    /// Above this size the checkpointer resets the WAL (`storage.wal_limit_bytes`).
+    /// The WAL's bound (`storage.wal_limit_bytes`): past half of it the writer resets the log, past all of it the
+    /// checkpointer truncates it.
     pub limit_bytes: u64,
-    /// `PASSIVE` checkpoints run (one per tick).
+    /// `PASSIVE` checkpoints run (one per tick, more while catching up with the writer before a reset).
     pub passive: u64,
-    /// `TRUNCATE` checkpoints run (the WAL was over its limit).
+    /// `TRUNCATE` checkpoints run (the log held more than its limit).
     pub truncate: u64,
     /// `PASSIVE` checkpoints that could not copy every frame (another checkpoint held the lock).
     pub passive_busy: u64,
     /// `TRUNCATE` checkpoints that gave up waiting for readers or the writer within their bound, to be tried again at
     /// the next tick.
     pub truncate_busy: u64,
+    /// Checkpoints the writer ran after a commit, asked by the checkpointer, to reset the log (half its limit).
+    pub writer: u64,
+    /// Of those, the ones that could not copy every frame (another checkpoint held the lock).
+    pub writer_busy: u64,
 }
 
 /// The state of a store's own read connections (the SQLite reader pool), read at scrape time. All zero for a

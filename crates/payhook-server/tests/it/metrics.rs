@@ -172,7 +172,7 @@ async fn metrics_count_a_known_workload_exactly() {
     // The SQLite WAL against its default limit, with the checkpoints by mode.
     assert_eq!(m("payhook_sqlite_wal_limit_bytes"), f64::from(64u32 << 20));
     assert!(m("payhook_sqlite_wal_bytes") >= 0.0);
-    for mode in ["passive", "truncate"] {
+    for mode in ["passive", "truncate", "writer"] {
         assert!(m(&format!(r#"payhook_sqlite_checkpoints_total{{mode="{mode}"}}"#)) >= 0.0);
         assert!(m(&format!(r#"payhook_sqlite_checkpoints_busy_total{{mode="{mode}"}}"#)) >= 0.0);
     }

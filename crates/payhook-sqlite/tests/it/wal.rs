@@ -131,3 +131,49 @@ async fn a_long_reader_never_holds_the_writer_up_longer_than_the_checkpoint_wait
     assert!(slowest < Duration::from_millis(2_000), "a commit took {slowest:?} ({wal:?})");
     assert!(wal.truncate_busy > 0, "the checkpointer tried to reset the WAL and gave up in time: {wal:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_steady_stream_of_commits_the_writer_resets_the_log() {
+    // The default limit: a tick's worth of log is usually under half of it, so that the log reaches half the limit
+    // between two ticks and the checkpointer asks the writer to reset it.
+    const LIMIT: u64 = 64 << 20;
+    let store = Arc::new(TempStore::open_with(|o| o.wal_limit_bytes = LIMIT));
+    let path = store.path().to_owned();
+    let sampling = Arc::new(AtomicBool::new(false));
+    let stop = Arc::clone(&sampling);
+    let sampler = std::thread::spawn(move || {
+        let mut largest = 0;
+        while !stop.load(Ordering::Relaxed) {
+            largest = largest.max(wal_bytes(&path));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        largest
+    });
+    // Sixteen clients writing back to back: the writer always has its next batch queued, so no transaction of its
+    // starts on a log that is all copied (SQLite's own moment to restart it). They write until the writer has
+    // reset the log twice (at most 60 s: a slow machine takes longer to write half the limit).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let resets = |store: &TempStore| store.sqlite().writer_metrics().wal.map_or(0, |w| w.writer);
+    let clients: Vec<_> = (0..16)
+        .map(|c| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let mut round = 0;
+                while resets(&store) < 2 && Instant::now() < deadline {
+                    write_load(&store, &format!("evt_steady_{c}_{round}"), 20, Duration::ZERO).await;
+                    round += 1;
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.expect("client");
+    }
+    sampling.store(true, Ordering::Relaxed);
+    let largest = sampler.join().expect("sampler");
+    let wal = store.sqlite().writer_metrics().wal.expect("sqlite reports its WAL");
+    assert!(wal.writer >= 2, "the checkpointer asked the writer to reset the log, and it did: {wal:?}");
+    // Between two ticks the log grows by what is written meanwhile (a burst on a fast machine can pass the limit,
+    // and then the checkpointer truncates it); it never runs away.
+    assert!(largest <= 3 * LIMIT, "the WAL reached {largest} bytes with a limit of {LIMIT}: {wal:?}");
+}
