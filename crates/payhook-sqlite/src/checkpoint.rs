@@ -242,6 +242,23 @@ mod tests {
         }
     }
 
+    /// A round of the checkpointer while the writer runs its next batch (as under load: the writer never waits for
+    /// the checkpointer, so no transaction of its starts on a log that is all copied, which is when SQLite restarts
+    /// it by itself). Returns whether the round asked the writer to reset.
+    fn tick_beside_a_batch(
+        writer: &Connection,
+        checkpointer: &Connection,
+        bound: &WalBound,
+        counters: &WalCounters,
+        asked_before: bool,
+    ) -> bool {
+        writer.execute_batch("BEGIN IMMEDIATE").expect("begin");
+        writer.execute("INSERT INTO t (b) VALUES (zeroblob(4000))", []).expect("insert");
+        let asked = tick(checkpointer, bound, counters, asked_before);
+        writer.execute_batch("COMMIT").expect("commit");
+        asked
+    }
+
     /// The frames in the log now, and the frames copied from it.
     fn log(checkpointer: &Connection) -> (u64, u64) {
         let counters = WalCounters::default();
@@ -257,14 +274,9 @@ mod tests {
         let counters = WalCounters::default();
         assert!(!tick(&checkpointer, &bound, &counters, false), "{:?}", counters.snapshot());
         assert!(!counters.reset_asked.load(Ordering::Relaxed), "{:?}", counters.snapshot());
-        // About 0.7 MiB: past half the limit, under the limit. The checkpointer copies what is committed and asks,
-        // while the writer runs its next batch (as under load: the writer never waits for the checkpointer, so
-        // no transaction of its ever starts on a log that is all copied, which is when SQLite restarts it).
+        // About 0.7 MiB: past half the limit, under the limit. The checkpointer copies what is committed and asks.
         write(&writer, 100);
-        writer.execute_batch("BEGIN IMMEDIATE").expect("begin");
-        writer.execute("INSERT INTO t (b) VALUES (zeroblob(4000))", []).expect("insert");
-        assert!(tick(&checkpointer, &bound, &counters, false), "{:?}", counters.snapshot());
-        writer.execute_batch("COMMIT").expect("commit");
+        assert!(tick_beside_a_batch(&writer, &checkpointer, &bound, &counters, false), "{:?}", counters.snapshot());
         let asked = counters.snapshot();
         assert!(counters.reset_asked.load(Ordering::Relaxed), "the checkpointer asks the writer: {asked:?}");
         assert_eq!((asked.truncate, asked.writer), (0, 0), "nothing reset the log yet: {asked:?}");
@@ -287,10 +299,7 @@ mod tests {
         // About 1.2 MiB of log. The first round past half the limit asks the writer, whatever the log's size.
         write(&writer, 300);
         let counters = WalCounters::default();
-        writer.execute_batch("BEGIN IMMEDIATE").expect("begin");
-        writer.execute("INSERT INTO t (b) VALUES (zeroblob(4000))", []).expect("insert");
-        assert!(tick(&checkpointer, &bound, &counters, false), "{:?}", counters.snapshot());
-        writer.execute_batch("COMMIT").expect("commit");
+        assert!(tick_beside_a_batch(&writer, &checkpointer, &bound, &counters, false), "{:?}", counters.snapshot());
         assert_eq!(counters.snapshot().truncate, 0);
         // The writer's reset did not take (here: it never ran; in production, a reader at every reset) and the log
         // is still past the limit at the next round: the checkpointer truncates it, waiting for the readers.

@@ -21,6 +21,18 @@ fn wal_bytes(db: &Path) -> u64 {
     std::fs::metadata(wal_path(db)).map(|m| m.len()).unwrap_or(0)
 }
 
+/// Samples the WAL file's size every 10 ms until `stop`, returning the largest.
+fn largest_wal(db: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut largest = 0;
+        while !stop.load(Ordering::Relaxed) {
+            largest = largest.max(wal_bytes(&db));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        largest
+    })
+}
+
 /// Ingests `count` ignored events with 4 KiB bodies one after the other, at most one per `every`, returning the
 /// slowest commit.
 async fn write_load(store: &TempStore, prefix: &str, count: usize, every: Duration) -> Duration {
@@ -66,16 +78,7 @@ async fn the_wal_stays_under_its_limit_while_overlapping_readers_never_let_it_re
     let first = reader(store.path().to_owned(), Duration::from_millis(20), Arc::clone(&stop));
     std::thread::sleep(Duration::from_millis(10));
     let second = reader(store.path().to_owned(), Duration::from_millis(20), Arc::clone(&stop));
-    let path = store.path().to_owned();
-    let sampling = Arc::clone(&stop);
-    let sampler = std::thread::spawn(move || {
-        let mut largest = 0;
-        while !sampling.load(Ordering::Relaxed) {
-            largest = largest.max(wal_bytes(&path));
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        largest
-    });
+    let sampler = largest_wal(store.path().to_owned(), Arc::clone(&stop));
     // A steady 40 writes per second for 5 s: about 25 KiB of WAL each (the body's pages and the index pages), so
     // an unbounded WAL would end about five times over the limit.
     write_load(&store, "evt_wal", 200, Duration::from_millis(25)).await;
@@ -138,17 +141,8 @@ async fn under_a_steady_stream_of_commits_the_writer_resets_the_log() {
     // between two ticks and the checkpointer asks the writer to reset it.
     const LIMIT: u64 = 64 << 20;
     let store = Arc::new(TempStore::open_with(|o| o.wal_limit_bytes = LIMIT));
-    let path = store.path().to_owned();
     let sampling = Arc::new(AtomicBool::new(false));
-    let stop = Arc::clone(&sampling);
-    let sampler = std::thread::spawn(move || {
-        let mut largest = 0;
-        while !stop.load(Ordering::Relaxed) {
-            largest = largest.max(wal_bytes(&path));
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        largest
-    });
+    let sampler = largest_wal(store.path().to_owned(), Arc::clone(&sampling));
     // Sixteen clients writing back to back: the writer always has its next batch queued, so no transaction of its
     // starts on a log that is all copied (SQLite's own moment to restart it). They write until the writer has
     // reset the log twice (at most 60 s: a slow machine takes longer to write half the limit).
