@@ -11,6 +11,8 @@
 //! - `retention`: pruning steps that resume from a persisted cursor and give free pages back;
 //!   `order_retention`: the step that deletes settled orders with their outbox rows.
 //! - [`compact`]: the offline conversion of an older file to `auto_vacuum = INCREMENTAL`.
+//! - `vfs`: the VFS under every connection (`csrc/wal_vfs.c`): SQLite's default, with each WAL frame written by
+//!   one system call instead of two.
 //!
 //! Durability: WAL, and no request is answered before its commit's WAL frames are on disk: by default the writer
 //! runs `synchronous = NORMAL` and a syncer thread `fdatasync`s the WAL after each commit
@@ -32,6 +34,7 @@ mod outbox;
 mod pool;
 mod read;
 mod retention;
+mod vfs;
 mod writer;
 
 use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, SubscriptionId};
