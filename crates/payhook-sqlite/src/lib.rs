@@ -91,7 +91,7 @@ pub struct SqliteOptions {
 
 impl SqliteOptions {
     /// Defaults for `path`: group commit of up to 512 jobs, a queue of 4096, 5 s busy timeout, 4 read connections
-    /// and a 5 s read time limit, a WAL bounded at 64 MiB with checkpoints waiting at most 100 ms, 1024 pages
+    /// and a 5 s read time limit, a WAL bounded at 256 MiB with checkpoints waiting at most 100 ms, 1024 pages
     /// released per pruning step, listing pages that examine at most 10,000 rows.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
@@ -104,7 +104,7 @@ impl SqliteOptions {
             retry: RetryPolicy::default(),
             sync: CommitSync::default(),
             routing: Routing::default(),
-            wal_limit_bytes: 64 << 20,
+            wal_limit_bytes: 256 << 20,
             wal_checkpoint_wait_ms: 100,
             vacuum_step_pages: 1024,
             list_scan_rows: 10_000,

@@ -170,7 +170,7 @@ async fn metrics_count_a_known_workload_exactly() {
     assert_eq!(m("payhook_writer_queue_capacity"), 4096.0);
     assert_eq!(m("payhook_writer_up"), 1.0);
     // The SQLite WAL against its default limit, with the checkpoints by mode.
-    assert_eq!(m("payhook_sqlite_wal_limit_bytes"), f64::from(64u32 << 20));
+    assert_eq!(m("payhook_sqlite_wal_limit_bytes"), f64::from(256u32 << 20));
     assert!(m("payhook_sqlite_wal_bytes") >= 0.0);
     for mode in ["passive", "truncate", "writer"] {
         assert!(m(&format!(r#"payhook_sqlite_checkpoints_total{{mode="{mode}"}}"#)) >= 0.0);

@@ -99,7 +99,7 @@ fn settled_orders_are_kept_at_least_as_long_as_the_dedup_keys() {
 fn the_wal_bound_and_pruning_pace_come_from_the_configuration() {
     let c = Config::from_toml("", "f.toml", None).unwrap();
     let o = sqlite(&c);
-    assert_eq!((o.wal_limit_bytes, o.wal_checkpoint_wait_ms, o.vacuum_step_pages), (64 << 20, 100, 1024));
+    assert_eq!((o.wal_limit_bytes, o.wal_checkpoint_wait_ms, o.vacuum_step_pages), (256 << 20, 100, 1024));
     assert_eq!((c.settings.retention.pause_percent, c.settings.retention.cli_min_pause_ms), (100, 150));
     let text = "[storage]\nwal_limit_bytes = 2097152\nwal_checkpoint_wait_ms = 50\n";
     assert_eq!(sqlite(&Config::from_toml(text, "f.toml", None).unwrap()).wal_limit_bytes, 2 << 20);
