@@ -1,146 +1,176 @@
 /*
  * payhook's SQLite VFS: the platform's default VFS with one change to how the write-ahead log is written.
  *
- * SQLite writes each WAL frame with two calls, its 24-byte header and then its page at the next offset. Each call
- * is a system call, and the kernel's fixed cost of a write (about a microsecond on a virtual machine) is most of
- * what a small one costs: the header cost about as much as the page. This VFS holds a WAL frame header back and
- * writes it with the page that follows it, in one call (ARCHITECTURE.md, *Decisions*).
+ * SQLite writes a transaction's pages to the WAL as frames at consecutive offsets, each with two calls: the frame's
+ * 24-byte header, then its page. Each call is a system call, and the kernel's fixed cost of a write (about a
+ * microsecond on a virtual machine) is much of what writing a page costs. This VFS gathers the frames of a
+ * transaction in a buffer of the log's own and writes them with one call (ARCHITECTURE.md, *Decisions*).
  *
- * Invariant: a held header lives only until the next call on the same file. A write of the page right after it
- * takes it along; any other call (another write, a read, a sync, a truncation, a lock, a close) writes it alone
- * first, so every call sees the file as if the header had been written when SQLite asked. SQLite writes the page
- * immediately after its header (`walWriteOneFrame`), so in practice the header never waits for anything else; the
- * rule above keeps the file right even if that order changed. Nothing is held across a sync, so what is durable
- * is exactly what SQLite made durable.
+ * Invariant: when the write that completes a commit returns, every byte SQLite wrote to the log before it is in the
+ * file. SQLite publishes a commit to the other connections (the wal-index header, in shared memory) right after its
+ * last write, with no further call on the log, and payhook's syncer makes the log durable through a descriptor of
+ * its own: nothing may still wait in the buffer then. So the buffer takes only what it can see is not the end of a
+ * commit, a frame header whose commit field (the database's size after the commit, its second word) is zero and the
+ * page written right after that header. Any other write (a commit frame's header, the page after it, a checksum
+ * rewritten in place, the log's own header) is written at once, after what is buffered and with it when it follows
+ * it. The last write of a commit is one of those: its commit frame's page, or that frame's header when SQLite
+ * rewrites the checksums after the frames (`walRewriteChecksums`), or a padding copy of that frame followed by a
+ * sync. Should SQLite ever write a frame differently (header and page in one call, say), its writes are simply
+ * written at once.
+ *
+ * Besides, what is buffered is written before any other call on the same file (a read, a sync, a truncation, a
+ * lock, a size, a file control, a close) and when the buffer is full, so every call sees the file as SQLite asked for
+ * it and nothing is held across a sync: what is durable is exactly what SQLite made durable. A write that fails
+ * fails the call that made it (the buffered frames are dropped: SQLite abandons a transaction whose write failed).
  *
  * It is registered as the default VFS when the program starts (a constructor: every connection uses it without
  * naming it), on top of whichever VFS was the default. Files other than the WAL pass straight through.
  *
- * `payhook_wal_frame_writes('combined' | 'alone')`, an SQL function on every connection, counts the frames written
- * with one call and the headers written on their own since the program started.
+ * `payhook_wal_writes('frames' | 'calls')`, an SQL function on every connection, reads what the connection's own log
+ * file did since it was opened: the frames written to it and the write calls that carried them.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "sqlite3.h"
 
+#define WAL_HEADER_BYTES 32
 #define FRAME_HEADER_BYTES 24
+/* The most a log's buffer holds: 31 frames of 4 KiB pages. A commit larger than that is written in several calls.
+ * The unix VFS writes at most 128 KiB - 1 bytes per call (`seekAndWriteFd` masks the length with 0x1ffff). */
+#define BUFFER_BYTES (127 * 1024)
 
-typedef struct HeldFile HeldFile;
+typedef struct LogFile LogFile;
 
-struct HeldFile {
+struct LogFile {
     sqlite3_file base;          /* this VFS's methods */
     sqlite3_file *real;         /* the underlying VFS's file, allocated right after this struct */
     int is_wal;                 /* opened as a write-ahead log */
-    int held;                   /* a frame header is waiting for its page */
-    sqlite3_int64 held_offset;  /* where that header goes */
-    unsigned char header[FRAME_HEADER_BYTES];
-    unsigned char *frame;       /* header and page, for the one write; grown to the largest frame seen */
-    int frame_capacity;
+    unsigned char *buffer;      /* the run of writes not yet written, allocated at the first; BUFFER_BYTES */
+    sqlite3_int64 run_offset;   /* where the run goes in the file */
+    int run_bytes;              /* its length; 0 when nothing is buffered */
+    int page_next;              /* the run ends with a frame header that is not a commit's: its page may follow */
+    sqlite3_uint64 frames;      /* frame headers written */
+    sqlite3_uint64 calls;       /* write calls made to the underlying file */
 };
 
 static sqlite3_vfs *underlying;
 static sqlite3_vfs payhook_vfs;
-static sqlite3_uint64 frames_combined;
-static sqlite3_uint64 headers_alone;
 
-static void count(sqlite3_uint64 *counter) { __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED); }
-
-/* Writes a held header on its own, if there is one. */
-static int release(HeldFile *f) {
-    if (!f->held) {
-        return SQLITE_OK;
-    }
-    f->held = 0;
-    count(&headers_alone);
-    return f->real->pMethods->xWrite(f->real, f->header, FRAME_HEADER_BYTES, f->held_offset);
-}
-
-static int held_write(sqlite3_file *file, const void *data, int amount, sqlite3_int64 offset) {
-    HeldFile *f = (HeldFile *)file;
-    if (f->held && offset == f->held_offset + FRAME_HEADER_BYTES && amount > 0) {
-        int total = FRAME_HEADER_BYTES + amount;
-        if (total > f->frame_capacity) {
-            unsigned char *grown = sqlite3_realloc(f->frame, total);
-            if (grown != NULL) {
-                f->frame = grown;
-                f->frame_capacity = total;
-            }
-        }
-        if (total <= f->frame_capacity) {
-            memcpy(f->frame, f->header, FRAME_HEADER_BYTES);
-            memcpy(f->frame + FRAME_HEADER_BYTES, data, (size_t)amount);
-            f->held = 0;
-            count(&frames_combined);
-            return f->real->pMethods->xWrite(f->real, f->frame, total, f->held_offset);
-        }
-    }
-    int rc = release(f);
-    if (rc != SQLITE_OK) {
-        return rc;
-    }
-    if (f->is_wal && amount == FRAME_HEADER_BYTES) {
-        memcpy(f->header, data, FRAME_HEADER_BYTES);
-        f->held_offset = offset;
-        f->held = 1;
-        return SQLITE_OK;
-    }
+static int real_write(LogFile *f, const void *data, int amount, sqlite3_int64 offset) {
+    f->calls++;
     return f->real->pMethods->xWrite(f->real, data, amount, offset);
 }
 
-static int held_close(sqlite3_file *file) {
-    HeldFile *f = (HeldFile *)file;
-    int rc = release(f);
+/* Writes the buffered run, if any. It is dropped whatever the outcome. */
+static int flush(LogFile *f) {
+    if (f->run_bytes == 0) {
+        return SQLITE_OK;
+    }
+    int amount = f->run_bytes;
+    f->run_bytes = 0;
+    f->page_next = 0;
+    return real_write(f, f->buffer, amount, f->run_offset);
+}
+
+static unsigned int read_u32(const unsigned char *p) {
+    return ((unsigned int)p[0] << 24) | ((unsigned int)p[1] << 16) | ((unsigned int)p[2] << 8) | p[3];
+}
+
+static int log_write(sqlite3_file *file, const void *data, int amount, sqlite3_int64 offset) {
+    LogFile *f = (LogFile *)file;
+    if (!f->is_wal) {
+        return f->real->pMethods->xWrite(f->real, data, amount, offset);
+    }
+    int frame_header = amount == FRAME_HEADER_BYTES && offset >= WAL_HEADER_BYTES;
+    if (frame_header) {
+        f->frames++;
+    }
+    int contiguous = f->run_bytes > 0 && offset == f->run_offset + f->run_bytes;
+    /* What may wait: a frame header that does not end a commit, or the page right after one. */
+    int holdable = (frame_header && read_u32((const unsigned char *)data + 4) == 0)
+                   || (contiguous && f->page_next && !frame_header);
+    if (holdable && f->buffer == NULL) {
+        f->buffer = sqlite3_malloc(BUFFER_BYTES);
+    }
+    if (holdable && f->buffer != NULL && amount <= BUFFER_BYTES) {
+        if (!contiguous || f->run_bytes + amount > BUFFER_BYTES) {
+            int rc = flush(f);
+            if (rc != SQLITE_OK) {
+                return rc;
+            }
+            f->run_offset = offset;
+        }
+        memcpy(f->buffer + f->run_bytes, data, (size_t)amount);
+        f->run_bytes += amount;
+        f->page_next = frame_header;
+        return SQLITE_OK;
+    }
+    /* Written now: with the run it extends, in one call, when there is room; else after it. */
+    if (contiguous && f->run_bytes + amount <= BUFFER_BYTES) {
+        memcpy(f->buffer + f->run_bytes, data, (size_t)amount);
+        f->run_bytes += amount;
+        return flush(f);
+    }
+    int rc = flush(f);
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    return real_write(f, data, amount, offset);
+}
+
+static int log_close(sqlite3_file *file) {
+    LogFile *f = (LogFile *)file;
+    int rc = flush(f);
     int closed = f->real->pMethods->xClose(f->real);
-    sqlite3_free(f->frame);
-    f->frame = NULL;
-    f->frame_capacity = 0;
+    sqlite3_free(f->buffer);
+    f->buffer = NULL;
     return rc != SQLITE_OK ? rc : closed;
 }
 
-/* Every other method: release what is held, then pass the call through. */
-#define RELEASED(f) \
-    HeldFile *f = (HeldFile *)file; \
-    int released = release(f); \
-    if (released != SQLITE_OK) return released
+/* Every other method: write what is buffered, then pass the call through. */
+#define FLUSHED(f) \
+    LogFile *f = (LogFile *)file; \
+    int flushed = flush(f); \
+    if (flushed != SQLITE_OK) return flushed
 
-static int held_read(sqlite3_file *file, void *data, int amount, sqlite3_int64 offset) {
-    RELEASED(f);
+static int log_read(sqlite3_file *file, void *data, int amount, sqlite3_int64 offset) {
+    FLUSHED(f);
     return f->real->pMethods->xRead(f->real, data, amount, offset);
 }
 
-static int held_truncate(sqlite3_file *file, sqlite3_int64 size) {
-    RELEASED(f);
+static int log_truncate(sqlite3_file *file, sqlite3_int64 size) {
+    FLUSHED(f);
     return f->real->pMethods->xTruncate(f->real, size);
 }
 
-static int held_sync(sqlite3_file *file, int flags) {
-    RELEASED(f);
+static int log_sync(sqlite3_file *file, int flags) {
+    FLUSHED(f);
     return f->real->pMethods->xSync(f->real, flags);
 }
 
-static int held_file_size(sqlite3_file *file, sqlite3_int64 *size) {
-    RELEASED(f);
+static int log_file_size(sqlite3_file *file, sqlite3_int64 *size) {
+    FLUSHED(f);
     return f->real->pMethods->xFileSize(f->real, size);
 }
 
-static int held_lock(sqlite3_file *file, int level) {
-    RELEASED(f);
+static int log_lock(sqlite3_file *file, int level) {
+    FLUSHED(f);
     return f->real->pMethods->xLock(f->real, level);
 }
 
-static int held_unlock(sqlite3_file *file, int level) {
-    RELEASED(f);
+static int log_unlock(sqlite3_file *file, int level) {
+    FLUSHED(f);
     return f->real->pMethods->xUnlock(f->real, level);
 }
 
-static int held_check_reserved_lock(sqlite3_file *file, int *out) {
-    RELEASED(f);
+static int log_check_reserved_lock(sqlite3_file *file, int *out) {
+    FLUSHED(f);
     return f->real->pMethods->xCheckReservedLock(f->real, out);
 }
 
-static int held_file_control(sqlite3_file *file, int op, void *arg) {
-    RELEASED(f);
+static int log_file_control(sqlite3_file *file, int op, void *arg) {
+    FLUSHED(f);
     int rc = f->real->pMethods->xFileControl(f->real, op, arg);
     if (rc == SQLITE_OK && op == SQLITE_FCNTL_VFSNAME) {
         char **name = (char **)arg;
@@ -149,72 +179,72 @@ static int held_file_control(sqlite3_file *file, int op, void *arg) {
     return rc;
 }
 
-static int held_sector_size(sqlite3_file *file) {
-    HeldFile *f = (HeldFile *)file;
+static int log_sector_size(sqlite3_file *file) {
+    LogFile *f = (LogFile *)file;
     return f->real->pMethods->xSectorSize(f->real);
 }
 
-static int held_device_characteristics(sqlite3_file *file) {
-    HeldFile *f = (HeldFile *)file;
+static int log_device_characteristics(sqlite3_file *file) {
+    LogFile *f = (LogFile *)file;
     return f->real->pMethods->xDeviceCharacteristics(f->real);
 }
 
-static int held_shm_map(sqlite3_file *file, int region, int size, int extend, void volatile **out) {
-    RELEASED(f);
+static int log_shm_map(sqlite3_file *file, int region, int size, int extend, void volatile **out) {
+    FLUSHED(f);
     return f->real->pMethods->xShmMap(f->real, region, size, extend, out);
 }
 
-static int held_shm_lock(sqlite3_file *file, int offset, int n, int flags) {
-    RELEASED(f);
+static int log_shm_lock(sqlite3_file *file, int offset, int n, int flags) {
+    FLUSHED(f);
     return f->real->pMethods->xShmLock(f->real, offset, n, flags);
 }
 
-static void held_shm_barrier(sqlite3_file *file) {
-    HeldFile *f = (HeldFile *)file;
-    /* No way to report an error here; a held header is written by the next call that can. */
+static void log_shm_barrier(sqlite3_file *file) {
+    LogFile *f = (LogFile *)file;
+    /* Called on the database file, which buffers nothing. */
     f->real->pMethods->xShmBarrier(f->real);
 }
 
-static int held_shm_unmap(sqlite3_file *file, int delete_flag) {
-    RELEASED(f);
+static int log_shm_unmap(sqlite3_file *file, int delete_flag) {
+    FLUSHED(f);
     return f->real->pMethods->xShmUnmap(f->real, delete_flag);
 }
 
-static int held_fetch(sqlite3_file *file, sqlite3_int64 offset, int amount, void **out) {
-    RELEASED(f);
+static int log_fetch(sqlite3_file *file, sqlite3_int64 offset, int amount, void **out) {
+    FLUSHED(f);
     return f->real->pMethods->xFetch(f->real, offset, amount, out);
 }
 
-static int held_unfetch(sqlite3_file *file, sqlite3_int64 offset, void *page) {
-    RELEASED(f);
+static int log_unfetch(sqlite3_file *file, sqlite3_int64 offset, void *page) {
+    FLUSHED(f);
     return f->real->pMethods->xUnfetch(f->real, offset, page);
 }
 
-static const sqlite3_io_methods held_methods = {
+static const sqlite3_io_methods log_methods = {
     3,
-    held_close,
-    held_read,
-    held_write,
-    held_truncate,
-    held_sync,
-    held_file_size,
-    held_lock,
-    held_unlock,
-    held_check_reserved_lock,
-    held_file_control,
-    held_sector_size,
-    held_device_characteristics,
-    held_shm_map,
-    held_shm_lock,
-    held_shm_barrier,
-    held_shm_unmap,
-    held_fetch,
-    held_unfetch,
+    log_close,
+    log_read,
+    log_write,
+    log_truncate,
+    log_sync,
+    log_file_size,
+    log_lock,
+    log_unlock,
+    log_check_reserved_lock,
+    log_file_control,
+    log_sector_size,
+    log_device_characteristics,
+    log_shm_map,
+    log_shm_lock,
+    log_shm_barrier,
+    log_shm_unmap,
+    log_fetch,
+    log_unfetch,
 };
 
-static int held_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *file, int flags, int *out_flags) {
+static int log_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *file, int flags, int *out_flags) {
     (void)vfs;
-    HeldFile *f = (HeldFile *)file;
+    LogFile *f = (LogFile *)file;
     memset(f, 0, sizeof(*f));
     f->real = (sqlite3_file *)&f[1];
     int rc = underlying->xOpen(underlying, name, f->real, flags, out_flags);
@@ -229,27 +259,34 @@ static int held_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *file
         return SQLITE_CANTOPEN;
     }
     f->is_wal = (flags & SQLITE_OPEN_WAL) != 0;
-    f->base.pMethods = &held_methods;
+    f->base.pMethods = &log_methods;
     return rc;
 }
 
-static void frame_writes(sqlite3_context *context, int argc, sqlite3_value **argv) {
+/* The counts of the calling connection's log file (0 while it has none open). */
+static void wal_writes(sqlite3_context *context, int argc, sqlite3_value **argv) {
     (void)argc;
     const unsigned char *which = sqlite3_value_text(argv[0]);
-    if (which != NULL && strcmp((const char *)which, "combined") == 0) {
-        sqlite3_result_int64(context, (sqlite3_int64)__atomic_load_n(&frames_combined, __ATOMIC_RELAXED));
-    } else if (which != NULL && strcmp((const char *)which, "alone") == 0) {
-        sqlite3_result_int64(context, (sqlite3_int64)__atomic_load_n(&headers_alone, __ATOMIC_RELAXED));
-    } else {
-        sqlite3_result_error(context, "payhook_wal_frame_writes: 'combined' or 'alone'", -1);
+    int frames = which != NULL && strcmp((const char *)which, "frames") == 0;
+    if (!frames && (which == NULL || strcmp((const char *)which, "calls") != 0)) {
+        sqlite3_result_error(context, "payhook_wal_writes: 'frames' or 'calls'", -1);
+        return;
     }
+    sqlite3_file *log = NULL;
+    sqlite3_int64 count = 0;
+    if (sqlite3_file_control(sqlite3_context_db_handle(context), "main", SQLITE_FCNTL_JOURNAL_POINTER, &log)
+            == SQLITE_OK
+        && log != NULL && log->pMethods == &log_methods && ((LogFile *)log)->is_wal) {
+        LogFile *f = (LogFile *)log;
+        count = (sqlite3_int64)(frames ? f->frames : f->calls);
+    }
+    sqlite3_result_int64(context, count);
 }
 
 static int add_functions(sqlite3 *db, char **error, const sqlite3_api_routines *api) {
     (void)error;
     (void)api;
-    return sqlite3_create_function(db, "payhook_wal_frame_writes", 1, SQLITE_UTF8 | SQLITE_INNOCUOUS, NULL,
-                                   frame_writes, NULL, NULL);
+    return sqlite3_create_function(db, "payhook_wal_writes", 1, SQLITE_UTF8, NULL, wal_writes, NULL, NULL);
 }
 
 __attribute__((constructor)) static void payhook_vfs_register(void) {
@@ -260,8 +297,8 @@ __attribute__((constructor)) static void payhook_vfs_register(void) {
     payhook_vfs = *underlying;
     payhook_vfs.pNext = NULL;
     payhook_vfs.zName = "payhook";
-    payhook_vfs.szOsFile = (int)sizeof(HeldFile) + underlying->szOsFile;
-    payhook_vfs.xOpen = held_open;
+    payhook_vfs.szOsFile = (int)sizeof(LogFile) + underlying->szOsFile;
+    payhook_vfs.xOpen = log_open;
     if (sqlite3_vfs_register(&payhook_vfs, 1) == SQLITE_OK) {
         sqlite3_auto_extension((void (*)(void))add_functions);
     }
