@@ -155,7 +155,28 @@ async fn run(name: &str, mode: Mode) -> Option<Found> {
         found.violations.len(),
         found.lost_per_cycle
     );
+    wait_for_files_closed(mount.path());
     Some(found)
+}
+
+/// Waits (up to 30 s) until this process holds no file open on the mount: the store `check_db` opened closes its
+/// connections on its own threads after it is dropped, and a process that exits with a file open there waits in
+/// the kernel for the file system's threads, which exit with it: the test binary never ends.
+fn wait_for_files_closed(mount: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let open = std::fs::read_dir("/proc/self/fd")
+            .map(|fds| {
+                fds.filter_map(Result::ok)
+                    .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                    .any(|target| target.starts_with(mount))
+            })
+            .unwrap_or(false);
+        if !open || Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Every SQLite mode of a correct build: no violation at all.
