@@ -24,10 +24,19 @@
  * fails the call that made it (the buffered frames are dropped: SQLite abandons a transaction whose write failed).
  *
  * It is registered as the default VFS when the program starts (a constructor: every connection uses it without
- * naming it), on top of whichever VFS was the default. Files other than the WAL pass straight through.
+ * naming it), on top of whichever VFS was the default. Files other than the WAL and the sub-journals pass straight
+ * through.
+ *
+ * Sub-journals (the pages a savepoint may have to restore) are files of memory here: one buffer per file that grows
+ * by doubling and is freed when SQLite closes the file (at the end of each transaction). SQLite's own in-memory
+ * journal (`temp_store = MEMORY`) keeps them in 1 KiB pieces, allocated and freed again at every savepoint's
+ * release, and its default spills them to a temporary file past 64 KiB; the constructor sets that threshold to 0
+ * (`SQLITE_CONFIG_STMTJRNL_SPILL`), so SQLite opens each sub-journal here at once. A sub-journal is never read by
+ * another process and never outlives its connection, so nothing of it needs to reach a disk.
  *
  * `payhook_wal_writes('frames' | 'calls')`, an SQL function on every connection, reads what the connection's own log
- * file did since it was opened: the frames written to it and the write calls that carried them.
+ * file did since it was opened: the frames written to it and the write calls that carried them;
+ * `payhook_sub_journal_writes()` the writes the calling thread made to sub-journals in memory.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +229,141 @@ static int log_unfetch(sqlite3_file *file, sqlite3_int64 offset, void *page) {
     return f->real->pMethods->xUnfetch(f->real, offset, page);
 }
 
+/* A sub-journal in memory. */
+typedef struct MemoryFile MemoryFile;
+
+struct MemoryFile {
+    sqlite3_file base;
+    unsigned char *data;        /* capacity bytes, of which size are the file's */
+    sqlite3_int64 size;
+    sqlite3_int64 capacity;
+};
+
+/* The first allocation; each growth doubles. A delivery's job journals a few pages of 4 KiB. */
+#define MEMORY_FILE_FIRST_BYTES (64 * 1024)
+
+static _Thread_local sqlite3_uint64 sub_journal_writes;
+
+static int memory_close(sqlite3_file *file) {
+    MemoryFile *f = (MemoryFile *)file;
+    sqlite3_free(f->data);
+    f->data = NULL;
+    f->size = f->capacity = 0;
+    return SQLITE_OK;
+}
+
+static int memory_read(sqlite3_file *file, void *data, int amount, sqlite3_int64 offset) {
+    MemoryFile *f = (MemoryFile *)file;
+    sqlite3_int64 available = offset < f->size ? f->size - offset : 0;
+    if (available >= amount) {
+        memcpy(data, f->data + offset, (size_t)amount);
+        return SQLITE_OK;
+    }
+    /* As a file: what exists, then zeros, and SQLite is told the read was short. */
+    if (available > 0) {
+        memcpy(data, f->data + offset, (size_t)available);
+    }
+    memset((unsigned char *)data + available, 0, (size_t)(amount - available));
+    return SQLITE_IOERR_SHORT_READ;
+}
+
+static int memory_write(sqlite3_file *file, const void *data, int amount, sqlite3_int64 offset) {
+    MemoryFile *f = (MemoryFile *)file;
+    sqlite3_int64 end = offset + amount;
+    if (end > f->capacity) {
+        sqlite3_int64 capacity = f->capacity > 0 ? f->capacity : MEMORY_FILE_FIRST_BYTES;
+        while (capacity < end) {
+            capacity *= 2;
+        }
+        unsigned char *grown = sqlite3_realloc64(f->data, (sqlite3_uint64)capacity);
+        if (grown == NULL) {
+            return SQLITE_IOERR_NOMEM;
+        }
+        f->data = grown;
+        f->capacity = capacity;
+    }
+    if (offset > f->size) {
+        memset(f->data + f->size, 0, (size_t)(offset - f->size));
+    }
+    memcpy(f->data + offset, data, (size_t)amount);
+    if (end > f->size) {
+        f->size = end;
+    }
+    sub_journal_writes++;
+    return SQLITE_OK;
+}
+
+static int memory_truncate(sqlite3_file *file, sqlite3_int64 size) {
+    MemoryFile *f = (MemoryFile *)file;
+    if (size < f->size) {
+        f->size = size;
+    }
+    return SQLITE_OK;
+}
+
+static int memory_sync(sqlite3_file *file, int flags) {
+    (void)file;
+    (void)flags;
+    return SQLITE_OK;
+}
+
+static int memory_file_size(sqlite3_file *file, sqlite3_int64 *size) {
+    *size = ((MemoryFile *)file)->size;
+    return SQLITE_OK;
+}
+
+static int memory_lock(sqlite3_file *file, int level) {
+    (void)file;
+    (void)level;
+    return SQLITE_OK;
+}
+
+static int memory_check_reserved_lock(sqlite3_file *file, int *out) {
+    (void)file;
+    *out = 0;
+    return SQLITE_OK;
+}
+
+static int memory_file_control(sqlite3_file *file, int op, void *arg) {
+    (void)file;
+    (void)op;
+    (void)arg;
+    return SQLITE_NOTFOUND;
+}
+
+static int memory_sector_size(sqlite3_file *file) {
+    (void)file;
+    return 4096;
+}
+
+static int memory_device_characteristics(sqlite3_file *file) {
+    (void)file;
+    return SQLITE_IOCAP_ATOMIC | SQLITE_IOCAP_SAFE_APPEND | SQLITE_IOCAP_SEQUENTIAL
+           | SQLITE_IOCAP_POWERSAFE_OVERWRITE;
+}
+
+static const sqlite3_io_methods memory_methods = {
+    1,
+    memory_close,
+    memory_read,
+    memory_write,
+    memory_truncate,
+    memory_sync,
+    memory_file_size,
+    memory_lock,
+    memory_lock,
+    memory_check_reserved_lock,
+    memory_file_control,
+    memory_sector_size,
+    memory_device_characteristics,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
 static const sqlite3_io_methods log_methods = {
     3,
     log_close,
@@ -244,6 +388,15 @@ static const sqlite3_io_methods log_methods = {
 
 static int log_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *file, int flags, int *out_flags) {
     (void)vfs;
+    if (flags & SQLITE_OPEN_SUBJOURNAL) {
+        MemoryFile *m = (MemoryFile *)file;
+        memset(m, 0, sizeof(*m));
+        m->base.pMethods = &memory_methods;
+        if (out_flags != NULL) {
+            *out_flags = flags;
+        }
+        return SQLITE_OK;
+    }
     LogFile *f = (LogFile *)file;
     memset(f, 0, sizeof(*f));
     f->real = (sqlite3_file *)&f[1];
@@ -283,13 +436,27 @@ static void wal_writes(sqlite3_context *context, int argc, sqlite3_value **argv)
     sqlite3_result_int64(context, count);
 }
 
+/* The writes the calling thread made to sub-journals in memory since it started. */
+static void sub_journal_writes_fn(sqlite3_context *context, int argc, sqlite3_value **argv) {
+    (void)argc;
+    (void)argv;
+    sqlite3_result_int64(context, (sqlite3_int64)sub_journal_writes);
+}
+
 static int add_functions(sqlite3 *db, char **error, const sqlite3_api_routines *api) {
     (void)error;
     (void)api;
-    return sqlite3_create_function(db, "payhook_wal_writes", 1, SQLITE_UTF8, NULL, wal_writes, NULL, NULL);
+    int rc = sqlite3_create_function(db, "payhook_wal_writes", 1, SQLITE_UTF8, NULL, wal_writes, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    return sqlite3_create_function(db, "payhook_sub_journal_writes", 0, SQLITE_UTF8, NULL, sub_journal_writes_fn,
+                                   NULL, NULL);
 }
 
 __attribute__((constructor)) static void payhook_vfs_register(void) {
+    /* Before SQLite initializes (sqlite3_vfs_find does): sub-journals open through the VFS from their first byte. */
+    sqlite3_config(SQLITE_CONFIG_STMTJRNL_SPILL, 0);
     underlying = sqlite3_vfs_find(NULL);
     if (underlying == NULL) {
         return;

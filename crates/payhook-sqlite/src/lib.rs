@@ -192,12 +192,11 @@ impl SqliteStore {
         let journal_limit = i64::try_from(options.wal_limit_bytes).unwrap_or(i64::MAX);
         conn.pragma_update(None, "journal_size_limit", journal_limit).map_err(unavailable)?;
         // The writer's sub-journal (the pages a savepoint may have to restore: every job and every effect runs in
-        // one) stays in memory. By default SQLite moves it to a temporary file past 64 KiB, and a batch's jobs
-        // then wrote each page they touched to that file with a system call: a fifth of the writer's time
-        // (ARCHITECTURE.md, *Decisions*). It holds at most the pages of one job, whose savepoint is the outermost
-        // (it is emptied at every `RELEASE job`); jobs are bounded (one delivery, a claim of `limit` rows, a
-        // retention step of `limit` rows).
-        conn.pragma_update(None, "temp_store", "MEMORY").map_err(unavailable)?;
+        // one) is a file of memory in payhook's VFS (`vfs`), which SQLite opens at the first page a job journals:
+        // no temporary file and no system call. It grows to the pages of the largest job of a transaction, no more
+        // (each job's savepoint is the outermost, and after its `RELEASE` the next job writes from the start), and
+        // jobs are bounded (one delivery, a claim of `limit` rows, a retention step of `limit` rows). `temp_store`
+        // stays SQLite's default: `MEMORY` would bypass the VFS for SQLite's own journal in 1 KiB pieces.
         let mut wal_path = options.path.clone().into_os_string();
         wal_path.push("-wal");
         let wal = Arc::new(checkpoint::WalCounters::default());

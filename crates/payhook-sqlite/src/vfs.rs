@@ -9,8 +9,12 @@
 //! any other call on the file, so when a commit's last write returns the whole commit is in the file: the other
 //! connections may read it as soon as SQLite publishes it, and the syncer's `fdatasync` covers it.
 //!
+//! Sub-journals (the pages a savepoint may have to restore; the writer runs every job in one) are files of memory
+//! there: one growing buffer per transaction instead of SQLite's 1 KiB pieces or its temporary file.
+//!
 //! The C side counts what it did; `payhook_wal_writes('frames')` and `('calls')` read, on a connection, the frames
-//! its own log file was written and the write calls that carried them.
+//! its own log file was written and the write calls that carried them, `payhook_sub_journal_writes()` the writes
+//! the calling thread made to sub-journals in memory.
 
 #[cfg(test)]
 mod tests {
@@ -98,6 +102,49 @@ mod tests {
             let expected_sum: i64 = (1..=round).map(|r| 300 * (round - r + 1)).sum();
             assert_eq!((rows, sum), (300 * round, expected_sum), "round {round}: the copy lost the last commit");
         }
+    }
+
+    /// A savepoint rolled back restores the pages it changed from the sub-journal in memory, nested savepoints
+    /// included, and the transaction around it commits what was before them.
+    #[test]
+    fn a_savepoint_rolls_back_from_a_sub_journal_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("live.db"));
+        conn.execute_batch(
+            "CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER NOT NULL, body BLOB NOT NULL);
+             WITH RECURSIVE s(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM s WHERE v < 2000)
+             INSERT INTO t (id, n, body) SELECT v, v, randomblob(500) FROM s;",
+        )
+        .unwrap();
+        let sums = |conn: &Connection| -> (i64, i64) {
+            conn.query_row("SELECT count(*), sum(n) FROM t", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap()
+        };
+        let before = sums(&conn);
+        let writes = |conn: &Connection| -> u64 {
+            conn.query_row("SELECT payhook_sub_journal_writes()", [], |r| r.get(0)).unwrap()
+        };
+        let journaled = writes(&conn);
+        conn.execute_batch(
+            "BEGIN;
+             UPDATE t SET n = n + 1 WHERE id <= 10;
+             SAVEPOINT outer;
+             UPDATE t SET n = n * 1000, body = randomblob(600);
+             SAVEPOINT inner;
+             DELETE FROM t WHERE id % 3 = 0;
+             ROLLBACK TO inner;
+             RELEASE inner;
+             WITH RECURSIVE s(v) AS (SELECT 5000 UNION ALL SELECT v + 1 FROM s WHERE v < 5999)
+             INSERT INTO t (id, n, body) SELECT v, 0, randomblob(900) FROM s;
+             ROLLBACK TO outer;
+             RELEASE outer;
+             COMMIT;",
+        )
+        .unwrap();
+        // About 300 pages of rows, each journaled by the outer savepoint, many again by the inner one.
+        assert!(writes(&conn) - journaled >= 300, "{} sub-journal writes", writes(&conn) - journaled);
+        assert_eq!(sums(&conn), (before.0, before.1 + 10), "the rollbacks did not restore the pages");
+        let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+        assert_eq!(check, "ok");
     }
 
     /// The function that reads the counters refuses what it does not know, rather than answering 0.
