@@ -27,8 +27,8 @@
  * naming it), on top of whichever VFS was the default. Files other than the WAL and the sub-journals pass straight
  * through.
  *
- * Sub-journals (the pages a savepoint may have to restore) are files of memory here: one buffer per file that grows
- * by doubling and is freed when SQLite closes the file (at the end of each transaction). SQLite's own in-memory
+ * Sub-journals (the pages a savepoint may have to restore) are files of memory here: pieces of 64 KiB allocated as
+ * the file grows and freed when SQLite closes it (at the end of each transaction). SQLite's own in-memory
  * journal (`temp_store = MEMORY`) keeps them in 1 KiB pieces, allocated and freed again at every savepoint's
  * release, and its default spills them to a temporary file past 64 KiB; the constructor sets that threshold to 0
  * (`SQLITE_CONFIG_STMTJRNL_SPILL`), so SQLite opens each sub-journal here at once. A sub-journal is never read by
@@ -229,39 +229,67 @@ static int log_unfetch(sqlite3_file *file, sqlite3_int64 offset, void *page) {
     return f->real->pMethods->xUnfetch(f->real, offset, page);
 }
 
-/* A sub-journal in memory. */
+/* A sub-journal in memory: pieces of MEMORY_CHUNK_BYTES, allocated as the file grows and kept until it closes. */
 typedef struct MemoryFile MemoryFile;
 
 struct MemoryFile {
     sqlite3_file base;
-    unsigned char *data;        /* capacity bytes, of which size are the file's */
+    unsigned char **chunks;     /* chunk_count pieces, the file's bytes in order */
+    int chunk_count;
+    int chunk_slots;            /* the length of the array of pieces */
     sqlite3_int64 size;
-    sqlite3_int64 capacity;
 };
 
-/* The first allocation; each growth doubles. A delivery's job journals a few pages of 4 KiB. */
-#define MEMORY_FILE_FIRST_BYTES (64 * 1024)
+/* A journaled page takes 4 KiB and 4 bytes; a delivery's job journals a few. Pieces this large keep the count of
+ * allocations per transaction at one or two and waste at most one piece, and no growth copies what is written. */
+#define MEMORY_CHUNK_BYTES (64 * 1024)
 
 static _Thread_local sqlite3_uint64 sub_journal_writes;
 
 static int memory_close(sqlite3_file *file) {
     MemoryFile *f = (MemoryFile *)file;
-    sqlite3_free(f->data);
-    f->data = NULL;
-    f->size = f->capacity = 0;
+    for (int i = 0; i < f->chunk_count; i++) {
+        sqlite3_free(f->chunks[i]);
+    }
+    sqlite3_free(f->chunks);
+    f->chunks = NULL;
+    f->chunk_count = f->chunk_slots = 0;
+    f->size = 0;
     return SQLITE_OK;
+}
+
+/* Copies between the file's bytes [offset, offset + amount), all within its pieces, and memory: out of the file
+ * when `out` is set, else into it (`in`, or zeros when `in` is NULL). */
+static void memory_copy(MemoryFile *f, sqlite3_int64 offset, int amount, unsigned char *out,
+                        const unsigned char *in) {
+    while (amount > 0) {
+        unsigned char *chunk = f->chunks[offset / MEMORY_CHUNK_BYTES];
+        int within = (int)(offset % MEMORY_CHUNK_BYTES);
+        int n = MEMORY_CHUNK_BYTES - within < amount ? MEMORY_CHUNK_BYTES - within : amount;
+        if (out != NULL) {
+            memcpy(out, chunk + within, (size_t)n);
+            out += n;
+        } else if (in != NULL) {
+            memcpy(chunk + within, in, (size_t)n);
+            in += n;
+        } else {
+            memset(chunk + within, 0, (size_t)n);
+        }
+        offset += n;
+        amount -= n;
+    }
 }
 
 static int memory_read(sqlite3_file *file, void *data, int amount, sqlite3_int64 offset) {
     MemoryFile *f = (MemoryFile *)file;
     sqlite3_int64 available = offset < f->size ? f->size - offset : 0;
     if (available >= amount) {
-        memcpy(data, f->data + offset, (size_t)amount);
+        memory_copy(f, offset, amount, data, NULL);
         return SQLITE_OK;
     }
     /* As a file: what exists, then zeros, and SQLite is told the read was short. */
     if (available > 0) {
-        memcpy(data, f->data + offset, (size_t)available);
+        memory_copy(f, offset, (int)available, data, NULL);
     }
     memset((unsigned char *)data + available, 0, (size_t)(amount - available));
     return SQLITE_IOERR_SHORT_READ;
@@ -270,22 +298,30 @@ static int memory_read(sqlite3_file *file, void *data, int amount, sqlite3_int64
 static int memory_write(sqlite3_file *file, const void *data, int amount, sqlite3_int64 offset) {
     MemoryFile *f = (MemoryFile *)file;
     sqlite3_int64 end = offset + amount;
-    if (end > f->capacity) {
-        sqlite3_int64 capacity = f->capacity > 0 ? f->capacity : MEMORY_FILE_FIRST_BYTES;
-        while (capacity < end) {
-            capacity *= 2;
+    sqlite3_int64 needed = (end + MEMORY_CHUNK_BYTES - 1) / MEMORY_CHUNK_BYTES;
+    if (needed > f->chunk_slots) {
+        sqlite3_int64 slots = f->chunk_slots > 0 ? f->chunk_slots : 16;
+        while (slots < needed) {
+            slots *= 2;
         }
-        unsigned char *grown = sqlite3_realloc64(f->data, (sqlite3_uint64)capacity);
+        unsigned char **grown = sqlite3_realloc64(f->chunks, (sqlite3_uint64)slots * sizeof(*grown));
         if (grown == NULL) {
             return SQLITE_IOERR_NOMEM;
         }
-        f->data = grown;
-        f->capacity = capacity;
+        f->chunks = grown;
+        f->chunk_slots = (int)slots;
+    }
+    while (f->chunk_count < needed) {
+        unsigned char *chunk = sqlite3_malloc(MEMORY_CHUNK_BYTES);
+        if (chunk == NULL) {
+            return SQLITE_IOERR_NOMEM;
+        }
+        f->chunks[f->chunk_count++] = chunk;
     }
     if (offset > f->size) {
-        memset(f->data + f->size, 0, (size_t)(offset - f->size));
+        memory_copy(f, f->size, (int)(offset - f->size), NULL, NULL);
     }
-    memcpy(f->data + offset, data, (size_t)amount);
+    memory_copy(f, offset, amount, NULL, data);
     if (end > f->size) {
         f->size = end;
     }

@@ -10,7 +10,8 @@
 //! connections may read it as soon as SQLite publishes it, and the syncer's `fdatasync` covers it.
 //!
 //! Sub-journals (the pages a savepoint may have to restore; the writer runs every job in one) are files of memory
-//! there: one growing buffer per transaction instead of SQLite's 1 KiB pieces or its temporary file.
+//! there: 64 KiB pieces kept for the transaction instead of SQLite's 1 KiB ones, allocated at each page and freed at
+//! each savepoint's release, or its temporary file.
 //!
 //! The C side counts what it did; `payhook_wal_writes('frames')` and `('calls')` read, on a connection, the frames
 //! its own log file was written and the write calls that carried them, `payhook_sub_journal_writes()` the writes
