@@ -235,6 +235,7 @@ impl Writer {
             queue_capacity: self.tx.max_capacity() as u64,
             batch_sizes: self.counters.batch_sizes.snapshot(),
             wal: None,
+            page_cache: None,
             partitions: None,
             batches: Some(payhook_store::metrics::BatchOutcomes {
                 reruns: self.counters.reruns.load(Ordering::Relaxed),

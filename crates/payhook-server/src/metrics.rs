@@ -327,6 +327,9 @@ where
     if let Some(wal) = &w.wal {
         render_wal(&mut out, wal);
     }
+    if let Some(cache) = &w.page_cache {
+        render_page_cache(&mut out, cache);
+    }
     if let Some(p) = &w.partitions {
         render_partitions(&mut out, p);
     }
@@ -610,6 +613,32 @@ fn render_wal(out: &mut String, wal: &payhook_store::metrics::WalMetrics) {
     sample(out, "payhook_sqlite_checkpoints_busy_total", "mode=\"passive\"", wal.passive_busy);
     sample(out, "payhook_sqlite_checkpoints_busy_total", "mode=\"truncate\"", wal.truncate_busy);
     sample(out, "payhook_sqlite_checkpoints_busy_total", "mode=\"writer\"", wal.writer_busy);
+}
+
+fn render_page_cache(out: &mut String, cache: &payhook_store::metrics::PageCacheMetrics) {
+    family(
+        out,
+        "payhook_sqlite_writer_cache_limit_bytes",
+        "gauge",
+        "The bound of the SQLite writer's page cache (storage.writer_cache_bytes).",
+    );
+    sample(out, "payhook_sqlite_writer_cache_limit_bytes", "", cache.limit_bytes);
+    family(
+        out,
+        "payhook_sqlite_writer_cache_bytes",
+        "gauge",
+        "Memory the SQLite writer's page cache holds, as of the writer's latest batch.",
+    );
+    sample(out, "payhook_sqlite_writer_cache_bytes", "", cache.used_bytes);
+    family(out, "payhook_sqlite_writer_cache_hits_total", "counter", "Pages the SQLite writer found in its cache.");
+    sample(out, "payhook_sqlite_writer_cache_hits_total", "", cache.hits);
+    family(
+        out,
+        "payhook_sqlite_writer_cache_misses_total",
+        "counter",
+        "Pages the SQLite writer did not find in its cache and read from the file.",
+    );
+    sample(out, "payhook_sqlite_writer_cache_misses_total", "", cache.misses);
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -36,7 +36,11 @@
  *
  * `payhook_wal_writes('frames' | 'calls')`, an SQL function on every connection, reads what the connection's own log
  * file did since it was opened: the frames written to it and the write calls that carried them;
- * `payhook_sub_journal_writes()` the writes the calling thread made to sub-journals in memory.
+ * `payhook_sub_journal_writes()` the writes the calling thread made to sub-journals in memory;
+ * `payhook_page_cache('used' | 'hits' | 'misses')` the calling connection's page cache: the bytes it holds, and the
+ * pages found in it and read from the file since the previous call, whose counts it resets (SQLite's are 32 bits
+ * wide: whoever adds them up keeps the total). It calls `sqlite3_db_status`, which the Rust code cannot: the
+ * workspace forbids `unsafe`.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -479,6 +483,30 @@ static void sub_journal_writes_fn(sqlite3_context *context, int argc, sqlite3_va
     sqlite3_result_int64(context, (sqlite3_int64)sub_journal_writes);
 }
 
+/* The bytes the calling connection's page cache holds, or its hits or misses since the previous call. */
+static void page_cache_fn(sqlite3_context *context, int argc, sqlite3_value **argv) {
+    (void)argc;
+    const char *which = (const char *)sqlite3_value_text(argv[0]);
+    int op;
+    if (which != NULL && strcmp(which, "used") == 0) {
+        op = SQLITE_DBSTATUS_CACHE_USED;
+    } else if (which != NULL && strcmp(which, "hits") == 0) {
+        op = SQLITE_DBSTATUS_CACHE_HIT;
+    } else if (which != NULL && strcmp(which, "misses") == 0) {
+        op = SQLITE_DBSTATUS_CACHE_MISS;
+    } else {
+        sqlite3_result_error(context, "payhook_page_cache: 'used', 'hits' or 'misses'", -1);
+        return;
+    }
+    int current = 0, highest = 0;
+    int reset = op != SQLITE_DBSTATUS_CACHE_USED;
+    if (sqlite3_db_status(sqlite3_context_db_handle(context), op, &current, &highest, reset) != SQLITE_OK) {
+        sqlite3_result_error(context, "payhook_page_cache: sqlite3_db_status failed", -1);
+        return;
+    }
+    sqlite3_result_int64(context, (sqlite3_int64)(unsigned int)current);
+}
+
 static int add_functions(sqlite3 *db, char **error, const sqlite3_api_routines *api) {
     (void)error;
     (void)api;
@@ -486,8 +514,12 @@ static int add_functions(sqlite3 *db, char **error, const sqlite3_api_routines *
     if (rc != SQLITE_OK) {
         return rc;
     }
-    return sqlite3_create_function(db, "payhook_sub_journal_writes", 0, SQLITE_UTF8, NULL, sub_journal_writes_fn,
-                                   NULL, NULL);
+    rc = sqlite3_create_function(db, "payhook_sub_journal_writes", 0, SQLITE_UTF8, NULL, sub_journal_writes_fn, NULL,
+                                 NULL);
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    return sqlite3_create_function(db, "payhook_page_cache", 1, SQLITE_UTF8, NULL, page_cache_fn, NULL, NULL);
 }
 
 __attribute__((constructor)) static void payhook_vfs_register(void) {

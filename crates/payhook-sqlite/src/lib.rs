@@ -8,6 +8,7 @@
 //! - `counters`: the row counters behind `stats`, and their recount.
 //! - `migrate`: embedded migrations tracked by `PRAGMA user_version`.
 //! - `checkpoint`: the checkpointer thread, which keeps the WAL under `wal_limit_bytes`.
+//! - `page_cache`: the writer's page cache bound (`writer_cache_bytes`) and its counters.
 //! - `retention`: pruning steps that resume from a persisted cursor and give free pages back;
 //!   `order_retention`: the step that deletes settled orders with their outbox rows.
 //! - [`compact`]: the offline conversion of an older file to `auto_vacuum = INCREMENTAL`.
@@ -31,6 +32,7 @@ mod migrate;
 mod ops;
 mod order_retention;
 mod outbox;
+mod page_cache;
 mod pool;
 mod read;
 mod retention;
@@ -82,6 +84,8 @@ pub struct SqliteOptions {
     pub wal_limit_bytes: u64,
     /// How long that checkpoint may wait for readers and the writer, in milliseconds; new writes wait meanwhile.
     pub wal_checkpoint_wait_ms: u64,
+    /// The writer's page cache holds at most this many bytes of pages (`PRAGMA cache_size`, in whole KiB).
+    pub writer_cache_bytes: u64,
     /// Free pages a pruning step returns to the file system at most (files in `auto_vacuum = INCREMENTAL` mode).
     pub vacuum_step_pages: u32,
     /// Rows a listing page examines at most when no index serves its whole filter (a reason substring, two
@@ -91,8 +95,8 @@ pub struct SqliteOptions {
 
 impl SqliteOptions {
     /// Defaults for `path`: group commit of up to 512 jobs, a queue of 4096, 5 s busy timeout, 4 read connections
-    /// and a 5 s read time limit, a WAL bounded at 256 MiB with checkpoints waiting at most 100 ms, 1024 pages
-    /// released per pruning step, listing pages that examine at most 10,000 rows.
+    /// and a 5 s read time limit, a WAL bounded at 256 MiB with checkpoints waiting at most 100 ms, a writer page
+    /// cache of 8 MiB, 1024 pages released per pruning step, listing pages that examine at most 10,000 rows.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
@@ -106,6 +110,7 @@ impl SqliteOptions {
             routing: Routing::default(),
             wal_limit_bytes: 256 << 20,
             wal_checkpoint_wait_ms: 100,
+            writer_cache_bytes: 8 << 20,
             vacuum_step_pages: 1024,
             list_scan_rows: 10_000,
         }
@@ -157,6 +162,7 @@ pub struct SqliteStore {
     /// `ping`'s own connection, outside the pool: a probe never waits behind reads.
     probe: Arc<Mutex<Connection>>,
     wal: Arc<checkpoint::WalCounters>,
+    page_cache: Arc<page_cache::PageCacheCounters>,
     vacuum_step_pages: u32,
     ctx: context::LiveCtx,
     path: PathBuf,
@@ -191,6 +197,8 @@ impl SqliteStore {
             .map_err(unavailable)?;
         let journal_limit = i64::try_from(options.wal_limit_bytes).unwrap_or(i64::MAX);
         conn.pragma_update(None, "journal_size_limit", journal_limit).map_err(unavailable)?;
+        let page_cache = Arc::new(page_cache::PageCacheCounters::default());
+        page_cache.bound(&conn, options.writer_cache_bytes).map_err(unavailable)?;
         // The writer's sub-journal (the pages a savepoint may have to restore: every job and every effect runs in
         // one) is a file of memory in payhook's VFS (`vfs`), which SQLite opens at the first page a job journals:
         // no temporary file and no system call. It grows to the pages of the largest job of a transaction, no more
@@ -226,6 +234,7 @@ impl SqliteStore {
             options.queue_depth,
             options.batch_max,
             Arc::clone(&wal),
+            Arc::clone(&page_cache),
         )
         .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         Ok(Self {
@@ -235,6 +244,7 @@ impl SqliteStore {
             readers,
             probe: Arc::new(Mutex::new(probe)),
             wal,
+            page_cache,
             vacuum_step_pages: options.vacuum_step_pages,
             ctx: context::LiveCtx::new(context::Ctx { retry: options.retry, routing: options.routing }),
             path: options.path,
@@ -464,7 +474,11 @@ impl Store for SqliteStore {
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {
-        payhook_store::metrics::WriterMetrics { wal: Some(self.wal.snapshot()), ..self.writer.metrics() }
+        payhook_store::metrics::WriterMetrics {
+            wal: Some(self.wal.snapshot()),
+            page_cache: Some(self.page_cache.snapshot()),
+            ..self.writer.metrics()
+        }
     }
 
     fn read_metrics(&self) -> payhook_store::metrics::ReadMetrics {

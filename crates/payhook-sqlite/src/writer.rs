@@ -10,6 +10,7 @@
 
 use crate::checkpoint::{self, WalCounters};
 use crate::failpoint::fires;
+use crate::page_cache::PageCacheCounters;
 use payhook_store::StoreError;
 use payhook_store::metrics::{BATCH_SIZE_BOUNDS, Histogram, WriterMetrics};
 use rusqlite::Connection;
@@ -108,6 +109,7 @@ impl WriterHandle {
             queue_capacity: self.tx.max_capacity() as u64,
             batch_sizes: self.batch_sizes.snapshot(),
             wal: None,
+            page_cache: None,
             partitions: None,
             batches: None,
             connects: None,
@@ -198,6 +200,7 @@ pub(crate) fn spawn(
     queue_depth: usize,
     batch_max: usize,
     wal_counters: Arc<WalCounters>,
+    page_cache: Arc<PageCacheCounters>,
 ) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
     let syncer = match sync {
         CommitSync::InCommit => None,
@@ -212,7 +215,7 @@ pub(crate) fn spawn(
     let sizes = Arc::clone(&batch_sizes);
     let join = std::thread::Builder::new()
         .name("sqlite-writer".into())
-        .spawn(move || run(conn, rx, batch_max.max(1), syncer, &sizes, &wal_counters))?;
+        .spawn(move || run(conn, rx, batch_max.max(1), syncer, &sizes, &wal_counters, &page_cache))?;
     Ok((WriterHandle { tx, batch_sizes }, join))
 }
 
@@ -223,6 +226,7 @@ fn run(
     wal: Option<std::fs::File>,
     batch_sizes: &Histogram,
     wal_counters: &WalCounters,
+    page_cache: &PageCacheCounters,
 ) {
     // Where this writer's failpoints apply (see `crate::failpoint`).
     let scope = conn.path().unwrap_or_default().to_owned();
@@ -270,6 +274,7 @@ fn run(
             let take = batch.len().min(batch_max);
             let jobs: Vec<Box<dyn Job>> = batch.drain(..take).collect();
             run_batch(&conn, jobs, &mut settle, batch_sizes);
+            page_cache.publish(&conn);
             // After the batch is handed on, so that a reset delays the next batch, not this one's answers.
             checkpoint::reset_if_asked(&conn, wal_counters);
         }

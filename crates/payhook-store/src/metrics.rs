@@ -74,6 +74,8 @@ pub struct WriterMetrics {
     pub batch_sizes: HistogramSnapshot,
     /// The SQLite write-ahead log and its checkpoints; `None` for a store without one.
     pub wal: Option<WalMetrics>,
+    /// The SQLite writer's page cache; `None` for a store without one.
+    pub page_cache: Option<PageCacheMetrics>,
     /// The inbox's day partitions (PostgreSQL); `None` for a store without them.
     pub partitions: Option<PartitionMetrics>,
     /// Batch transactions run again or given up (PostgreSQL); `None` for a store that never reruns a batch.
@@ -136,6 +138,21 @@ pub struct WalMetrics {
     pub writer: u64,
     /// Of those, the ones that could not copy every frame (another checkpoint held the lock).
     pub writer_busy: u64,
+}
+
+/// The SQLite writer's page cache (`storage.writer_cache_bytes`) as the writer last read it, after its latest
+/// batch. Hits and misses count the pages its statements asked for since the store opened: a miss is a page read
+/// from the file system (the kernel's cache at best), which is what a larger cache saves on a large database.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageCacheMetrics {
+    /// The cache's bound in bytes.
+    pub limit_bytes: u64,
+    /// Bytes of memory it holds now (SQLite's `SQLITE_DBSTATUS_CACHE_USED`).
+    pub used_bytes: u64,
+    /// Pages found in the cache.
+    pub hits: u64,
+    /// Pages that were not, and were read from the file.
+    pub misses: u64,
 }
 
 /// The state of a store's own read connections (the SQLite reader pool), read at scrape time. All zero for a

@@ -15,6 +15,7 @@ pub(super) struct RawStorage {
     pub(super) read_timeout_ms: u64,
     pub(super) wal_limit_bytes: u64,
     pub(super) wal_checkpoint_wait_ms: u64,
+    pub(super) writer_cache_bytes: u64,
     pub(super) vacuum_step_pages: u32,
     pub(super) list_scan_rows: u32,
     pub(super) fsync: String,
@@ -32,6 +33,11 @@ pub(super) struct RawStorage {
 /// The smallest scan bound: a listing page of the most rows (`MAX_LIMIT`, plus the one that says whether more
 /// exist) must be possible to fill in one call.
 const MIN_LIST_SCAN_ROWS: u32 = payhook_server::admin::MAX_LIMIT + 1;
+
+/// The writer's page cache: at least 1 MiB (a few hundred pages: the upper levels of the busy B-trees), at most
+/// 64 GiB (a larger figure is a typo, not a plan).
+const MIN_WRITER_CACHE_BYTES: u64 = 1 << 20;
+const MAX_WRITER_CACHE_BYTES: u64 = 64 << 30;
 
 pub(super) fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<StorageConfig> {
     if raw.batch_max == 0 || raw.queue_depth == 0 {
@@ -69,6 +75,11 @@ pub(super) fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<Sto
         if raw.wal_checkpoint_wait_ms == 0 || raw.wal_checkpoint_wait_ms >= raw.busy_timeout_ms {
             bail!("storage.wal_checkpoint_wait_ms: must be positive and below storage.busy_timeout_ms");
         }
+        if !(MIN_WRITER_CACHE_BYTES..=MAX_WRITER_CACHE_BYTES).contains(&raw.writer_cache_bytes) {
+            bail!(
+                "storage.writer_cache_bytes: must be between 1 MiB ({MIN_WRITER_CACHE_BYTES}) and 64 GiB ({MAX_WRITER_CACHE_BYTES})"
+            );
+        }
         return Ok(StorageConfig::Sqlite(SqliteOptions {
             sync,
             path: PathBuf::from(path),
@@ -81,6 +92,7 @@ pub(super) fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<Sto
             routing: Default::default(),
             wal_limit_bytes: raw.wal_limit_bytes,
             wal_checkpoint_wait_ms: raw.wal_checkpoint_wait_ms,
+            writer_cache_bytes: raw.writer_cache_bytes,
             vacuum_step_pages: raw.vacuum_step_pages,
             list_scan_rows: raw.list_scan_rows,
         }));

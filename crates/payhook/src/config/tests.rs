@@ -114,6 +114,23 @@ fn the_wal_bound_and_pruning_pace_come_from_the_configuration() {
 }
 
 #[test]
+fn the_writer_cache_comes_from_the_configuration_within_its_bounds() {
+    assert_eq!(sqlite(&Config::from_toml("", "f.toml", None).unwrap()).writer_cache_bytes, 8 << 20);
+    let text = "[storage]\nwriter_cache_bytes = 33554432\n";
+    assert_eq!(sqlite(&Config::from_toml(text, "f.toml", None).unwrap()).writer_cache_bytes, 32 << 20);
+    for text in [
+        "[storage]\nwriter_cache_bytes = 0\n",
+        "[storage]\nwriter_cache_bytes = 1048575\n",
+        // 80 GiB: a digit too many.
+        "[storage]\nwriter_cache_bytes = 85899345920\n",
+        "[storage]\nwriter_cache_bytes = \"8MiB\"\n",
+    ] {
+        let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+        assert!(err.contains("storage.writer_cache_bytes"), "{text}: {err}");
+    }
+}
+
+#[test]
 fn an_unknown_key_is_named() {
     let err = format!("{:#}", Config::from_toml("[storage]\nurll = \"x\"\n", "f.toml", None).unwrap_err());
     assert!(err.contains("urll"), "{err}");
