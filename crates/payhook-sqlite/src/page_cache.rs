@@ -8,6 +8,11 @@
 
 use rusqlite::Connection;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The writer reads its cache at most this often: reading is a statement, which under light load (a batch of one
+/// or two jobs) would add a few percent to every batch, and a scrape comes every few seconds at most.
+const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
 /// What `/metrics` reads of the writer's cache, written by the writer thread.
 #[derive(Debug, Default)]
@@ -27,9 +32,15 @@ impl PageCacheCounters {
         Ok(())
     }
 
-    /// Reads `conn`'s cache after a batch: the bytes it holds, and the hits and misses of the batch, added to the
-    /// totals. Failing to read leaves the previous figures (the metrics lag; nothing else depends on them).
-    pub(crate) fn publish(&self, conn: &Connection) {
+    /// Reads `conn`'s cache after a batch, unless `last` (when it last did) is less than [`PUBLISH_EVERY`] ago: the
+    /// bytes it holds, and the hits and misses since the previous reading, added to the totals. Failing to read
+    /// leaves the previous figures (the metrics lag; nothing else depends on them).
+    pub(crate) fn publish(&self, conn: &Connection, last: &mut Option<Instant>) {
+        let now = Instant::now();
+        if last.is_some_and(|at| now.duration_since(at) < PUBLISH_EVERY) {
+            return;
+        }
+        *last = Some(now);
         let read = conn
             .prepare_cached(
                 "SELECT payhook_page_cache('used'), payhook_page_cache('hits'), payhook_page_cache('misses')",

@@ -249,6 +249,7 @@ fn run(
     };
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(batch_max);
     let mut stopping = false;
+    let mut cache_read = None;
     while !stopping {
         match rx.blocking_recv() {
             Some(Msg::Job(job)) => batch.push(job),
@@ -274,7 +275,7 @@ fn run(
             let take = batch.len().min(batch_max);
             let jobs: Vec<Box<dyn Job>> = batch.drain(..take).collect();
             run_batch(&conn, jobs, &mut settle, batch_sizes);
-            page_cache.publish(&conn);
+            page_cache.publish(&conn, &mut cache_read);
             // After the batch is handed on, so that a reset delays the next batch, not this one's answers.
             checkpoint::reset_if_asked(&conn, wal_counters);
         }

@@ -198,6 +198,9 @@ async fn the_writer_page_cache_is_bounded_by_its_setting() {
         while let Some(r) = tasks.join_next().await {
             r.expect("joined").expect("ingest");
         }
+        // The writer reads its cache at most every 50 ms: one more write after that has it read the cache again.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        store.ingest(pay("evt_cache_last", "ord_none", 100, T0)).await.expect("ingest");
         let cache = store.sqlite().writer_metrics().page_cache.expect("sqlite reports its writer's cache");
         assert_eq!(cache.limit_bytes, limit);
         assert!(cache.hits > 0 && cache.misses > 0, "{cache:?}");
