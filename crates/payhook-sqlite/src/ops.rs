@@ -161,20 +161,40 @@ fn dead_letter_alert(
 }
 
 /// Applies `event`'s effect: business-key claim, then the order ledger or the billing rules (guarded update, audit,
-/// outbox). When the effect is not applied (duplicate business key, deferred, rejected) its own writes are rolled
-/// back, so the key stays free for an event that can use it. `arriving` is true for a delivery's first attempt:
-/// only then may a payment of a source with implicit orders create its order (a retry or a replay does not, as on
+/// outbox). When the effect is not applied (duplicate business key, deferred, rejected) its own writes are undone,
+/// so the key stays free for an event that can use it. `arriving` is true for a delivery's first attempt: only then
+/// may a payment of a source with implicit orders create its order (a retry or a replay does not, as on
 /// PostgreSQL, whose retries and replays go through `payhook_reapply`).
+///
+/// An order effect that creates no order writes nothing before its guarded update but its business key, and
+/// nothing at all when the update matches nothing: undoing it is deleting that key, so it runs without a savepoint
+/// of its own (a `SAVEPOINT` and a `RELEASE` per payment, and the pages the job had already journaled journaled
+/// again). Every other effect runs in `SAVEPOINT effect`. An error undoes the whole job either way (its caller's
+/// savepoint).
 fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64, arriving: bool) -> Result<Recorded> {
     if event.effect == Effect::Ignored {
         return Ok(Recorded { outcome: Outcome::Ignored, detail: None });
+    }
+    let implicit = ctx.routing.implicit_order(source, &event.effect, now_ms).filter(|_| arriving);
+    if matches!(event.effect, Effect::Order { .. }) && implicit.is_none() {
+        if let Some(duplicate) = claim_business_key(conn, source, event, now_ms)? {
+            return Ok(duplicate);
+        }
+        let recorded = match ledger::plan(&event.effect) {
+            Some(plan) => apply_order(conn, &ctx.routing, source, event, &plan, now_ms, None)?,
+            None => Recorded { outcome: Outcome::Ignored, detail: None },
+        };
+        if recorded.outcome != Outcome::Processed {
+            release_business_key(conn, source, event)?;
+        }
+        return Ok(recorded);
     }
     exec(conn, "SAVEPOINT effect").db()?;
     let result = match claim_business_key(conn, source, event, now_ms) {
         Ok(Some(duplicate)) => Ok(duplicate),
         Ok(None) => match &event.effect {
             Effect::Order { .. } => match ledger::plan(&event.effect) {
-                Some(plan) => apply_order(conn, &ctx.routing, source, event, &plan, now_ms, arriving),
+                Some(plan) => apply_order(conn, &ctx.routing, source, event, &plan, now_ms, implicit.as_ref()),
                 None => Ok(Recorded { outcome: Outcome::Ignored, detail: None }),
             },
             Effect::Subscription(change) => {
@@ -191,6 +211,15 @@ fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64,
         rollback_to(conn, "ROLLBACK TO effect", "RELEASE effect").db()?;
     }
     result
+}
+
+/// Frees the business key `event` just claimed, for an effect that was not applied.
+fn release_business_key(conn: &Connection, source: &str, event: &Event) -> Result<()> {
+    conn.prepare_cached("DELETE FROM business_keys WHERE source = ?1 AND key = ?2 AND event_id = ?3")
+        .db()?
+        .execute(params![source, event.business_key, event.event_id.as_str()])
+        .db()?;
+    Ok(())
 }
 
 /// Claims the event's business key; `Some` is the answer for an event whose business fact another event already
@@ -221,6 +250,9 @@ fn claim_business_key(conn: &Connection, source: &str, event: &Event, now_ms: i6
     Ok(Some(Recorded { outcome: Outcome::Duplicate, detail: Some(detail) }))
 }
 
+/// The order ledger's part of an order effect; `implicit` is the order a payment creates when it does not exist
+/// (`orders = "implicit"`), registered first, with the registration's own statement (which also makes the order's
+/// deferred events due), inside the effect's savepoint.
 fn apply_order(
     conn: &Connection,
     routing: &Routing,
@@ -228,12 +260,10 @@ fn apply_order(
     event: &Event,
     plan: &Plan,
     now_ms: i64,
-    arriving: bool,
+    implicit: Option<&NewOrder>,
 ) -> Result<Recorded> {
-    if let Some(order) = routing.implicit_order(source, &event.effect, now_ms).filter(|_| arriving) {
-        // `orders = "implicit"`: the payment creates its order when it does not exist, with the registration's
-        // own statement (which also makes the order's deferred events due), inside this effect's savepoint.
-        register_order(conn, &order)?;
+    if let Some(order) = implicit {
+        register_order(conn, order)?;
     }
     let Some(from) = guarded_update(conn, plan, source, event, now_ms)? else {
         let snapshot = order_snapshot(conn, &plan.order_id)?;
