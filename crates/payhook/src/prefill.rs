@@ -98,7 +98,7 @@ pub async fn run<S: Store>(store: &S, cfg: &Config, args: PrefillArgs) -> Result
 /// Registers order `i` and records a signed payment event for it, received at `at_ms`.
 async fn one<S: Store>(store: &S, src: &SourceSettings, run_id: &str, i: u64, at_ms: i64) -> Result<Outcome> {
     let order_id = format!("prefill-{run_id}-{i}");
-    let event_id = format!("evt_prefill_{run_id}_{i}");
+    let event_id = crate::bench::event_id(run_id, "prefill", i);
     let amount_minor = 1_000 + (i % 90_000) as i64;
     let currency = "usd";
     let money = Money::new(amount_minor, Currency::parse(currency)?)?;

@@ -743,11 +743,11 @@ impl Workload {
         let mut unique: Vec<Delivery> = Vec::new();
         let mut expect = vec![Expect::Paid; p.orders];
         for (i, e) in expect.iter_mut().enumerate() {
-            unique.push(Delivery { order: i, event_id: format!("evt-{run_id}-pay-{i}"), action: OrderAction::Pay });
+            unique.push(Delivery { order: i, event_id: event_id(run_id, "pay", i as u64), action: OrderAction::Pay });
             if rng.f64() < p.refund {
                 unique.push(Delivery {
                     order: i,
-                    event_id: format!("evt-{run_id}-ref-{i}"),
+                    event_id: event_id(run_id, "ref", i as u64),
                     action: OrderAction::Refund,
                 });
                 *e = if p.scenario == Scenario::RefundFirst { Expect::RefundedNoReceipt } else { Expect::Refunded };
@@ -883,10 +883,10 @@ async fn sustained(
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 let order_id = Registrar::order_id(&run_id, i);
-                let mut events = vec![(format!("evt-{run_id}-pay-{i}"), OrderAction::Pay)];
+                let mut events = vec![(event_id(&run_id, "pay", i as u64), OrderAction::Pay)];
                 let mut rng = order_rng(seed, i);
                 if rng.f64() < refund {
-                    events.push((format!("evt-{run_id}-ref-{i}"), OrderAction::Refund));
+                    events.push((event_id(&run_id, "ref", i as u64), OrderAction::Refund));
                 }
                 for (event_id, action) in events {
                     let d = Delivery { order: i, event_id, action };
@@ -910,6 +910,16 @@ async fn sustained(
     let expect =
         (0..used).map(|i| if order_rng(seed, i).f64() < refund { Expect::Refunded } else { Expect::Paid }).collect();
     Ok((sent.load(Ordering::Relaxed) as usize, expect, registered.load(Ordering::Relaxed)))
+}
+
+/// The event id of delivery `what` of order `i` in run `run_id`: random-looking as providers' are (`evt_` and 16
+/// hex digits of a hash), so that a run's deliveries land all over the inbox's unique key, among the ids stored
+/// before, rather than next to each other at one end of it; the same arguments give the same id.
+pub(crate) fn event_id(run_id: &str, what: &str, i: u64) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    (run_id, what, i).hash(&mut hasher);
+    format!("evt_{:016x}", hasher.finish())
 }
 
 /// The random choices of sustained's order `i`, the same when `--verify` asks again.
@@ -995,4 +1005,24 @@ where
         r??;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::event_id;
+    use std::collections::BTreeSet;
+
+    /// A run's event ids are its own, the same when asked again, and spread over the whole key space: a run's
+    /// deliveries are not written next to each other in the inbox's unique key.
+    #[test]
+    fn event_ids_are_stable_distinct_and_spread() {
+        assert_eq!(event_id("0badf00d", "pay", 7), event_id("0badf00d", "pay", 7));
+        let ids: BTreeSet<String> = (0..4096).map(|i| event_id("0badf00d", "pay", i)).collect();
+        assert_eq!(ids.len(), 4096);
+        assert!(!ids.contains(&event_id("0badf00d", "ref", 7)) && !ids.contains(&event_id("cafebabe", "pay", 7)));
+        // Sorted, consecutive orders' ids are far apart: every one of the 256 leading byte values is used.
+        let leading: BTreeSet<&str> = ids.iter().map(|id| &id["evt_".len().."evt_".len() + 2]).collect();
+        assert_eq!(leading.len(), 256, "{leading:?}");
+        assert!(ids.iter().all(|id| id.len() == "evt_".len() + 16 && id.starts_with("evt_")));
+    }
 }
