@@ -36,6 +36,7 @@ mod page_cache;
 mod pool;
 mod read;
 mod retention;
+mod tally;
 mod vfs;
 mod writer;
 

@@ -8,6 +8,7 @@
 use crate::context::{Ctx, Result, SqlResult};
 use crate::failpoint::{fires_on, injected};
 use crate::outbox::{insert_outbox, raise_alert, route_outbox};
+use crate::tally::{self, Table};
 use crate::writer::{exec, rollback_to};
 use payhook_core::event::{Effect, Event, OrderId};
 use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Plan, Unapplied};
@@ -59,6 +60,7 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, headers_json: &str, ctx: &
     if inserted == 0 {
         return Ok(Recorded { outcome: Outcome::Duplicate, detail: None });
     }
+    tally::count(Table::Inbox, d.source.as_str(), "", initial.as_str(), 1);
     let row_id = conn.last_insert_rowid();
     conn.prepare_cached("INSERT INTO inbox_payloads (inbox_id, headers, body) VALUES (?1, ?2, ?3)")
         .db()?
@@ -85,7 +87,7 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, headers_json: &str, ctx: &
                 // The row was inserted as processed: the common path costs no second write.
                 recorded
             } else {
-                settle(conn, ctx, row_id, recorded, 1, now_ms, source, event)?
+                settle(conn, ctx, row_id, initial, recorded, 1, now_ms, source, event)?
             }
         }
     };
@@ -189,6 +191,7 @@ fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64,
         }
         return Ok(recorded);
     }
+    let mark = tally::mark();
     exec(conn, "SAVEPOINT effect").db()?;
     let result = match claim_business_key(conn, source, event, now_ms) {
         Ok(Some(duplicate)) => Ok(duplicate),
@@ -208,6 +211,7 @@ fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64,
     if matches!(&result, Ok(r) if r.outcome == Outcome::Processed) {
         exec(conn, "RELEASE effect").db()?;
     } else {
+        tally::undo(mark);
         rollback_to(conn, "ROLLBACK TO effect", "RELEASE effect").db()?;
     }
     result
@@ -328,6 +332,9 @@ fn guarded_update(
         )
         .optional()
         .db()?;
+    if let Some(prev) = &prev {
+        tally::moved(Table::Orders, "", "", prev, plan.to.as_str());
+    }
     prev.map(|s| parse_status(&s)).transpose()
 }
 
@@ -348,12 +355,14 @@ fn order_snapshot(conn: &Connection, id: &OrderId) -> Result<Option<OrderSnapsho
     .transpose()
 }
 
-/// Writes the final state of an attempt to the inbox row. A deferral past the retry budget becomes a dead letter.
+/// Writes the final state of an attempt to the inbox row, whose status is `from`. A deferral past the retry budget
+/// becomes a dead letter.
 #[allow(clippy::too_many_arguments)]
 fn settle(
     conn: &Connection,
     ctx: &Ctx,
     row_id: i64,
+    from: Outcome,
     mut recorded: Recorded,
     attempts: u32,
     now_ms: i64,
@@ -381,22 +390,28 @@ fn settle(
             }
         }
     }
-    conn.prepare_cached(
-        "UPDATE inbox SET status = ?2, reason = ?3, attempts = ?4, next_attempt_at = ?5, order_id = ?6,
-                          lease_owner = NULL, lease_until = NULL, updated_at = ?7
-         WHERE id = ?1",
-    )
-    .db()?
-    .execute(params![
-        row_id,
-        recorded.outcome.as_str(),
-        recorded.detail,
-        attempts,
-        next_attempt_at,
-        waiting_order,
-        now_ms
-    ])
-    .db()?;
+    let changed = conn
+        .prepare_cached(
+            "UPDATE inbox SET status = ?2, reason = ?3, attempts = ?4, next_attempt_at = ?5, order_id = ?6,
+                              lease_owner = NULL, lease_until = NULL, updated_at = ?7
+             WHERE id = ?1 AND status = ?8",
+        )
+        .db()?
+        .execute(params![
+            row_id,
+            recorded.outcome.as_str(),
+            recorded.detail,
+            attempts,
+            next_attempt_at,
+            waiting_order,
+            now_ms,
+            from.as_str()
+        ])
+        .db()?;
+    if changed != 1 {
+        return Err(StoreError::inconsistent(format!("inbox row {row_id} is no longer {}", from.as_str())));
+    }
+    tally::moved(Table::Inbox, source, "", from.as_str(), recorded.outcome.as_str());
     log_attempt(conn, row_id, attempts, now_ms, &recorded)?;
     dead_letter_alert(conn, ctx, source, event.event_id.as_str(), &recorded, now_ms)?;
     Ok(recorded)
@@ -466,7 +481,8 @@ pub(crate) fn retry(conn: &Connection, c: &Claimed, now_ms: i64, ctx: &Ctx) -> R
     let effect: Effect = serde_json::from_str(&effect).map_err(|e| StoreError::corrupt("a stored effect", e))?;
     let event = Event { event_id: c.event_id.clone(), event_type, occurred_at, business_key, effect };
     let recorded = apply(conn, ctx, c.source.as_str(), &event, now_ms, false)?;
-    let recorded = settle(conn, ctx, c.row_id, recorded, c.attempts + 1, now_ms, c.source.as_str(), &event)?;
+    let recorded =
+        settle(conn, ctx, c.row_id, Outcome::Deferred, recorded, c.attempts + 1, now_ms, c.source.as_str(), &event)?;
     Ok(Retried::Done(recorded))
 }
 
@@ -482,6 +498,7 @@ pub(crate) fn register_order(conn: &Connection, o: &NewOrder) -> Result<Register
         .execute(params![o.id.as_str(), o.money.amount_minor, o.money.currency.as_str(), o.now_ms])
         .db()?;
     if created == 1 {
+        tally::count(Table::Orders, "", "", OrderStatus::Pending.as_str(), 1);
         // Events that arrived before their order are due now rather than at their next backoff step.
         conn.prepare_cached(
             "UPDATE inbox INDEXED BY inbox_waiting_order SET next_attempt_at = ?2
@@ -542,14 +559,14 @@ pub(crate) fn replay(
             Some(serde_json::to_string(effect).map_err(|e| StoreError::corrupt("an effect that does not encode", e))?)
         }
     };
-    let target_row = if event.event_id.as_str() == event_id {
+    let (target_row, target_status) = if event.event_id.as_str() == event_id {
         conn.prepare_cached(
             "UPDATE inbox SET event_type = ?2, occurred_at = ?3, business_key = ?4, effect = ?5 WHERE id = ?1",
         )
         .db()?
         .execute(params![row_id, event.event_type, event.occurred_at, event.business_key, effect_json])
         .db()?;
-        row_id
+        (row_id, Outcome::DeadLettered)
     } else {
         // The bytes now parse to an event with its own id (they were stored under a derived one): record it under
         // that id, through the event-id dedup, and retire the derived row.
@@ -575,6 +592,7 @@ pub(crate) fn replay(
             .db()?;
         let new_row = conn.last_insert_rowid();
         if inserted > 0 {
+            tally::count(Table::Inbox, source, "", Outcome::Processed.as_str(), 1);
             // The payload goes with it (a row stored before `inbox_payloads` has none there: its own columns
             // were copied above).
             conn.prepare_cached(
@@ -593,6 +611,7 @@ pub(crate) fn replay(
         .db()?
         .execute(params![row_id, retired.detail, attempt, now_ms])
         .db()?;
+        tally::moved(Table::Inbox, source, "", Outcome::DeadLettered.as_str(), Outcome::Duplicate.as_str());
         log_attempt(conn, row_id, attempt, now_ms, &retired)?;
         if inserted == 0 {
             return Ok(Replayed::Done(Recorded {
@@ -600,7 +619,7 @@ pub(crate) fn replay(
                 detail: Some(format!("event {} was already recorded", event.event_id)),
             }));
         }
-        new_row
+        (new_row, Outcome::Processed)
     };
     let recorded = if event.effect == Effect::Ignored {
         Recorded { outcome: Outcome::Ignored, detail: None }
@@ -609,6 +628,6 @@ pub(crate) fn replay(
     };
     // The attempt count goes on: an event whose order still does not exist is dead-lettered again rather than
     // retried for another three days.
-    let recorded = settle(conn, ctx, target_row, recorded, attempt, now_ms, source, event)?;
+    let recorded = settle(conn, ctx, target_row, target_status, recorded, attempt, now_ms, source, event)?;
     Ok(Replayed::Done(recorded))
 }

@@ -18,6 +18,7 @@
 
 use crate::context::{Result, SqlResult};
 use crate::retention::VISIT_FACTOR;
+use crate::tally::{self, Table};
 use payhook_core::event::OrderAction;
 use payhook_core::ledger::OrderStatus;
 use payhook_store::{PruneRequest, Pruned};
@@ -126,14 +127,27 @@ fn prune_order(conn: &Connection, order_id: &str, before_ms: i64, pruned: &mut P
     if dead > 0 {
         return Ok((Verdict::Pass, 0));
     }
-    pruned.outbox_deleted += conn
-        .prepare_cached("DELETE FROM outbox WHERE id IN (SELECT value FROM json_each(?1))")
+    let mut outbox = conn
+        .prepare_cached("DELETE FROM outbox WHERE id IN (SELECT value FROM json_each(?1)) RETURNING sink, kind, status")
+        .db()?;
+    let mut rows = outbox.query([&outbox_ids]).db()?;
+    while let Some(row) = rows.next().db()? {
+        let (sink, kind, status): (String, String, String) = (row.get(0).db()?, row.get(1).db()?, row.get(2).db()?);
+        tally::count(Table::Outbox, &sink, &kind, &status, -1);
+        pruned.outbox_deleted += 1;
+    }
+    let deleted: Option<String> = conn
+        .prepare_cached("DELETE FROM orders WHERE id = ?1 RETURNING status")
         .db()?
-        .execute([&outbox_ids])
-        .db()? as u64;
-    let deleted = conn.prepare_cached("DELETE FROM orders WHERE id = ?1").db()?.execute([order_id]).db()? as u64;
-    pruned.orders_deleted += deleted;
-    Ok((Verdict::Pass, deleted))
+        .query_row([order_id], |r| r.get(0))
+        .optional()
+        .db()?;
+    let Some(status) = deleted else {
+        return Ok((Verdict::Pass, 0));
+    };
+    tally::count(Table::Orders, "", "", &status, -1);
+    pruned.orders_deleted += 1;
+    Ok((Verdict::Pass, 1))
 }
 
 #[cfg(test)]

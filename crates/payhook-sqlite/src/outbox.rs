@@ -3,6 +3,7 @@
 
 use crate::context::{Ctx, Result, SqlResult};
 use crate::failpoint::{fires_on, injected};
+use crate::tally::{self, Table};
 use payhook_core::event::Event;
 use payhook_store::{ALERT_KIND, Alert, Claim, Dispatched, OutboxJob, Routing};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -30,7 +31,12 @@ pub(crate) fn insert_outbox(
     .db()?
     .execute(params![kind, sink, order_id, source, event_id, payload, status, next, now_ms])
     .db()?;
-    Ok(conn.last_insert_rowid())
+    let id = conn.last_insert_rowid();
+    tally::count(Table::Outbox, sink, kind, status, 1);
+    if let Some(order_id) = order_id {
+        tally::list_outbox(conn, order_id, id).db()?;
+    }
+    Ok(id)
 }
 
 /// Writes an effect's outbox rows: one per sink that takes `kind`, or one `unrouted` row when no sink does, so the
@@ -105,6 +111,7 @@ pub(crate) fn raise_alert(conn: &Connection, ctx: &Ctx, alert: &Alert) -> Result
     .db()?
     .execute(params![ALERT_KIND, routing.sink, payload, alert.now_ms + routing.gather_ms, alert.now_ms])
     .db()?;
+    tally::count(Table::Outbox, &routing.sink, ALERT_KIND, "pending", 1);
     let outbox_id = conn.last_insert_rowid();
     conn.prepare_cached(
         "INSERT INTO alert_windows (key, window_start, outbox_id, count, suppressed) VALUES (?1, ?2, ?3, 1, 0)
@@ -173,17 +180,24 @@ pub(crate) fn finish_outbox(
         Dispatched::Retry { at_ms, status, error } => ("pending", Some(*at_ms), *status, Some(error.as_str()), None),
         Dispatched::Dead { status, error } => ("dead", None, *status, Some(error.as_str()), None),
     };
-    let changed = conn
+    let changed: Option<(String, String)> = conn
         .prepare_cached(
             "UPDATE outbox SET status = ?3, attempts = attempts + 1, next_attempt_at = ?4, last_status = ?5,
                                last_error = coalesce(?6, last_error), delivered_at = ?7,
                                lease_owner = NULL, lease_until = NULL
-             WHERE id = ?1 AND lease_owner = ?2 AND status = 'pending'",
+             WHERE id = ?1 AND lease_owner = ?2 AND status = 'pending'
+             RETURNING sink, kind",
         )
         .db()?
-        .execute(params![job.id, job.owner, status, next, last_status, error, delivered_at])
+        .query_row(params![job.id, job.owner, status, next, last_status, error, delivered_at], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()
         .db()?;
-    if changed == 1
+    if let Some((sink, kind)) = &changed {
+        tally::moved(Table::Outbox, sink, kind, "pending", status);
+    }
+    if changed.is_some()
         && let Dispatched::Dead { error, .. } = outcome
         && ctx.routing.alerts.as_ref().is_none_or(|a| a.sink != job.sink)
     {
@@ -196,19 +210,24 @@ pub(crate) fn finish_outbox(
         );
         raise_alert(conn, ctx, &Alert { key: format!("sink:{}:dead", job.sink), text, now_ms })?;
     }
-    Ok(changed == 1)
+    Ok(changed.is_some())
 }
 
 /// Re-queues a dead outbox row (see [`payhook_store::Store::retry_outbox`]).
 pub(crate) fn retry_outbox(conn: &Connection, id: i64, now_ms: i64) -> Result<bool> {
-    let changed = conn
+    let changed: Option<(String, String)> = conn
         .prepare_cached(
             "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?2,
                                lease_owner = NULL, lease_until = NULL
-             WHERE id = ?1 AND status = 'dead'",
+             WHERE id = ?1 AND status = 'dead'
+             RETURNING sink, kind",
         )
         .db()?
-        .execute(params![id, now_ms])
+        .query_row(params![id, now_ms], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
         .db()?;
-    Ok(changed == 1)
+    if let Some((sink, kind)) = &changed {
+        tally::moved(Table::Outbox, sink, kind, "dead", "pending");
+    }
+    Ok(changed.is_some())
 }

@@ -16,8 +16,9 @@
 //! shrinks as it is pruned, in steps as short as the pruning ones.
 
 use crate::context::{Result, SqlResult};
+use crate::tally::{self, Table};
 use payhook_store::{PruneRequest, Pruned};
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 /// The rows after a phase's cursor, in index order, up to the cut (`?3`) and at most `?4` of them.
 pub(crate) const SCAN_SQL: &str = "SELECT id, received_at, status, source, event_id, business_key, pruned_at
@@ -144,10 +145,21 @@ fn delete(conn: &Connection, row: &Row, pruned: &mut Pruned) -> Result<u64> {
             .db()? as u64;
     }
     conn.prepare_cached("DELETE FROM inbox_attempts WHERE inbox_id = ?1").db()?.execute([row.id]).db()?;
-    // Its payload, if it has one in `inbox_payloads`, goes with it (trigger `inbox_payload_deleted`).
-    let deleted = conn.prepare_cached("DELETE FROM inbox WHERE id = ?1").db()?.execute([row.id]).db()? as u64;
-    pruned.events_deleted += deleted;
-    Ok(deleted)
+    // Its payload, if it has one in `inbox_payloads`, goes with it (what trigger `inbox_payload_deleted` does on the
+    // connections that fire it).
+    conn.prepare_cached("DELETE FROM inbox_payloads WHERE inbox_id = ?1").db()?.execute([row.id]).db()?;
+    let deleted: Option<(String, String)> = conn
+        .prepare_cached("DELETE FROM inbox WHERE id = ?1 RETURNING source, status")
+        .db()?
+        .query_row([row.id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .db()?;
+    let Some((source, status)) = deleted else {
+        return Ok(0);
+    };
+    tally::count(Table::Inbox, &source, "", &status, -1);
+    pruned.events_deleted += 1;
+    Ok(1)
 }
 
 /// Clears a settled event's body and headers; returns the events cleared (0 or 1). The payload of a delivery

@@ -11,6 +11,7 @@
 use crate::checkpoint::{self, WalCounters};
 use crate::failpoint::fires;
 use crate::page_cache::PageCacheCounters;
+use crate::tally;
 use payhook_store::StoreError;
 use payhook_store::metrics::{BATCH_SIZE_BOUNDS, Histogram, WriterMetrics};
 use rusqlite::Connection;
@@ -155,14 +156,19 @@ fn in_savepoint<T>(
     conn: &Connection,
     work: impl FnOnce(&Connection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
+    let mark = tally::mark();
     exec(conn, "SAVEPOINT job").map_err(unavailable)?;
     let result = work(conn);
     if conn.is_autocommit() {
         // SQLite aborted the whole transaction (disk full, IO error): the batch loop notices and retries the rest.
         return result;
     }
-    let end =
-        if result.is_ok() { exec(conn, "RELEASE job") } else { rollback_to(conn, "ROLLBACK TO job", "RELEASE job") };
+    let end = if result.is_ok() {
+        exec(conn, "RELEASE job")
+    } else {
+        tally::undo(mark);
+        rollback_to(conn, "ROLLBACK TO job", "RELEASE job")
+    };
     match end {
         Ok(()) => result,
         Err(e) => Err(unavailable(e)),
@@ -230,6 +236,10 @@ fn run(
 ) {
     // Where this writer's failpoints apply (see `crate::failpoint`).
     let scope = conn.path().unwrap_or_default().to_owned();
+    if let Err(e) = tally::install(&conn) {
+        // The triggers stay on and keep the counters, at their cost.
+        tracing::warn!(error = %e, "cannot turn the writer's triggers off; they keep the counters");
+    }
     let syncer = match wal.map(|wal| start_syncer(wal, scope.clone())).transpose() {
         Ok(s) => s,
         Err(e) => {
@@ -361,6 +371,7 @@ fn run_batch(conn: &Connection, jobs: Vec<Box<dyn Job>>, settle: &mut impl FnMut
             }
             return;
         }
+        tally::discard();
         let started = std::time::Instant::now();
         let mut replies: Vec<Reply> = Vec::new();
         let mut aborted = None;
@@ -381,11 +392,16 @@ fn run_batch(conn: &Connection, jobs: Vec<Box<dyn Job>>, settle: &mut impl FnMut
             // the batch. Tests use it to prove that the checker sees acknowledged deliveries go missing.
             answer(std::mem::take(&mut replies), None, "");
             let _ = conn.execute_batch("ROLLBACK");
+            tally::discard();
             continue;
         }
         let outcome = match aborted {
-            Some(e) => Some(e),
-            None => exec(conn, "COMMIT").err().map(|e| Arc::new(e) as BatchError),
+            Some(e) => {
+                tally::discard();
+                Some(e)
+            }
+            // The counters move with the rows, in the same transaction.
+            None => tally::flush(conn).and_then(|()| exec(conn, "COMMIT")).err().map(|e| Arc::new(e) as BatchError),
         };
         tracing::trace!(
             jobs = replies.len(),
@@ -403,5 +419,31 @@ fn run_batch(conn: &Connection, jobs: Vec<Box<dyn Job>>, settle: &mut impl FnMut
             }
         }
         settle(Settled { replies, outcome });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{SqliteOptions, SqliteStore};
+    use payhook_store::Store;
+    use payhook_store::contract::{T0, new_order, pay, processed};
+
+    /// The writer keeps its sub-journal (the pages its savepoints may restore) in payhook's VFS's memory, never in
+    /// a temporary file: after a payment, the writer's own thread has written to a sub-journal in memory. Every
+    /// job's pages went through a temporary file with a system call each when nothing kept them in memory.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writer_keeps_its_sub_journal_in_memory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("payhook.db"))).expect("open");
+        store.register_order(new_order("ord_m", 100, T0)).await.expect("register");
+        assert_eq!(store.ingest(pay("evt_m", "ord_m", 100, T0 + 1)).await.expect("ingest"), processed());
+        let writes: i64 = store
+            .writer
+            .submit(|conn| {
+                conn.query_row("SELECT payhook_sub_journal_writes()", [], |r| r.get(0)).map_err(super::unavailable)
+            })
+            .await
+            .expect("read on the writer's thread");
+        assert!(writes > 0, "the writer's thread wrote nothing to a sub-journal in memory");
     }
 }

@@ -131,11 +131,11 @@ macro_rules! store_contract_tests {
 
 /// Implements [`Store`] for a test wrapper by handing every call to one of its fields, so that a backend's tests can
 /// keep a guard (a temporary directory, a schema to drop) beside the store without restating the trait:
-/// `payhook_store::delegate_store!(TempStore => store);`.
+/// `payhook_store::delegate_store!(TempStore => store);` (a generic wrapper: `delegate_store!(impl<S> Wrapper<S> => store)`).
 #[macro_export]
 macro_rules! delegate_store {
-    ($ty:ty => $field:ident) => {
-        impl $crate::Store for $ty {
+    (impl<$($generic:ident),*> $ty:ty => $field:ident) => {
+        impl<$($generic: $crate::Store),*> $crate::Store for $ty {
             fn ingest(
                 &self,
                 delivery: $crate::Delivery,
@@ -322,6 +322,26 @@ macro_rules! delegate_store {
             }
         }
     };
+    ($ty:ty => $field:ident) => {
+        $crate::delegate_store!(impl<> $ty => $field);
+    };
+}
+
+/// A case's store, shared with the check that runs after the case ([`counters_equal_a_full_count`]).
+#[derive(Debug)]
+pub struct Shared<S> {
+    /// The store the case was given.
+    pub store: Arc<S>,
+}
+
+delegate_store!(impl<S> Shared<S> => store);
+
+/// After every case: the row counters behind `stats` equal a full count of the rows, whatever the case did (the
+/// counters are kept apart from the rows they count, by triggers or by the writer, and a write path that forgets
+/// to count shows up here).
+pub async fn counters_equal_a_full_count<S: Store>(store: &S) {
+    let recounted = store.recount().await.expect("recount");
+    assert_eq!(recounted.drift, [], "the counters drifted from a full count");
 }
 
 /// Implementation detail of [`store_contract_tests!`]: one test per case, each with its policy.
@@ -332,7 +352,9 @@ macro_rules! __store_contract_cases {
         $($(
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                $crate::contract::$case($make($policy).await).await;
+                let store = ::std::sync::Arc::new($make($policy).await);
+                $crate::contract::$case($crate::contract::Shared { store: ::std::sync::Arc::clone(&store) }).await;
+                $crate::contract::counters_equal_a_full_count(&*store).await;
             }
         )*)*
     };

@@ -1,12 +1,17 @@
-//! Fault injection: a trigger created on a side connection makes chosen outbox inserts fail, the way a full disk
-//! or a constraint bug would. The failing event must leave no trace; its batch-mates must commit.
+//! Fault injection: schema planted by a side connection makes chosen outbox inserts fail inside SQLite, the way a
+//! full disk or a constraint bug would. The failing event must leave no trace; its batch-mates must commit.
+//!
+//! The writer's connection runs with triggers off (`tally`), so the faults are planted where it cannot skip them:
+//! an index whose expression overflows for the rows it covers, a generated column whose foreign key fails at
+//! `COMMIT`.
 
 use crate::{TempStore, side_connection};
 use payhook_core::event::EventId;
 use payhook_core::ledger::OrderStatus;
 use payhook_sqlite::{SqliteOptions, SqliteStore};
 use payhook_store::contract::{
-    T0, event_view, ingest, new_order, order_view, pay, processed, register_new, source, test_policy,
+    T0, counters_equal_a_full_count, event_view, ingest, new_order, order_view, pay, processed, register_new, source,
+    test_policy,
 };
 use payhook_store::{Delivery, Outcome, Store, StoreError};
 
@@ -14,10 +19,19 @@ fn business_keys(conn: &rusqlite::Connection) -> i64 {
     conn.query_row("SELECT count(*) FROM business_keys", [], |r| r.get(0)).expect("count business keys")
 }
 
+/// An index on the outbox whose expression fails (`abs` of the smallest integer overflows) for every row `rows`
+/// (an SQL condition on the row) selects: inserting such a row fails with SQLite's "integer overflow".
+fn plant_failing_outbox_index(side: &rusqlite::Connection, rows: &str) {
+    side.execute_batch(&format!(
+        "CREATE INDEX fail_outbox ON outbox (abs(-9223372036854775807 - 1 + 0 * length(kind))) WHERE {rows};"
+    ))
+    .expect("plant the failing index");
+}
+
 fn assert_injected(result: Result<payhook_store::Recorded, StoreError>) {
     match result {
         Err(StoreError::Unavailable(cause)) => {
-            assert!(cause.to_string().contains("injected"), "unexpected cause: {cause}");
+            assert!(cause.to_string().contains("integer overflow"), "unexpected cause: {cause}");
         }
         other => panic!("expected the injected failure, got {other:?}"),
     }
@@ -33,10 +47,7 @@ async fn a_failed_outbox_insert_stores_nothing_of_its_event_and_its_redelivery_i
     let store = TempStore::open(test_policy());
     register_new(&store, new_order("ord_f", 100, T0)).await;
     let side = side_connection(store.path());
-    side.execute_batch(
-        "CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox BEGIN SELECT RAISE(ABORT, 'injected'); END;",
-    )
-    .expect("create the trigger");
+    plant_failing_outbox_index(&side, "1");
 
     let delivery = pay("evt_f", "ord_f", 100, T0 + 1);
     assert_injected(store.ingest(delivery.clone()).await);
@@ -45,8 +56,9 @@ async fn a_failed_outbox_insert_stores_nothing_of_its_event_and_its_redelivery_i
     assert_eq!(order.status, OrderStatus::Pending);
     assert!(order.history.is_empty() && order.outbox.is_empty(), "{order:?}");
     assert_eq!(business_keys(&side), 0, "the business key is not consumed");
+    counters_equal_a_full_count(&store).await;
 
-    side.execute_batch("DROP TRIGGER fail_outbox").expect("drop the trigger");
+    side.execute_batch("DROP INDEX fail_outbox").expect("drop the index");
     assert_eq!(ingest(&store, delivery).await, processed(), "the provider's retry goes through");
     let order = order_view(&store, "ord_f").await;
     assert_eq!(order.status, OrderStatus::Paid);
@@ -64,11 +76,7 @@ async fn a_failed_event_does_not_take_its_batch_mates_down() {
         register_new(&store, new_order(order, 100 + i as i64, T0)).await;
     }
     let side = side_connection(store.path());
-    side.execute_batch(
-        "CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox WHEN NEW.order_id = 'bad'
-         BEGIN SELECT RAISE(ABORT, 'injected'); END;",
-    )
-    .expect("create the trigger");
+    plant_failing_outbox_index(&side, "order_id = 'bad'");
 
     let deliveries: Vec<Delivery> = orders
         .iter()
@@ -107,7 +115,8 @@ async fn a_failed_event_does_not_take_its_batch_mates_down() {
         }
     }
     assert_eq!(store.event(&source(), &EventId::parse("evt_bad").unwrap()).await.expect("event"), None);
-    side.execute_batch("DROP TRIGGER fail_outbox").expect("drop the trigger");
+    counters_equal_a_full_count(&store).await;
+    side.execute_batch("DROP INDEX fail_outbox").expect("drop the index");
     assert_eq!(ingest(&store, deliveries[N / 2].clone()).await, processed());
 }
 
@@ -123,10 +132,11 @@ async fn a_failed_commit_answers_every_job_of_its_batch_with_an_error_and_keeps_
         register_new(&store, new_order(order, 100, T0)).await;
     }
     let side = side_connection(store.path());
+    // An outbox row of `bad` names an order that does not exist, checked only at COMMIT.
     side.execute_batch(
-        "ALTER TABLE outbox ADD COLUMN poison TEXT REFERENCES orders (id) DEFERRABLE INITIALLY DEFERRED;
-         CREATE TRIGGER poison_outbox AFTER INSERT ON outbox WHEN NEW.order_id = 'bad'
-         BEGIN UPDATE outbox SET poison = 'no-such-order' WHERE id = NEW.id; END;",
+        "ALTER TABLE outbox ADD COLUMN poison TEXT
+             GENERATED ALWAYS AS (CASE WHEN order_id = 'bad' THEN 'no-such-order' END) VIRTUAL
+             REFERENCES orders (id) DEFERRABLE INITIALLY DEFERRED;",
     )
     .expect("plant the deferred violation");
 
@@ -159,8 +169,14 @@ async fn a_failed_commit_answers_every_job_of_its_batch_with_an_error_and_keeps_
     }
     assert!(failed.iter().any(|d| d.parsed.event_id().as_str() == "evt_bad"), "the poisoned event cannot commit");
     assert!(failed.len() > N / 2, "bad's batch-mates share its fate: only {} failed", failed.len());
+    counters_equal_a_full_count(&store).await;
 
-    side.execute_batch("DROP TRIGGER poison_outbox").expect("drop the trigger");
+    // The order it names now exists: the violation is gone.
+    side.execute_batch(
+        "INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
+         VALUES ('no-such-order', 1, 'USD', 'pending', 0, 0);",
+    )
+    .expect("repair the deferred violation");
     for delivery in failed {
         assert_eq!(ingest(&store, delivery).await, processed(), "the provider's retry goes through");
     }

@@ -154,26 +154,6 @@ async fn dropping_a_store_whose_writer_is_stuck_returns_at_once() {
     assert!(took < Duration::from_secs(1), "dropping the store blocked for {took:?}");
 }
 
-/// The writer keeps its sub-journal (the pages its savepoints may restore) in payhook's VFS's memory, never in a
-/// temporary file: a trigger created on a side connection runs on the writer's thread and refuses the insert unless
-/// that thread has written to a sub-journal in memory (the order registered just before journaled its pages).
-/// Every job's pages went through a temporary file with a system call each when nothing kept them in memory.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_writer_keeps_its_sub_journal_in_memory() {
-    let store = TempStore::open(test_policy());
-    side_connection(store.path())
-        .execute_batch(
-            "CREATE TRIGGER sub_journal_on_disk BEFORE INSERT ON inbox
-             WHEN payhook_sub_journal_writes() = 0
-             BEGIN SELECT RAISE(ABORT, 'the writer''s sub-journal is not in memory'); END;",
-        )
-        .expect("create the trigger");
-    store.register_order(new_order("ord_m", 100, T0)).await.expect("register");
-    let recorded = store.ingest(pay("evt_m", "ord_m", 100, T0 + 1)).await.expect("a payment the writer records");
-    assert_eq!(recorded.outcome, Outcome::Processed);
-    assert_eq!(order_view(&store, "ord_m").await.status, OrderStatus::Paid);
-}
-
 /// The writer's page cache stays within `storage.writer_cache_bytes` and uses what it is given: the same writes
 /// (1,200 deliveries of about 3 KiB, a page each) leave a store bounded at 1 MiB holding about that much, and one
 /// bounded at 16 MiB holding more than SQLite's default of 2 MiB, which is what the writer had before the setting.
