@@ -132,7 +132,7 @@ pub(crate) fn apply_subscription(
     let from = current.as_ref().map(|c| c.status.as_str());
     audit(conn, "subscription", id, source, event, from, change.status.as_str(), now_ms)?;
     let payload = payload::subscription_changed(change, from, source, event);
-    route_outbox(conn, &ctx.routing, SUBSCRIPTION_UPDATED, None, source, event, &payload, now_ms)?;
+    route_outbox(conn, &ctx.routing, SUBSCRIPTION_UPDATED, None, None, source, event, &payload, now_ms)?;
     if change.status.is_ended() {
         revoke_for_subscription(conn, ctx, source, event, &change.subscription_id, &change.status, now_ms)?;
     }
@@ -173,7 +173,7 @@ fn revoke_for_subscription(
             source,
             event,
         );
-        route_outbox(conn, &ctx.routing, ENTITLEMENT_REVOKED, None, source, event, &payload, now_ms)?;
+        route_outbox(conn, &ctx.routing, ENTITLEMENT_REVOKED, None, None, source, event, &payload, now_ms)?;
     }
     Ok(())
 }
@@ -247,7 +247,7 @@ pub(crate) fn apply_invoice(
                 source,
                 event,
             );
-            route_outbox(conn, &ctx.routing, ENTITLEMENT_GRANTED, None, source, event, &payload, now_ms)?;
+            route_outbox(conn, &ctx.routing, ENTITLEMENT_GRANTED, None, None, source, event, &payload, now_ms)?;
             Ok(processed(None))
         }
         InvoiceDecision::GrantEnded(why) | InvoiceDecision::Tombstone(why) => {
@@ -283,7 +283,7 @@ pub(crate) fn apply_invoice(
                 source,
                 event,
             );
-            route_outbox(conn, &ctx.routing, ENTITLEMENT_REVOKED, None, source, event, &payload, now_ms)?;
+            route_outbox(conn, &ctx.routing, ENTITLEMENT_REVOKED, None, None, source, event, &payload, now_ms)?;
             Ok(processed(None))
         }
         InvoiceDecision::Report => {
@@ -297,7 +297,7 @@ pub(crate) fn apply_invoice(
                 source,
                 event,
             );
-            route_outbox(conn, &ctx.routing, INVOICE_PAYMENT_FAILED, None, source, event, &payload, now_ms)?;
+            route_outbox(conn, &ctx.routing, INVOICE_PAYMENT_FAILED, None, None, source, event, &payload, now_ms)?;
             Ok(processed(None))
         }
     }

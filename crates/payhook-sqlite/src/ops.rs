@@ -120,6 +120,8 @@ fn forward(
     for sink in sinks {
         insert_outbox(
             conn,
+            None,
+            false,
             FORWARD_KIND,
             sink,
             None,
@@ -269,7 +271,9 @@ fn apply_order(
     if let Some(order) = implicit {
         register_order(conn, order)?;
     }
-    let Some(from) = guarded_update(conn, plan, source, event, now_ms)? else {
+    // On the writer's connection the order lists its first outbox row in the guarded update itself (`tally`): the
+    // order's row is written once. Elsewhere trigger `outbox_listed_by_order` lists every row.
+    let Some((from, listed)) = guarded_update(conn, plan, source, event, now_ms, tally::active())? else {
         let snapshot = order_snapshot(conn, &plan.order_id)?;
         let (outcome, why) = match ledger::explain(plan, snapshot.as_ref()) {
             Unapplied::NoOp(why) => (Outcome::Processed, why),
@@ -282,23 +286,25 @@ fn apply_order(
         return Err(injected("sqlite::after_ledger_update"));
     }
     let payload = payload::order_changed(plan, from.as_str(), source, event);
-    // The order lists the rows in its own `outbox_ids` (trigger `outbox_listed_by_order`, migration 0006): its page
-    // is already dirty from the guarded update, where an index on `outbox.order_id` would dirty one more page at a
-    // random place.
-    route_outbox(conn, routing, plan.outbox_kind, Some(plan.order_id.as_str()), source, event, &payload, now_ms)?;
+    // The order lists the rows in its own `outbox_ids` (migration 0006): its page is already dirty from the guarded
+    // update, where an index on `outbox.order_id` would dirty one more page at a random place.
+    let order_id = Some(plan.order_id.as_str());
+    route_outbox(conn, routing, plan.outbox_kind, order_id, listed, source, event, &payload, now_ms)?;
     Ok(Recorded { outcome: Outcome::Processed, detail: None })
 }
 
 /// The plan's guarded `UPDATE`, which also appends the transition to the order's history (the audit lives in the
-/// order's row: no other page is written). Returns the status the order had, or `None` when the guard matched
-/// nothing.
+/// order's row: no other page is written) and, with `list`, the id the next outbox row will have to the order's
+/// `outbox_ids`: one past the largest (SQLite never gives a row a smaller one). Returns the status the order had and
+/// the id it listed, or `None` when the guard matched nothing.
 fn guarded_update(
     conn: &Connection,
     plan: &Plan,
     source: &str,
     event: &Event,
     now_ms: i64,
-) -> Result<Option<OrderStatus>> {
+    list: bool,
+) -> Result<Option<(OrderStatus, Option<i64>)>> {
     // `from` has one or two states; both are bound, the second repeating the first when there is one.
     let from1 = plan.from[0].as_str();
     let from2 = plan.from.get(1).map_or(from1, |s| s.as_str());
@@ -306,13 +312,15 @@ fn guarded_update(
         Some(m) => (Some(m.amount_minor), Some(m.currency.as_str())),
         None => (None, None),
     };
-    let prev: Option<String> = conn
+    let prev: Option<(String, Option<i64>)> = conn
         .prepare_cached(
             "UPDATE orders SET prev_status = status, status = ?1, updated_at = ?2,
-                    history = json_insert(history, '$[#]', json_array(?8, ?9, ?10, status, ?1, ?2))
+                    history = json_insert(history, '$[#]', json_array(?8, ?9, ?10, status, ?1, ?2)),
+                    outbox_ids = iif(?11, json_insert(outbox_ids, '$[#]', (SELECT coalesce(max(id), 0) + 1 FROM outbox)),
+                                     outbox_ids)
              WHERE id = ?3 AND status IN (?4, ?5)
                AND (?6 IS NULL OR (amount = ?6 AND currency = ?7))
-             RETURNING prev_status",
+             RETURNING prev_status, iif(?11, outbox_ids ->> '$[#-1]', NULL)",
         )
         .db()?
         .query_row(
@@ -326,16 +334,18 @@ fn guarded_update(
                 currency,
                 source,
                 event.event_id.as_str(),
-                event.event_type
+                event.event_type,
+                list
             ],
-            |r| r.get(0),
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<i64>>(1)?)),
         )
         .optional()
         .db()?;
-    if let Some(prev) = &prev {
-        tally::moved(Table::Orders, "", "", prev, plan.to.as_str());
-    }
-    prev.map(|s| parse_status(&s)).transpose()
+    let Some((prev, listed)) = prev else {
+        return Ok(None);
+    };
+    tally::moved(Table::Orders, "", "", &prev, plan.to.as_str());
+    Ok(Some((parse_status(&prev)?, listed)))
 }
 
 fn parse_status(s: &str) -> Result<OrderStatus> {

@@ -8,10 +8,13 @@ use payhook_core::event::Event;
 use payhook_store::{ALERT_KIND, Alert, Claim, Dispatched, OutboxJob, Routing};
 use rusqlite::{Connection, OptionalExtension, params};
 
-/// Inserts an outbox row, pending for a sink or `unrouted` when `sink` is empty.
+/// Inserts an outbox row, pending for a sink or `unrouted` when `sink` is empty. `id` is the row's id when the
+/// caller chose it (SQLite picks one otherwise); `listed` says that its order already lists that id.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn insert_outbox(
     conn: &Connection,
+    id: Option<i64>,
+    listed: bool,
     kind: &str,
     sink: &str,
     order_id: Option<&str>,
@@ -25,36 +28,42 @@ pub(crate) fn insert_outbox(
     }
     let (status, next) = if sink.is_empty() { ("unrouted", None) } else { ("pending", Some(now_ms)) };
     conn.prepare_cached(
-        "INSERT INTO outbox (kind, sink, order_id, source, event_id, payload, status, next_attempt_at, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO outbox (id, kind, sink, order_id, source, event_id, payload, status, next_attempt_at, created_at)
+         VALUES (?10, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )
     .db()?
-    .execute(params![kind, sink, order_id, source, event_id, payload, status, next, now_ms])
+    .execute(params![kind, sink, order_id, source, event_id, payload, status, next, now_ms, id])
     .db()?;
     let id = conn.last_insert_rowid();
     tally::count(Table::Outbox, sink, kind, status, 1);
-    if let Some(order_id) = order_id {
+    if let Some(order_id) = order_id
+        && !listed
+    {
         tally::list_outbox(conn, order_id, id).db()?;
     }
     Ok(id)
 }
 
 /// Writes an effect's outbox rows: one per sink that takes `kind`, or one `unrouted` row when no sink does, so the
-/// effect is still recorded once.
+/// effect is still recorded once. `listed` is the id its order's guarded update already listed in `outbox_ids`
+/// (one past the largest): the first row takes it, the others the ids after it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn route_outbox(
     conn: &Connection,
     routing: &Routing,
     kind: &str,
     order_id: Option<&str>,
+    listed: Option<i64>,
     source: &str,
     event: &Event,
     payload: &str,
     now_ms: i64,
 ) -> Result<()> {
     let sinks = routing.sinks_for(kind);
-    for sink in if sinks.is_empty() { vec![""] } else { sinks } {
-        insert_outbox(conn, kind, sink, order_id, Some(source), Some(event.event_id.as_str()), payload, now_ms)?;
+    for (i, sink) in (if sinks.is_empty() { vec![""] } else { sinks }).into_iter().enumerate() {
+        let id = listed.map(|first| first + i as i64);
+        let event_id = Some(event.event_id.as_str());
+        insert_outbox(conn, id, i == 0 && id.is_some(), kind, sink, order_id, Some(source), event_id, payload, now_ms)?;
     }
     Ok(())
 }
