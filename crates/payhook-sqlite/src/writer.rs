@@ -5,6 +5,12 @@
 //! commits once, and only then answers every job. Under light load a batch is one job, so latency never gets
 //! worse; under heavy load one fsync is shared by hundreds of requests.
 //!
+//! With the pipelined syncer, a commit made while the previous one still waits for its `fdatasync` would wait for
+//! the next one anyway. So the writer commits when the syncer is idle: until then it keeps the transaction open
+//! and runs what arrives in it (up to `batch_max`), and the syncer wakes it when it has answered everything handed
+//! to it. One commit per sync instead of several writes the pages every delivery shares (the ends of the inbox,
+//! its payloads, the outbox and their indexes) once per sync, not once per commit.
+//!
 //! Invariant: a job's reply is sent only after the commit that made its work durable (or with an error, in which
 //! case none of its work is durable).
 
@@ -15,8 +21,10 @@ use crate::tally;
 use payhook_store::StoreError;
 use payhook_store::metrics::{BATCH_SIZE_BOUNDS, Histogram, WriterMetrics};
 use rusqlite::Connection;
+use std::collections::VecDeque;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 /// Why a batch is not durable.
 pub(crate) type BatchError = Arc<dyn std::error::Error + Send + Sync>;
@@ -249,56 +257,125 @@ fn run(
             None
         }
     };
-    let mut settle = |settled: Settled| match &syncer {
-        Some((tx, _)) => {
-            if let Err(std::sync::mpsc::SendError(settled)) = tx.send(settled) {
+    let settle = |settled: Settled| match &syncer {
+        Some(s) => {
+            s.in_flight.fetch_add(1, Ordering::AcqRel);
+            if let Err(std::sync::mpsc::SendError(settled)) = s.tx.send(settled) {
+                s.in_flight.fetch_sub(1, Ordering::AcqRel);
                 answer(settled.replies, Some(syncer_gone()), &scope);
             }
         }
         None => answer(settled.replies, settled.outcome, &scope),
     };
-    let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(batch_max);
+    // Waits for the queue, or for the queue and the syncer at once, on this thread.
+    let waiter = match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "the sqlite writer cannot wait for its queue; it stops");
+            return;
+        }
+    };
+    // Jobs taken from the queue and not yet run, and the transaction they run in.
+    let mut queued: VecDeque<Box<dyn Job>> = VecDeque::with_capacity(batch_max);
+    let mut open: Option<Open> = None;
     let mut stopping = false;
     let mut cache_read = None;
-    while !stopping {
-        match rx.blocking_recv() {
-            Some(Msg::Job(job)) => batch.push(job),
-            Some(Msg::Stop) | None => stopping = true,
-        }
-        while batch.len() < batch_max {
+    loop {
+        // Whatever is queued, without waiting, as far as the open transaction has room.
+        let held = open.as_ref().map_or(0, |o| o.replies.len());
+        while held + queued.len() < batch_max {
             match rx.try_recv() {
-                Ok(Msg::Job(job)) => batch.push(job),
-                Ok(Msg::Stop) => stopping = true,
+                Ok(msg) => take(msg, &mut queued, &mut rx, &mut stopping),
                 Err(_) => break,
             }
         }
-        if stopping {
-            // Refuse new work, but finish everything already accepted.
-            rx.close();
-            while let Some(msg) = rx.blocking_recv() {
-                if let Msg::Job(job) = msg {
-                    batch.push(job);
-                }
+        // Run it, each job in its savepoint of the open transaction (begun if none is).
+        while let Some(job) = queued.pop_front() {
+            let batch = match open.as_mut() {
+                Some(batch) => batch,
+                None => match begin(&conn) {
+                    Ok(batch) => open.insert(batch),
+                    Err(e) => {
+                        // The database is locked beyond busy_timeout or unreachable: every job in hand fails, and
+                        // its requester answers 503 so that the provider retries.
+                        tracing::warn!(error = %e, "sqlite writer could not begin a transaction");
+                        job.fail(e.clone());
+                        queued.drain(..).for_each(|job| job.fail(e.clone()));
+                        break;
+                    }
+                },
+            };
+            batch.replies.push(job.run(&conn));
+            if conn.is_autocommit() {
+                // SQLite rolled the transaction back on its own: everything before this point is lost, and the
+                // jobs still queued go into a new transaction.
+                let aborted = open.take().expect("the transaction the job ran in");
+                tally::discard();
+                settle(Settled { replies: aborted.replies, outcome: Some(transaction_aborted()) });
             }
         }
-        while !batch.is_empty() {
-            let take = batch.len().min(batch_max);
-            let jobs: Vec<Box<dyn Job>> = batch.drain(..take).collect();
-            run_batch(&conn, jobs, &mut settle, batch_sizes);
-            page_cache.publish(&conn, &mut cache_read);
-            // After the batch is handed on, so that a reset delays the next batch, not this one's answers.
-            checkpoint::reset_if_asked(&conn, wal_counters);
+        let Some(batch) = open.as_ref() else {
+            // Nothing in hand: wait for work. `None` once the queue is closed and drained, or every handle is gone.
+            match waiter.block_on(rx.recv()) {
+                Some(msg) => take(msg, &mut queued, &mut rx, &mut stopping),
+                None => break,
+            }
+            continue;
+        };
+        // The queue is empty or the transaction full. While the previous commit waits for its `fdatasync`, one
+        // made now would wait for the next one anyway: keep the transaction open and add what arrives meanwhile,
+        // so that one commit (its WAL frames, the pages every delivery shares) serves all of it.
+        if let Some(s) = syncer.as_ref().filter(|s| s.busy())
+            && batch.replies.len() < batch_max
+            && !stopping
+        {
+            let arrived = waiter.block_on(async {
+                tokio::select! {
+                    msg = rx.recv() => Some(msg),
+                    () = s.idle.notified() => None,
+                }
+            });
+            match arrived {
+                Some(Some(msg)) => take(msg, &mut queued, &mut rx, &mut stopping),
+                Some(None) => stopping = true,
+                None => {}
+            }
+            continue;
         }
+        let batch = open.take().expect("checked above");
+        commit(&conn, batch, &settle, batch_sizes);
+        page_cache.publish(&conn, &mut cache_read);
+        // After the batch is handed on, so that a reset delays the next batch, not this one's answers.
+        checkpoint::reset_if_asked(&conn, wal_counters);
     }
-    if let Some((tx, join)) = syncer {
-        drop(tx);
-        let _ = join.join();
+    if let Some(s) = syncer {
+        drop(s.tx);
+        let _ = s.join.join();
     }
     tracing::debug!("sqlite writer stopped");
 }
 
+/// Files one message from the queue: a job joins `queued`; a stop closes the queue, refusing new work while
+/// everything already accepted is still run.
+fn take(msg: Msg, queued: &mut VecDeque<Box<dyn Job>>, rx: &mut mpsc::Receiver<Msg>, stopping: &mut bool) {
+    match msg {
+        Msg::Job(job) => queued.push_back(job),
+        Msg::Stop => {
+            *stopping = true;
+            rx.close();
+        }
+    }
+}
+
 fn syncer_gone() -> BatchError {
     Arc::new(std::io::Error::other("the WAL syncer stopped"))
+}
+
+fn transaction_aborted() -> BatchError {
+    Arc::new(rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+        Some("transaction aborted by the database".into()),
+    ))
 }
 
 /// Answers every request of a settled batch. Failpoint `sqlite::after_commit` stands for a crash between the
@@ -315,7 +392,21 @@ fn answer(replies: Vec<Reply>, outcome: Option<BatchError>, scope: &str) {
     }
 }
 
-type Syncer = (std::sync::mpsc::SyncSender<Settled>, std::thread::JoinHandle<()>);
+/// The syncer thread, its hand-off, how many committed batches it holds that are not yet answered, and its word
+/// to the writer that it has answered all of them.
+struct Syncer {
+    tx: std::sync::mpsc::SyncSender<Settled>,
+    join: std::thread::JoinHandle<()>,
+    in_flight: Arc<AtomicUsize>,
+    idle: Arc<Notify>,
+}
+
+impl Syncer {
+    /// Whether a commit handed over is still waiting for its `fdatasync`.
+    fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+}
 
 /// Committed batches waiting for the syncer's next `fdatasync`, at most. The syncer takes all of them at once, so
 /// a few are enough to keep it busy; the bound is what makes a stalled `fdatasync` stop the writer, so that its own
@@ -324,8 +415,13 @@ type Syncer = (std::sync::mpsc::SyncSender<Settled>, std::thread::JoinHandle<()>
 const SYNC_QUEUE_BATCHES: usize = 8;
 
 /// The syncer: takes every batch committed since its last sync, syncs the WAL once for all of them, answers them.
+/// When it has answered everything handed to it, it wakes the writer (`idle`), so that a transaction held open for
+/// it commits.
 fn start_syncer(wal: std::fs::File, scope: String) -> std::io::Result<Syncer> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Settled>(SYNC_QUEUE_BATCHES);
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let idle = Arc::new(Notify::new());
+    let (pending, wake) = (Arc::clone(&in_flight), Arc::clone(&idle));
     let join = std::thread::Builder::new().name("sqlite-syncer".into()).spawn(move || {
         while let Ok(first) = rx.recv() {
             let mut group = vec![first];
@@ -349,77 +445,60 @@ fn start_syncer(wal: std::fs::File, scope: String) -> std::io::Result<Syncer> {
             } else {
                 None
             };
+            let count = group.len();
             for settled in group {
                 answer(settled.replies, settled.outcome.or_else(|| synced.clone()), &scope);
             }
+            if pending.fetch_sub(count, Ordering::AcqRel) == count {
+                wake.notify_one();
+            }
         }
     })?;
-    Ok((tx, join))
+    Ok(Syncer { tx, join, in_flight, idle })
 }
 
-/// Runs `jobs` in as few transactions as possible and settles every one of them.
-fn run_batch(conn: &Connection, jobs: Vec<Box<dyn Job>>, settle: &mut impl FnMut(Settled), batch_sizes: &Histogram) {
-    let mut jobs = jobs.into_iter().peekable();
-    while jobs.peek().is_some() {
-        if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
-            // The database is locked beyond busy_timeout or unreachable: every job in hand fails, and its
-            // requester answers 503 so that the provider retries.
-            let e: BatchError = Arc::new(e);
-            tracing::warn!(error = %e, "sqlite writer could not begin a transaction");
-            for job in jobs.by_ref() {
-                job.fail(e.clone());
-            }
-            return;
-        }
+/// The transaction the writer is filling: begun, holding the replies of the jobs run in it so far.
+struct Open {
+    replies: Vec<Reply>,
+    started: std::time::Instant,
+}
+
+fn begin(conn: &Connection) -> Result<Open, BatchError> {
+    exec(conn, "BEGIN IMMEDIATE").map_err(|e| Arc::new(e) as BatchError)?;
+    tally::discard();
+    Ok(Open { replies: Vec::new(), started: std::time::Instant::now() })
+}
+
+/// Commits `batch` (with the counters that moved in it) and settles every one of its jobs.
+fn commit(conn: &Connection, batch: Open, settle: &impl Fn(Settled), batch_sizes: &Histogram) {
+    let Open { replies, started } = batch;
+    if fires("sqlite::answer_before_commit", conn.path().unwrap_or_default()) {
+        // The control run of the invariant checker: a writer that answers before its commit and then loses the
+        // batch. Tests use it to prove that the checker sees acknowledged deliveries go missing.
+        answer(replies, None, "");
+        let _ = conn.execute_batch("ROLLBACK");
         tally::discard();
-        let started = std::time::Instant::now();
-        let mut replies: Vec<Reply> = Vec::new();
-        let mut aborted = None;
-        for job in jobs.by_ref() {
-            replies.push(job.run(conn));
-            if conn.is_autocommit() {
-                // SQLite rolled the transaction back on its own: everything before this point is lost.
-                aborted = Some(Arc::new(rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
-                    Some("transaction aborted by the database".into()),
-                )) as BatchError);
-                break;
-            }
-        }
-        let executed = started.elapsed();
-        if aborted.is_none() && fires("sqlite::answer_before_commit", conn.path().unwrap_or_default()) {
-            // The control run of the invariant checker: a writer that answers before its commit and then loses
-            // the batch. Tests use it to prove that the checker sees acknowledged deliveries go missing.
-            answer(std::mem::take(&mut replies), None, "");
-            let _ = conn.execute_batch("ROLLBACK");
-            tally::discard();
-            continue;
-        }
-        let outcome = match aborted {
-            Some(e) => {
-                tally::discard();
-                Some(e)
-            }
-            // The counters move with the rows, in the same transaction.
-            None => tally::flush(conn).and_then(|()| exec(conn, "COMMIT")).err().map(|e| Arc::new(e) as BatchError),
-        };
-        tracing::trace!(
-            jobs = replies.len(),
-            exec_us = executed.as_micros() as u64,
-            commit_us = (started.elapsed() - executed).as_micros() as u64,
-            "batch"
-        );
-        if outcome.is_none() {
-            batch_sizes.observe(replies.len() as u64);
-        }
-        if let Some(e) = &outcome {
+        return;
+    }
+    let committing = std::time::Instant::now();
+    // The counters move with the rows, in the same transaction.
+    let outcome = tally::flush(conn).and_then(|()| exec(conn, "COMMIT")).err().map(|e| Arc::new(e) as BatchError);
+    tracing::trace!(
+        jobs = replies.len(),
+        open_us = (committing - started).as_micros() as u64,
+        commit_us = committing.elapsed().as_micros() as u64,
+        "batch"
+    );
+    match &outcome {
+        None => batch_sizes.observe(replies.len() as u64),
+        Some(e) => {
             tracing::warn!(error = %e, jobs = replies.len(), "sqlite batch did not commit");
             if !conn.is_autocommit() {
                 let _ = conn.execute_batch("ROLLBACK");
             }
         }
-        settle(Settled { replies, outcome });
     }
+    settle(Settled { replies, outcome });
 }
 
 #[cfg(test)]

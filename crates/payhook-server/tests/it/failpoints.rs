@@ -211,6 +211,51 @@ async fn the_checker_reports_acknowledged_deliveries_that_a_writer_answering_bef
     assert_eq!(lost, ["evt_lost0", "evt_lost1", "evt_lost2"], "{violations}");
 }
 
+/// While a commit waits for its `fdatasync`, the writer keeps its next transaction open and adds what arrives
+/// meanwhile: deliveries that come one by one during a sync are committed together once it is done, not one commit
+/// each (whose WAL frames would repeat the pages they share), and none is answered before its own commit is synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_arriving_during_an_fdatasync_share_the_next_commit() {
+    let _serial = SERIAL.lock().await;
+    let app = TestApp::spawn_with(|_, storage| storage.sync = payhook_sqlite::CommitSync::Pipelined).await;
+    let app = Arc::new(app);
+    let commits = || app.store.writer_metrics().batch_sizes.count();
+    let before = commits();
+    let stall = Failpoint::set("sqlite::fsync_stall", &scope(&app));
+    let send = |id: String| {
+        let app = Arc::clone(&app);
+        tokio::spawn(async move {
+            let body = app.encode("payments", &event(&id, Pay, &format!("ord_{id}"), 100));
+            let headers = app.sign("payments", &body, now_secs());
+            app.post_raw("payments", &headers, body).await
+        })
+    };
+    // The first commits at once (the syncer was idle) and its sync stalls.
+    let first = send("evt_share_0".into());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while commits() == before {
+        assert!(std::time::Instant::now() < deadline, "the first delivery was never committed");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // The next five arrive one at a time, each after the writer has run the one before and found its queue empty.
+    let mut rest = Vec::new();
+    for i in 1..=5 {
+        rest.push(send(format!("evt_share_{i}")));
+        tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+    }
+    assert_eq!(commits(), before + 1, "a delivery was committed while the sync before it was still in flight");
+    assert!(!first.is_finished(), "answered before its fdatasync");
+    drop(stall);
+    assert_eq!(first.await.expect("first").status, StatusCode::OK);
+    for reply in rest {
+        assert_eq!(reply.await.expect("delivery").status, StatusCode::OK);
+    }
+    let sizes = app.store.writer_metrics().batch_sizes;
+    assert_eq!(sizes.count(), before + 2, "the five that came during the sync share one commit");
+    check(&app, &["evt_share_0", "evt_share_1", "evt_share_2", "evt_share_3", "evt_share_4", "evt_share_5"], None)
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_wal_fsync_stalls_deliveries_are_shed_with_503_and_every_200_is_durable() {
     let _serial = SERIAL.lock().await;
