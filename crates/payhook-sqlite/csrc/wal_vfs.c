@@ -522,9 +522,14 @@ static int add_functions(sqlite3 *db, char **error, const sqlite3_api_routines *
     return sqlite3_create_function(db, "payhook_page_cache", 1, SQLITE_UTF8, NULL, page_cache_fn, NULL, NULL);
 }
 
+/* page_cache.c */
+void payhook_page_cache_install(void);
+
 __attribute__((constructor)) static void payhook_vfs_register(void) {
-    /* Before SQLite initializes (sqlite3_vfs_find does): sub-journals open through the VFS from their first byte. */
+    /* Before SQLite initializes (sqlite3_vfs_find does): sub-journals open through the VFS from their first byte,
+     * and every connection's page cache is the wrapped one. */
     sqlite3_config(SQLITE_CONFIG_STMTJRNL_SPILL, 0);
+    payhook_page_cache_install();
     underlying = sqlite3_vfs_find(NULL);
     if (underlying == NULL) {
         return;

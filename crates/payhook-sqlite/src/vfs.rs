@@ -13,9 +13,16 @@
 //! there: 64 KiB pieces kept for the transaction instead of SQLite's 1 KiB ones, allocated at each page and freed at
 //! each savepoint's release, or its temporary file.
 //!
+//! Every connection's page cache is SQLite's own, wrapped (`csrc/page_cache.c`, installed by the same constructor):
+//! at the end of each transaction the pager asks its cache to drop the pages past the end of the file, and SQLite's
+//! cache walked every page it held to find none whenever a page split had sorted its leaves through the spare key
+//! past 1 GiB, on every commit of a file smaller than that. The wrapper keeps its own bound on the keys the cache
+//! holds and skips a truncation that cannot drop anything.
+//!
 //! The C side counts what it did; `payhook_wal_writes('frames')` and `('calls')` read, on a connection, the frames
 //! its own log file was written and the write calls that carried them, `payhook_sub_journal_writes()` the writes
-//! the calling thread made to sub-journals in memory.
+//! the calling thread made to sub-journals in memory, `payhook_page_cache_truncations('skipped' | 'passed')` the
+//! truncations the calling thread's page caches skipped and passed on.
 
 #[cfg(test)]
 mod tests {
@@ -154,5 +161,49 @@ mod tests {
         let conn = Connection::open_in_memory().unwrap();
         let error = conn.query_row("SELECT payhook_wal_writes('all')", [], |r| r.get::<_, i64>(0)).unwrap_err();
         assert!(error.to_string().contains("'frames' or 'calls'"), "{error}");
+        let error =
+            conn.query_row("SELECT payhook_page_cache_truncations('all')", [], |r| r.get::<_, i64>(0)).unwrap_err();
+        assert!(error.to_string().contains("'skipped' or 'passed'"), "{error}");
+    }
+
+    fn truncations(conn: &Connection, which: &str) -> i64 {
+        conn.query_row("SELECT payhook_page_cache_truncations(?1)", [which], |r| r.get(0)).unwrap()
+    }
+
+    /// Commits that split leaves of an index on random keys (which sorts the new leaves' page numbers through the
+    /// spare key past 1 GiB) do not make the end of every later transaction walk the page cache: those
+    /// truncations cannot drop a page and are skipped. One that can (a rolled-back transaction had grown the file)
+    /// is passed on, and the pages past the end are gone: the file grows again over them and stays whole.
+    #[test]
+    fn a_truncation_that_cannot_drop_a_page_skips_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("cache.db"));
+        conn.execute_batch("CREATE TABLE t (k BLOB NOT NULL UNIQUE, body BLOB NOT NULL)").unwrap();
+        let (skipped, passed) = (truncations(&conn, "skipped"), truncations(&conn, "passed"));
+        for _ in 0..50 {
+            let tx = conn.unchecked_transaction().unwrap();
+            tx.execute_batch(
+                "WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100)
+                 INSERT INTO t (k, body) SELECT randomblob(32), randomblob(200) FROM n",
+            )
+            .unwrap();
+            tx.commit().unwrap();
+        }
+        let (skipped, passed) = (truncations(&conn, "skipped") - skipped, truncations(&conn, "passed") - passed);
+        assert!(skipped >= 45, "{skipped} of the 50 commits' truncations skipped, {passed} passed on");
+
+        let pages = |conn: &Connection| conn.query_row("PRAGMA page_count", [], |r| r.get::<_, i64>(0)).unwrap();
+        let before = pages(&conn);
+        let passed = truncations(&conn, "passed");
+        let tx = conn.unchecked_transaction().unwrap();
+        tx.execute_batch("INSERT INTO t (k, body) SELECT randomblob(32), randomblob(3000) FROM t LIMIT 200").unwrap();
+        assert!(pages(&tx) > before + 100, "the rolled-back transaction grows the file");
+        tx.rollback().unwrap();
+        assert_eq!(pages(&conn), before);
+        assert!(truncations(&conn, "passed") > passed, "the rollback's truncation was skipped");
+        conn.execute_batch("INSERT INTO t (k, body) SELECT randomblob(32), zeroblob(3000) FROM t LIMIT 200").unwrap();
+        let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+        assert_eq!(check, "ok");
+        assert_eq!(conn.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0)).unwrap(), 5_200);
     }
 }
