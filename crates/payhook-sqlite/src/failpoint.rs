@@ -13,6 +13,7 @@
 //! | `sqlite::after_commit` | the batch committed (and synced), before the answers | 503 for a stored delivery: the retry is a duplicate |
 //! | `sqlite::fsync` | the syncer's `fdatasync` of the WAL | fails: 503 for every batch it covered |
 //! | `sqlite::fsync_stall` | the syncer, before its `fdatasync` | it waits until the point is removed (at most [`STALL_LIMIT`]), as on a disk that stopped answering: the writer stops once its hand-off is full, and requests are shed |
+//! | `sqlite::syncer_panic` | the syncer, before its `fdatasync` | its thread panics: the batches it held are answered 503 (stored, not known durable: the retry is a duplicate), and every later one 503 at once, none held open for a syncer that is gone |
 //! | `sqlite::answer_before_commit` | the control run: answers 2xx, then rolls the batch back | acknowledged deliveries are lost |
 //! | `sqlite::stats_stall` | the stats read, on its pooled connection | it holds the connection until the point is removed (at most [`STALL_LIMIT`]) |
 //! | `sqlite::stats_runaway` | the stats read, on its pooled connection | it runs a query of many seconds, which the read time limit stops first |

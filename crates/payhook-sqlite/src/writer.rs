@@ -23,7 +23,7 @@ use payhook_store::metrics::{BATCH_SIZE_BOUNDS, Histogram, WriterMetrics};
 use rusqlite::Connection;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 /// Why a batch is not durable.
@@ -392,19 +392,35 @@ fn answer(replies: Vec<Reply>, outcome: Option<BatchError>, scope: &str) {
     }
 }
 
-/// The syncer thread, its hand-off, how many committed batches it holds that are not yet answered, and its word
-/// to the writer that it has answered all of them.
+/// The syncer thread, its hand-off, how many committed batches it holds that are not yet answered, its word to the
+/// writer that it has answered all of them, and whether its thread has ended.
 struct Syncer {
     tx: std::sync::mpsc::SyncSender<Settled>,
     join: std::thread::JoinHandle<()>,
     in_flight: Arc<AtomicUsize>,
     idle: Arc<Notify>,
+    gone: Arc<AtomicBool>,
 }
 
 impl Syncer {
-    /// Whether a commit handed over is still waiting for its `fdatasync`.
+    /// Whether a commit handed over is still waiting for its `fdatasync`. A syncer that is gone is never busy: the
+    /// writer then commits at once, and the hand-off answers every request with the error that it stopped.
     fn busy(&self) -> bool {
-        self.in_flight.load(Ordering::Acquire) > 0
+        self.in_flight.load(Ordering::Acquire) > 0 && !self.gone.load(Ordering::Acquire)
+    }
+}
+
+/// Marks the syncer gone and wakes the writer when the syncer's thread ends, however it ends (a panic included), so
+/// that a transaction held open for it commits.
+struct WakeOnExit {
+    gone: Arc<AtomicBool>,
+    idle: Arc<Notify>,
+}
+
+impl Drop for WakeOnExit {
+    fn drop(&mut self) {
+        self.gone.store(true, Ordering::Release);
+        self.idle.notify_one();
     }
 }
 
@@ -421,14 +437,17 @@ fn start_syncer(wal: std::fs::File, scope: String) -> std::io::Result<Syncer> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Settled>(SYNC_QUEUE_BATCHES);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let idle = Arc::new(Notify::new());
-    let (pending, wake) = (Arc::clone(&in_flight), Arc::clone(&idle));
+    let gone = Arc::new(AtomicBool::new(false));
+    let (pending, wake, exited) = (Arc::clone(&in_flight), Arc::clone(&idle), Arc::clone(&gone));
     let join = std::thread::Builder::new().name("sqlite-syncer".into()).spawn(move || {
+        let _wake_on_exit = WakeOnExit { gone: exited, idle: Arc::clone(&wake) };
         while let Ok(first) = rx.recv() {
             let mut group = vec![first];
             group.extend(rx.try_iter());
             let synced = if group.iter().any(|s| s.outcome.is_none()) {
                 let started = std::time::Instant::now();
                 crate::failpoint::stall_while_set("sqlite::fsync_stall", &scope);
+                assert!(!fires("sqlite::syncer_panic", &scope), "failpoint sqlite::syncer_panic");
                 let r = if fires("sqlite::fsync", &scope) {
                     Err(std::io::Error::other("failpoint sqlite::fsync"))
                 } else if cfg!(feature = "mutant-skip-fdatasync") {
@@ -454,7 +473,7 @@ fn start_syncer(wal: std::fs::File, scope: String) -> std::io::Result<Syncer> {
             }
         }
     })?;
-    Ok(Syncer { tx, join, in_flight, idle })
+    Ok(Syncer { tx, join, in_flight, idle, gone })
 }
 
 /// The transaction the writer is filling: begun, holding the replies of the jobs run in it so far.

@@ -256,6 +256,25 @@ async fn deliveries_arriving_during_an_fdatasync_share_the_next_commit() {
         .await;
 }
 
+/// A syncer that is gone holds nothing open: the batch it had is answered 503 (stored, but not known to be durable),
+/// and so is every later delivery, at once, rather than waiting in a transaction the writer keeps open for a
+/// sync that will never come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_syncer_is_gone_every_delivery_is_answered_503_at_once() {
+    let _serial = SERIAL.lock().await;
+    let app = TestApp::spawn_with(|_, storage| storage.sync = payhook_sqlite::CommitSync::Pipelined).await;
+    let panic = Failpoint::set("sqlite::syncer_panic", &scope(&app));
+    for id in ["evt_gone_0", "evt_gone_1", "evt_gone_2"] {
+        let body = app.encode("payments", &event(id, Pay, &format!("ord_{id}"), 100));
+        let headers = app.sign("payments", &body, now_secs());
+        let reply = tokio::time::timeout(std::time::Duration::from_secs(5), app.post_raw("payments", &headers, body))
+            .await
+            .unwrap_or_else(|_| panic!("{id} was not answered: held for a syncer that is gone"));
+        assert_retry_later(&reply, "syncer_panic");
+    }
+    drop(panic);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_wal_fsync_stalls_deliveries_are_shed_with_503_and_every_200_is_durable() {
     let _serial = SERIAL.lock().await;
