@@ -44,3 +44,14 @@ wait_ready() {
   tail -50 "$2" >&2
   exit 1
 }
+
+# release_binary [BINARY]: BINARY when one is given, else this checkout's release build of payhook, built first
+# (from the repository root, $root, so that cargo reads its .cargo/config.toml).
+release_binary() {
+  if [[ -n ${1:-} ]]; then
+    echo "$1"
+    return
+  fi
+  (cd "$root" && cargo build --release --quiet --locked -p payhook >&2)
+  echo "${CARGO_TARGET_DIR:-$root/target}/release/payhook"
+}

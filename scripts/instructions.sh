@@ -15,12 +15,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/bench-lib.sh"
 cd "$root"
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
-if [[ -n ${PAYHOOK_INSTR_BIN:-} ]]; then
-  bin=$PAYHOOK_INSTR_BIN
-else
-  cargo build --release --quiet --locked -p payhook
-  bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
-fi
+bin=$(release_binary "${PAYHOOK_INSTR_BIN:-}")
 read -r small large <<< "${PAYHOOK_INSTR_ORDERS:-200 800}"
 work=$(mktemp -d)
 pid=
