@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Which pages a commit writes: the WAL frames of the last commits of a `payhook bench` run, counted by the table or
-# index each page belongs to (SQLite's `dbstat`), leaves and interior pages apart.
+# Which pages a commit writes: the WAL frames of a `payhook bench` run's commits, copied mid-run, counted by the
+# table or index each page belongs to (SQLite's `dbstat`), leaves and interior pages apart.
 #
 #   scripts/wal-census.sh [ORDERS] [CONCURRENCY] [SCENARIO]
 #
@@ -20,7 +20,11 @@ mapfile -t bench_args < <(scenario_args "${3:-steady}" "$orders" "${2:-64}")
 bin=$(release_binary "${PAYHOOK_CENSUS_BIN:-}")
 work=$(mktemp -d)
 pid=
-cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
+bench=
+cleanup() {
+  for p in $bench $pid; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
 trap cleanup EXIT
 export PAYHOOK_API_TOKEN=bench-token-0123456789abcdef
 port=18491
@@ -44,6 +48,7 @@ cp "$work/payhook.db-wal" "$work/copy/payhook.db-wal"
 cp "$work/payhook.db" "$work/copy/payhook.db"
 metrics > "$work/after.txt"
 wait "$bench"
+bench=
 kill "$pid"
 wait "$pid" 2>/dev/null || true
 pid=
