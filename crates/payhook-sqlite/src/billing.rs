@@ -6,6 +6,7 @@
 //! so a change can never be applied on top of a state the rules did not see.
 
 use crate::context::{Ctx, Result, SqlResult};
+use crate::kept::WriterConn;
 use crate::outbox::route_outbox;
 use crate::read::in_snapshot;
 use crate::writer::unavailable;
@@ -25,7 +26,7 @@ fn processed(detail: Option<String>) -> Recorded {
     Recorded { outcome: Outcome::Processed, detail }
 }
 
-fn subscription_snapshot(conn: &Connection, id: &str) -> Result<Option<SubscriptionSnapshot>> {
+fn subscription_snapshot(conn: &WriterConn<'_>, id: &str) -> Result<Option<SubscriptionSnapshot>> {
     let row: Option<(String, i64)> = conn
         .prepare_cached("SELECT status, occurred_at FROM subscriptions WHERE id = ?1")
         .db()?
@@ -42,7 +43,7 @@ fn subscription_snapshot(conn: &Connection, id: &str) -> Result<Option<Subscript
 
 #[allow(clippy::too_many_arguments)]
 fn audit(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     object: &str,
     object_id: &str,
     source: &str,
@@ -65,7 +66,7 @@ fn audit(
 
 /// Applies a subscription event (inside the caller's savepoint, after its business key was claimed).
 pub(crate) fn apply_subscription(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     ctx: &Ctx,
     source: &str,
     event: &Event,
@@ -141,7 +142,7 @@ pub(crate) fn apply_subscription(
 
 /// The end of a subscription revokes every entitlement its invoices granted.
 fn revoke_for_subscription(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     ctx: &Ctx,
     source: &str,
     event: &Event,
@@ -180,7 +181,7 @@ fn revoke_for_subscription(
 
 /// Applies an invoice event (inside the caller's savepoint, after its business key was claimed).
 pub(crate) fn apply_invoice(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     ctx: &Ctx,
     source: &str,
     event: &Event,
@@ -304,7 +305,7 @@ pub(crate) fn apply_invoice(
 }
 
 /// Claims a signature nonce (see [`payhook_store::Store::claim_nonce`]).
-pub(crate) fn claim_nonce(conn: &Connection, claim: &NonceClaim) -> Result<NonceClaimed> {
+pub(crate) fn claim_nonce(conn: &WriterConn<'_>, claim: &NonceClaim) -> Result<NonceClaimed> {
     // Pruning a bounded slice per claim keeps the table at about the window's worth of nonces without a sweeper.
     conn.prepare_cached(
         "DELETE FROM signature_nonces WHERE (keyid, nonce) IN (

@@ -1,7 +1,8 @@
 //! payhook-sqlite: the embedded backend. Nothing to install: SQLite is compiled in.
 //!
 //! - [`SqliteStore`]: implements [`payhook_store::Store`].
-//! - `writer`: the single writer thread and its group commit.
+//! - `writer`: the single writer thread and its group commit; `kept`: the connection its jobs get, with the
+//!   statements of the common path kept prepared.
 //! - `ops`: the write transactions (ingest, retry, claim, register).
 //! - `pool`: the read connections (a small pool beside the writer) and the time limit on every read.
 //! - `read`: the read-only queries they run.
@@ -27,6 +28,7 @@ mod checkpoint;
 mod context;
 mod counters;
 mod failpoint;
+mod kept;
 mod listing;
 mod migrate;
 mod ops;
@@ -322,8 +324,8 @@ impl Store for SqliteStore {
     fn ingest(&self, delivery: Delivery) -> impl Future<Output = Result<Recorded, StoreError>> + Send {
         let ctx = self.ctx.current();
         // Encoded here, on the caller's task: the writer thread is the one every delivery waits for.
-        let headers_json = delivery.headers.to_json();
-        self.writer.submit(move |conn| ops::ingest(conn, &delivery, &headers_json, &ctx))
+        let encoded = ops::Encoded::of(&delivery);
+        self.writer.submit(move |conn| ops::ingest(conn, &delivery, encoded, &ctx))
     }
 
     fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send {

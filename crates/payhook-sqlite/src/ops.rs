@@ -7,6 +7,7 @@
 
 use crate::context::{Ctx, Result, SqlResult};
 use crate::failpoint::{fires_on, injected};
+use crate::kept::WriterConn;
 use crate::outbox::{insert_outbox, raise_alert, route_outbox};
 use crate::tally::{self, Table};
 use crate::writer::{exec, rollback_to};
@@ -18,54 +19,67 @@ use payhook_store::{
     Alert, Claim, Claimed, Delivery, FORWARD_KIND, NewOrder, Outcome, Parsed, Recorded, Registered, Replayed, Retried,
     Routing, StoreError,
 };
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 use std::borrow::Cow;
 
-/// Records a verified delivery and applies its effect (see [`payhook_store::Store::ingest`]). `headers_json` is
-/// the delivery's headers in their stored form, encoded by the caller so that the writer thread does not.
-pub(crate) fn ingest(conn: &Connection, d: &Delivery, headers_json: &str, ctx: &Ctx) -> Result<Recorded> {
+/// What [`ingest`] stores in the delivery's encoded form: its headers and its effect as JSON. The caller encodes
+/// them on its own task, so that the writer thread, the one every delivery waits for, does not.
+pub(crate) struct Encoded {
+    headers_json: String,
+    effect_json: std::result::Result<Option<String>, serde_json::Error>,
+}
+
+impl Encoded {
+    pub(crate) fn of(d: &Delivery) -> Encoded {
+        let effect_json = match &d.parsed {
+            Parsed::Event(e) if e.effect != Effect::Ignored => serde_json::to_string(&e.effect).map(Some),
+            _ => Ok(None),
+        };
+        Encoded { headers_json: d.headers.to_json(), effect_json }
+    }
+}
+
+/// Records a verified delivery and applies its effect (see [`payhook_store::Store::ingest`]).
+pub(crate) fn ingest(conn: &WriterConn<'_>, d: &Delivery, encoded: Encoded, ctx: &Ctx) -> Result<Recorded> {
     let (event, initial, reason) = match &d.parsed {
         Parsed::Event(e) if e.effect == Effect::Ignored => (Some(e), Outcome::Ignored, None),
         Parsed::Event(e) => (Some(e), Outcome::Processed, None),
         Parsed::Unparseable { reason, .. } => (None, Outcome::DeadLettered, Some(reason.as_str())),
     };
-    let effect_json = match event.map(|e| &e.effect) {
-        None | Some(Effect::Ignored) => None,
-        Some(effect) => {
-            Some(serde_json::to_string(effect).map_err(|e| StoreError::corrupt("an effect that does not encode", e))?)
-        }
-    };
+    let Encoded { headers_json, effect_json } = encoded;
+    let effect_json = effect_json.map_err(|e| StoreError::corrupt("an effect that does not encode", e))?;
     // The payload goes into `inbox_payloads` (below); the inbox row holds its cleared form.
     let inserted = conn
-        .prepare_cached(
+        .kept(
             "INSERT INTO inbox (source, event_id, event_type, occurred_at, business_key, effect, status, reason,
                                 received_at, updated_at, verification, headers, body)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, '{}', x'')
              ON CONFLICT (source, event_id) DO NOTHING",
+            |s| {
+                s.execute(params![
+                    d.source.as_str(),
+                    d.parsed.event_id().as_str(),
+                    event.map(|e| e.event_type.as_str()),
+                    event.map(|e| e.occurred_at),
+                    event.map(|e| e.business_key.as_str()),
+                    effect_json,
+                    initial.as_str(),
+                    reason,
+                    d.received_at_ms,
+                    d.verification,
+                ])
+            },
         )
-        .db()?
-        .execute(params![
-            d.source.as_str(),
-            d.parsed.event_id().as_str(),
-            event.map(|e| e.event_type.as_str()),
-            event.map(|e| e.occurred_at),
-            event.map(|e| e.business_key.as_str()),
-            effect_json,
-            initial.as_str(),
-            reason,
-            d.received_at_ms,
-            d.verification,
-        ])
         .db()?;
     if inserted == 0 {
         return Ok(Recorded { outcome: Outcome::Duplicate, detail: None });
     }
     tally::count(Table::Inbox, d.source.as_str(), "", initial.as_str(), 1);
     let row_id = conn.last_insert_rowid();
-    conn.prepare_cached("INSERT INTO inbox_payloads (inbox_id, headers, body) VALUES (?1, ?2, ?3)")
-        .db()?
-        .execute(params![row_id, headers_json, d.raw_body])
-        .db()?;
+    conn.kept("INSERT INTO inbox_payloads (inbox_id, headers, body) VALUES (?1, ?2, ?3)", |s| {
+        s.execute(params![row_id, headers_json, d.raw_body])
+    })
+    .db()?;
     if fires_on("sqlite::after_inbox_insert", conn) {
         return Err(injected("sqlite::after_inbox_insert"));
     }
@@ -99,7 +113,7 @@ pub(crate) fn ingest(conn: &Connection, d: &Delivery, headers_json: &str, ctx: &
 
 /// Writes one `event.received` row per forwarding sink: the event in payhook's normalized JSON.
 fn forward(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     d: &Delivery,
     event: Option<&Event>,
     recorded: &Recorded,
@@ -135,19 +149,18 @@ fn forward(
 }
 
 /// Keeps a record of an attempt that did not simply succeed on arrival.
-fn log_attempt(conn: &Connection, row_id: i64, attempt: u32, now_ms: i64, recorded: &Recorded) -> Result<()> {
-    conn.prepare_cached(
+fn log_attempt(conn: &WriterConn<'_>, row_id: i64, attempt: u32, now_ms: i64, recorded: &Recorded) -> Result<()> {
+    conn.kept(
         "INSERT OR REPLACE INTO inbox_attempts (inbox_id, attempt, at, outcome, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+        |s| s.execute(params![row_id, attempt, now_ms, recorded.outcome.as_str(), recorded.detail]),
     )
-    .db()?
-    .execute(params![row_id, attempt, now_ms, recorded.outcome.as_str(), recorded.detail])
     .db()?;
     Ok(())
 }
 
 /// A dead-lettered event raises an alert (collapsed per source).
 fn dead_letter_alert(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     ctx: &Ctx,
     source: &str,
     event_id: &str,
@@ -175,7 +188,14 @@ fn dead_letter_alert(
 /// of its own (a `SAVEPOINT` and a `RELEASE` per payment, and the pages the job had already journaled journaled
 /// again). Every other effect runs in `SAVEPOINT effect`. An error undoes the whole job either way (its caller's
 /// savepoint).
-fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64, arriving: bool) -> Result<Recorded> {
+fn apply(
+    conn: &WriterConn<'_>,
+    ctx: &Ctx,
+    source: &str,
+    event: &Event,
+    now_ms: i64,
+    arriving: bool,
+) -> Result<Recorded> {
     if event.effect == Effect::Ignored {
         return Ok(Recorded { outcome: Outcome::Ignored, detail: None });
     }
@@ -220,32 +240,31 @@ fn apply(conn: &Connection, ctx: &Ctx, source: &str, event: &Event, now_ms: i64,
 }
 
 /// Frees the business key `event` just claimed, for an effect that was not applied.
-fn release_business_key(conn: &Connection, source: &str, event: &Event) -> Result<()> {
-    conn.prepare_cached("DELETE FROM business_keys WHERE source = ?1 AND key = ?2 AND event_id = ?3")
-        .db()?
-        .execute(params![source, event.business_key, event.event_id.as_str()])
-        .db()?;
+fn release_business_key(conn: &WriterConn<'_>, source: &str, event: &Event) -> Result<()> {
+    conn.kept("DELETE FROM business_keys WHERE source = ?1 AND key = ?2 AND event_id = ?3", |s| {
+        s.execute(params![source, event.business_key, event.event_id.as_str()])
+    })
+    .db()?;
     Ok(())
 }
 
 /// Claims the event's business key; `Some` is the answer for an event whose business fact another event already
 /// applied.
-fn claim_business_key(conn: &Connection, source: &str, event: &Event, now_ms: i64) -> Result<Option<Recorded>> {
+fn claim_business_key(conn: &WriterConn<'_>, source: &str, event: &Event, now_ms: i64) -> Result<Option<Recorded>> {
     let claimed = conn
-        .prepare_cached(
+        .kept(
             "INSERT INTO business_keys (source, key, event_id, created_at) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (source, key) DO NOTHING",
+            |s| s.execute(params![source, event.business_key, event.event_id.as_str(), now_ms]),
         )
-        .db()?
-        .execute(params![source, event.business_key, event.event_id.as_str(), now_ms])
         .db()?;
     if claimed == 1 {
         return Ok(None);
     }
     let holder: Option<String> = conn
-        .prepare_cached("SELECT event_id FROM business_keys WHERE source = ?1 AND key = ?2")
-        .db()?
-        .query_row(params![source, event.business_key], |r| r.get(0))
+        .kept("SELECT event_id FROM business_keys WHERE source = ?1 AND key = ?2", |s| {
+            s.query_row(params![source, event.business_key], |r| r.get(0))
+        })
         .optional()
         .db()?;
     let detail = format!(
@@ -260,7 +279,7 @@ fn claim_business_key(conn: &Connection, source: &str, event: &Event, now_ms: i6
 /// (`orders = "implicit"`), registered first, with the registration's own statement (which also makes the order's
 /// deferred events due), inside the effect's savepoint.
 fn apply_order(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     routing: &Routing,
     source: &str,
     event: &Event,
@@ -298,7 +317,7 @@ fn apply_order(
 /// `outbox_ids`: one past the largest (SQLite never gives a row a smaller one). Returns the status the order had and
 /// the id it listed, or `None` when the guard matched nothing.
 fn guarded_update(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     plan: &Plan,
     source: &str,
     event: &Event,
@@ -313,17 +332,13 @@ fn guarded_update(
         None => (None, None),
     };
     let prev: Option<(String, Option<i64>)> = conn
-        .prepare_cached(
-            "UPDATE orders SET prev_status = status, status = ?1, updated_at = ?2,
+        .kept("UPDATE orders SET prev_status = status, status = ?1, updated_at = ?2,
                     history = json_insert(history, '$[#]', json_array(?8, ?9, ?10, status, ?1, ?2)),
                     outbox_ids = iif(?11, json_insert(outbox_ids, '$[#]', (SELECT coalesce(max(id), 0) + 1 FROM outbox)),
                                      outbox_ids)
              WHERE id = ?3 AND status IN (?4, ?5)
                AND (?6 IS NULL OR (amount = ?6 AND currency = ?7))
-             RETURNING prev_status, iif(?11, outbox_ids ->> '$[#-1]', NULL)",
-        )
-        .db()?
-        .query_row(
+             RETURNING prev_status, iif(?11, outbox_ids ->> '$[#-1]', NULL)", |s| s.query_row(
             params![
                 plan.to.as_str(),
                 now_ms,
@@ -338,7 +353,7 @@ fn guarded_update(
                 list
             ],
             |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<i64>>(1)?)),
-        )
+        ))
         .optional()
         .db()?;
     let Some((prev, listed)) = prev else {
@@ -352,11 +367,11 @@ fn parse_status(s: &str) -> Result<OrderStatus> {
     OrderStatus::parse(s).ok_or_else(|| StoreError::inconsistent(format!("unknown order status {s:?}")))
 }
 
-fn order_snapshot(conn: &Connection, id: &OrderId) -> Result<Option<OrderSnapshot>> {
+fn order_snapshot(conn: &WriterConn<'_>, id: &OrderId) -> Result<Option<OrderSnapshot>> {
     let row: Option<(String, i64, String)> = conn
-        .prepare_cached("SELECT status, amount, currency FROM orders WHERE id = ?1")
-        .db()?
-        .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .kept("SELECT status, amount, currency FROM orders WHERE id = ?1", |s| {
+            s.query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        })
         .optional()
         .db()?;
     row.map(|(status, amount, currency)| {
@@ -369,7 +384,7 @@ fn order_snapshot(conn: &Connection, id: &OrderId) -> Result<Option<OrderSnapsho
 /// becomes a dead letter.
 #[allow(clippy::too_many_arguments)]
 fn settle(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     ctx: &Ctx,
     row_id: i64,
     from: Outcome,
@@ -401,22 +416,23 @@ fn settle(
         }
     }
     let changed = conn
-        .prepare_cached(
+        .kept(
             "UPDATE inbox SET status = ?2, reason = ?3, attempts = ?4, next_attempt_at = ?5, order_id = ?6,
                               lease_owner = NULL, lease_until = NULL, updated_at = ?7
              WHERE id = ?1 AND status = ?8",
+            |s| {
+                s.execute(params![
+                    row_id,
+                    recorded.outcome.as_str(),
+                    recorded.detail,
+                    attempts,
+                    next_attempt_at,
+                    waiting_order,
+                    now_ms,
+                    from.as_str()
+                ])
+            },
         )
-        .db()?
-        .execute(params![
-            row_id,
-            recorded.outcome.as_str(),
-            recorded.detail,
-            attempts,
-            next_attempt_at,
-            waiting_order,
-            now_ms,
-            from.as_str()
-        ])
         .db()?;
     if changed != 1 {
         return Err(StoreError::inconsistent(format!("inbox row {row_id} is no longer {}", from.as_str())));
@@ -428,19 +444,18 @@ fn settle(
 }
 
 /// Leases due deferred rows (see [`payhook_store::Store::claim_due`]).
-pub(crate) fn claim_due(conn: &Connection, claim: &Claim) -> Result<Vec<Claimed>> {
+pub(crate) fn claim_due(conn: &WriterConn<'_>, claim: &Claim) -> Result<Vec<Claimed>> {
     // Most passes find nothing due: the worker is woken by every order registered. A probe of the partial index,
     // with the claim's own conditions, answers that without the claim's UPDATE, whose `IN (SELECT … LIMIT)` makes
     // SQLite build a zero-filled 10 KB Bloom filter and ephemeral tables on every execution (BENCHMARKS.md,
     // *Instructions per delivery*).
     let due: bool = conn
-        .prepare_cached(
+        .kept(
             "SELECT EXISTS (SELECT 1 FROM inbox INDEXED BY inbox_due
                             WHERE status = 'deferred' AND next_attempt_at <= ?1
                               AND (lease_until IS NULL OR lease_until <= ?1))",
+            |s| s.query_row([claim.now_ms], |r| r.get(0)),
         )
-        .db()?
-        .query_row([claim.now_ms], |r| r.get(0))
         .db()?;
     if !due {
         return Ok(Vec::new());
@@ -475,14 +490,13 @@ pub(crate) fn claim_due(conn: &Connection, claim: &Claim) -> Result<Vec<Claimed>
 }
 
 /// Re-applies a leased deferred row (see [`payhook_store::Store::retry`]).
-pub(crate) fn retry(conn: &Connection, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Result<Retried> {
+pub(crate) fn retry(conn: &WriterConn<'_>, c: &Claimed, now_ms: i64, ctx: &Ctx) -> Result<Retried> {
     let row: Option<(String, i64, String, String)> = conn
-        .prepare_cached(
+        .kept(
             "SELECT event_type, occurred_at, business_key, effect FROM inbox
              WHERE id = ?1 AND status = 'deferred' AND lease_owner = ?2",
+            |s| s.query_row(params![c.row_id, c.owner], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))),
         )
-        .db()?
-        .query_row(params![c.row_id, c.owner], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .optional()
         .db()?;
     let Some((event_type, occurred_at, business_key, effect)) = row else {
@@ -497,25 +511,23 @@ pub(crate) fn retry(conn: &Connection, c: &Claimed, now_ms: i64, ctx: &Ctx) -> R
 }
 
 /// Registers an order (see [`payhook_store::Store::register_order`]).
-pub(crate) fn register_order(conn: &Connection, o: &NewOrder) -> Result<Registered> {
+pub(crate) fn register_order(conn: &WriterConn<'_>, o: &NewOrder) -> Result<Registered> {
     let created = conn
-        .prepare_cached(
+        .kept(
             "INSERT INTO orders (id, amount, currency, status, created_at, updated_at)
              VALUES (?1, ?2, ?3, 'pending', ?4, ?4)
              ON CONFLICT (id) DO NOTHING",
+            |s| s.execute(params![o.id.as_str(), o.money.amount_minor, o.money.currency.as_str(), o.now_ms]),
         )
-        .db()?
-        .execute(params![o.id.as_str(), o.money.amount_minor, o.money.currency.as_str(), o.now_ms])
         .db()?;
     if created == 1 {
         tally::count(Table::Orders, "", "", OrderStatus::Pending.as_str(), 1);
         // Events that arrived before their order are due now rather than at their next backoff step.
-        conn.prepare_cached(
+        conn.kept(
             "UPDATE inbox INDEXED BY inbox_waiting_order SET next_attempt_at = ?2
              WHERE status = 'deferred' AND order_id = ?1 AND next_attempt_at > ?2",
+            |s| s.execute(params![o.id.as_str(), o.now_ms]),
         )
-        .db()?
-        .execute(params![o.id.as_str(), o.now_ms])
         .db()?;
         return Ok(Registered::Created);
     }
@@ -530,7 +542,7 @@ pub(crate) fn register_order(conn: &Connection, o: &NewOrder) -> Result<Register
 
 /// Replays a dead-lettered event (see [`payhook_store::Store::replay`]).
 pub(crate) fn replay(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     ctx: &Ctx,
     source: &str,
     event_id: &str,
@@ -538,9 +550,9 @@ pub(crate) fn replay(
     now_ms: i64,
 ) -> Result<Replayed> {
     let row: Option<(i64, String, u32)> = conn
-        .prepare_cached("SELECT id, status, attempts FROM inbox WHERE source = ?1 AND event_id = ?2")
-        .db()?
-        .query_row(params![source, event_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .kept("SELECT id, status, attempts FROM inbox WHERE source = ?1 AND event_id = ?2", |s| {
+            s.query_row(params![source, event_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        })
         .optional()
         .db()?;
     let Some((row_id, status, attempts)) = row else {
@@ -554,10 +566,10 @@ pub(crate) fn replay(
     let event = match parsed {
         Parsed::Unparseable { reason, .. } => {
             let recorded = Recorded { outcome: Outcome::DeadLettered, detail: Some(reason.clone()) };
-            conn.prepare_cached("UPDATE inbox SET reason = ?2, attempts = ?3, updated_at = ?4 WHERE id = ?1")
-                .db()?
-                .execute(params![row_id, reason, attempt, now_ms])
-                .db()?;
+            conn.kept("UPDATE inbox SET reason = ?2, attempts = ?3, updated_at = ?4 WHERE id = ?1", |s| {
+                s.execute(params![row_id, reason, attempt, now_ms])
+            })
+            .db()?;
             log_attempt(conn, row_id, attempt, now_ms, &recorded)?;
             return Ok(Replayed::Done(recorded));
         }
@@ -570,56 +582,54 @@ pub(crate) fn replay(
         }
     };
     let (target_row, target_status) = if event.event_id.as_str() == event_id {
-        conn.prepare_cached(
+        conn.kept(
             "UPDATE inbox SET event_type = ?2, occurred_at = ?3, business_key = ?4, effect = ?5 WHERE id = ?1",
+            |s| s.execute(params![row_id, event.event_type, event.occurred_at, event.business_key, effect_json]),
         )
-        .db()?
-        .execute(params![row_id, event.event_type, event.occurred_at, event.business_key, effect_json])
         .db()?;
         (row_id, Outcome::DeadLettered)
     } else {
         // The bytes now parse to an event with its own id (they were stored under a derived one): record it under
         // that id, through the event-id dedup, and retire the derived row.
         let inserted = conn
-            .prepare_cached(
+            .kept(
                 "INSERT INTO inbox (source, event_id, event_type, occurred_at, business_key, effect, status,
                                     attempts, received_at, updated_at, verification, headers, body)
                  SELECT source, ?2, ?3, ?4, ?5, ?6, 'processed', ?7, received_at, ?8, verification, headers, body
                  FROM inbox WHERE id = ?1
                  ON CONFLICT (source, event_id) DO NOTHING",
+                |s| {
+                    s.execute(params![
+                        row_id,
+                        event.event_id.as_str(),
+                        event.event_type,
+                        event.occurred_at,
+                        event.business_key,
+                        effect_json,
+                        attempt,
+                        now_ms
+                    ])
+                },
             )
-            .db()?
-            .execute(params![
-                row_id,
-                event.event_id.as_str(),
-                event.event_type,
-                event.occurred_at,
-                event.business_key,
-                effect_json,
-                attempt,
-                now_ms
-            ])
             .db()?;
         let new_row = conn.last_insert_rowid();
         if inserted > 0 {
             tally::count(Table::Inbox, source, "", Outcome::Processed.as_str(), 1);
             // The payload goes with it (a row stored before `inbox_payloads` has none there: its own columns
             // were copied above).
-            conn.prepare_cached(
+            conn.kept(
                 "INSERT INTO inbox_payloads (inbox_id, headers, body)
                  SELECT ?1, headers, body FROM inbox_payloads WHERE inbox_id = ?2",
+                |s| s.execute(params![new_row, row_id]),
             )
-            .db()?
-            .execute(params![new_row, row_id])
             .db()?;
         }
         let retired =
             Recorded { outcome: Outcome::Duplicate, detail: Some(format!("replayed as event {}", event.event_id)) };
-        conn.prepare_cached(
+        conn.kept(
             "UPDATE inbox SET status = 'duplicate', reason = ?2, attempts = ?3, updated_at = ?4 WHERE id = ?1",
+            |s| s.execute(params![row_id, retired.detail, attempt, now_ms]),
         )
-        .db()?
-        .execute(params![row_id, retired.detail, attempt, now_ms])
         .db()?;
         tally::moved(Table::Inbox, source, "", Outcome::DeadLettered.as_str(), Outcome::Duplicate.as_str());
         log_attempt(conn, row_id, attempt, now_ms, &retired)?;

@@ -3,16 +3,17 @@
 
 use crate::context::{Ctx, Result, SqlResult};
 use crate::failpoint::{fires_on, injected};
+use crate::kept::WriterConn;
 use crate::tally::{self, Table};
 use payhook_core::event::Event;
 use payhook_store::{ALERT_KIND, Alert, Claim, Dispatched, OutboxJob, Routing};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 /// Inserts an outbox row, pending for a sink or `unrouted` when `sink` is empty. `id` is the row's id when the
 /// caller chose it (SQLite picks one otherwise); `listed` says that its order already lists that id.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn insert_outbox(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     id: Option<i64>,
     listed: bool,
     kind: &str,
@@ -27,12 +28,11 @@ pub(crate) fn insert_outbox(
         return Err(injected("sqlite::outbox_insert"));
     }
     let (status, next) = if sink.is_empty() { ("unrouted", None) } else { ("pending", Some(now_ms)) };
-    conn.prepare_cached(
+    conn.kept(
         "INSERT INTO outbox (id, kind, sink, order_id, source, event_id, payload, status, next_attempt_at, created_at)
          VALUES (?10, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        |s| s.execute(params![kind, sink, order_id, source, event_id, payload, status, next, now_ms, id]),
     )
-    .db()?
-    .execute(params![kind, sink, order_id, source, event_id, payload, status, next, now_ms, id])
     .db()?;
     let id = conn.last_insert_rowid();
     tally::count(Table::Outbox, sink, kind, status, 1);
@@ -49,7 +49,7 @@ pub(crate) fn insert_outbox(
 /// (one past the largest): the first row takes it, the others the ids after it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn route_outbox(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     routing: &Routing,
     kind: &str,
     order_id: Option<&str>,
@@ -73,7 +73,7 @@ pub(crate) fn route_outbox(
 /// The first alert of a key opens a window and writes an outbox row that waits `gather_ms` before it is sent;
 /// repeats within the window are counted into that row while it waits, and counted as `suppressed` once it has
 /// gone, to be reported by the first alert of the next window.
-pub(crate) fn raise_alert(conn: &Connection, ctx: &Ctx, alert: &Alert) -> Result<()> {
+pub(crate) fn raise_alert(conn: &WriterConn<'_>, ctx: &Ctx, alert: &Alert) -> Result<()> {
     let Some(routing) = &ctx.routing.alerts else {
         return Ok(());
     };
@@ -133,7 +133,7 @@ pub(crate) fn raise_alert(conn: &Connection, ctx: &Ctx, alert: &Alert) -> Result
 }
 
 /// Leases due outbox rows of one sink (see [`payhook_store::Store::claim_outbox`]).
-pub(crate) fn claim_outbox(conn: &Connection, sink: &str, claim: &Claim) -> Result<Vec<OutboxJob>> {
+pub(crate) fn claim_outbox(conn: &WriterConn<'_>, sink: &str, claim: &Claim) -> Result<Vec<OutboxJob>> {
     // As for the worker's claim (`ops::claim_due`): a probe with the claim's own conditions first, so that a pass
     // that finds nothing due costs an index seek, not the claim's Bloom filter and ephemeral tables.
     let due: bool = conn
@@ -178,7 +178,7 @@ pub(crate) fn claim_outbox(conn: &Connection, sink: &str, claim: &Claim) -> Resu
 
 /// Records a delivery attempt (see [`payhook_store::Store::finish_outbox`]).
 pub(crate) fn finish_outbox(
-    conn: &Connection,
+    conn: &WriterConn<'_>,
     ctx: &Ctx,
     job: &OutboxJob,
     outcome: &Dispatched,
@@ -223,7 +223,7 @@ pub(crate) fn finish_outbox(
 }
 
 /// Re-queues a dead outbox row (see [`payhook_store::Store::retry_outbox`]).
-pub(crate) fn retry_outbox(conn: &Connection, id: i64, now_ms: i64) -> Result<bool> {
+pub(crate) fn retry_outbox(conn: &WriterConn<'_>, id: i64, now_ms: i64) -> Result<bool> {
     let changed: Option<(String, String)> = conn
         .prepare_cached(
             "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?2,

@@ -15,6 +15,7 @@
 //! nothing, and the triggers do the work. `payhook stats --recount` and the contract suite's recount after every
 //! test check it.
 
+use crate::kept::WriterConn;
 use rusqlite::Connection;
 use rusqlite::config::DbConfig;
 use std::cell::RefCell;
@@ -104,7 +105,7 @@ pub(crate) fn discard() {
 
 /// Writes the transaction's changes into the counters, one upsert per counter that moved, and forgets them. Runs
 /// in the transaction, before its `COMMIT`.
-pub(crate) fn flush(conn: &Connection) -> rusqlite::Result<()> {
+pub(crate) fn flush(conn: &WriterConn<'_>) -> rusqlite::Result<()> {
     let changes = CHANGES.with(|c| c.borrow_mut().as_mut().map(std::mem::take)).unwrap_or_default();
     if changes.is_empty() {
         return Ok(());
@@ -113,24 +114,27 @@ pub(crate) fn flush(conn: &Connection) -> rusqlite::Result<()> {
     for c in &changes {
         *sums.entry((c.table, c.grp.as_str(), c.kind.as_str(), c.status.as_str())).or_default() += c.n;
     }
-    let mut upsert = conn.prepare_cached(
+    conn.kept(
         "INSERT INTO counters (tbl, grp, kind, status, n) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (tbl, grp, kind, status) DO UPDATE SET n = n + excluded.n",
-    )?;
-    for ((table, grp, kind, status), n) in sums {
-        if n != 0 {
-            upsert.execute(rusqlite::params![table.as_str(), grp, kind, status, n])?;
-        }
-    }
-    Ok(())
+        |upsert| {
+            for ((table, grp, kind, status), n) in sums {
+                if n != 0 {
+                    upsert.execute(rusqlite::params![table.as_str(), grp, kind, status, n])?;
+                }
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Lists outbox row `id` in its order's `outbox_ids`, as trigger `outbox_listed_by_order` does for the other
 /// connections.
-pub(crate) fn list_outbox(conn: &Connection, order_id: &str, id: i64) -> rusqlite::Result<()> {
+pub(crate) fn list_outbox(conn: &WriterConn<'_>, order_id: &str, id: i64) -> rusqlite::Result<()> {
     if active() {
-        conn.prepare_cached("UPDATE orders SET outbox_ids = json_insert(outbox_ids, '$[#]', ?2) WHERE id = ?1")?
-            .execute(rusqlite::params![order_id, id])?;
+        conn.kept("UPDATE orders SET outbox_ids = json_insert(outbox_ids, '$[#]', ?2) WHERE id = ?1", |s| {
+            s.execute(rusqlite::params![order_id, id])
+        })?;
     }
     Ok(())
 }

@@ -16,6 +16,7 @@
 
 use crate::checkpoint::{self, WalCounters};
 use crate::failpoint::fires;
+use crate::kept::WriterConn;
 use crate::page_cache::PageCacheCounters;
 use crate::tally;
 use payhook_store::StoreError;
@@ -35,7 +36,7 @@ pub(crate) type Reply = Box<dyn FnOnce(Option<&BatchError>) + Send>;
 /// A unit of work for the writer.
 pub(crate) trait Job: Send {
     /// Runs inside the batch transaction and returns what to do once the batch is settled.
-    fn run(self: Box<Self>, conn: &Connection) -> Reply;
+    fn run(self: Box<Self>, conn: &WriterConn<'_>) -> Reply;
     /// Settles the job without running it (no transaction could be started).
     fn fail(self: Box<Self>, error: BatchError);
 }
@@ -48,9 +49,9 @@ struct Task<T, F> {
 impl<T, F> Job for Task<T, F>
 where
     T: Send + 'static,
-    F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    F: FnOnce(&WriterConn<'_>) -> Result<T, StoreError> + Send + 'static,
 {
-    fn run(self: Box<Self>, conn: &Connection) -> Reply {
+    fn run(self: Box<Self>, conn: &WriterConn<'_>) -> Reply {
         let Task { work, reply } = *self;
         let result = in_savepoint(conn, work);
         Box::new(move |commit_error| {
@@ -95,7 +96,7 @@ impl WriterHandle {
     pub(crate) fn submit<T, F>(&self, work: F) -> impl Future<Output = Result<T, StoreError>> + Send + use<T, F>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&WriterConn<'_>) -> Result<T, StoreError> + Send + 'static,
     {
         let (reply_tx, reply_rx) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(Task { work, reply: reply_tx });
@@ -147,22 +148,26 @@ impl WriterHandle {
 #[error("the batch commit failed: {0}")]
 pub(crate) struct CommitFailed(BatchError);
 
-/// Runs one SQL statement through the statement cache: savepoints and transaction control run for every job,
-/// and preparing them each time would cost more than the work they frame.
-pub(crate) fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+/// Runs one SQL statement the writer keeps prepared: savepoints and transaction control run for every job, and
+/// preparing them each time would cost more than the work they frame.
+pub(crate) fn exec(conn: &WriterConn<'_>, sql: &'static str) -> rusqlite::Result<()> {
+    conn.kept(sql, |s| s.execute([])).map(|_| ())
 }
 
 /// Rolls back to savepoint `name` and releases it.
-pub(crate) fn rollback_to(conn: &Connection, rollback: &str, release: &str) -> rusqlite::Result<()> {
+pub(crate) fn rollback_to(
+    conn: &WriterConn<'_>,
+    rollback: &'static str,
+    release: &'static str,
+) -> rusqlite::Result<()> {
     exec(conn, rollback)?;
     exec(conn, release)
 }
 
 /// Runs `work` inside `SAVEPOINT job`: its failure rolls back its own writes only, never its batch-mates'.
 fn in_savepoint<T>(
-    conn: &Connection,
-    work: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    conn: &WriterConn<'_>,
+    work: impl FnOnce(&WriterConn<'_>) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     let mark = tally::mark();
     exec(conn, "SAVEPOINT job").map_err(unavailable)?;
@@ -242,6 +247,8 @@ fn run(
     wal_counters: &WalCounters,
     page_cache: &PageCacheCounters,
 ) {
+    let owned = conn;
+    let conn = WriterConn::new(&owned);
     // Where this writer's failpoints apply (see `crate::failpoint`).
     let scope = conn.path().unwrap_or_default().to_owned();
     if let Err(e) = tally::install(&conn) {
@@ -482,14 +489,14 @@ struct Open {
     started: std::time::Instant,
 }
 
-fn begin(conn: &Connection) -> Result<Open, BatchError> {
+fn begin(conn: &WriterConn<'_>) -> Result<Open, BatchError> {
     exec(conn, "BEGIN IMMEDIATE").map_err(|e| Arc::new(e) as BatchError)?;
     tally::discard();
     Ok(Open { replies: Vec::new(), started: std::time::Instant::now() })
 }
 
 /// Commits `batch` (with the counters that moved in it) and settles every one of its jobs.
-fn commit(conn: &Connection, batch: Open, settle: &impl Fn(Settled), batch_sizes: &Histogram) {
+fn commit(conn: &WriterConn<'_>, batch: Open, settle: &impl Fn(Settled), batch_sizes: &Histogram) {
     let Open { replies, started } = batch;
     if fires("sqlite::answer_before_commit", conn.path().unwrap_or_default()) {
         // The control run of the invariant checker: a writer that answers before its commit and then loses the
