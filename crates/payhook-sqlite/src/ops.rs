@@ -316,6 +316,11 @@ fn apply_order(
 /// order's row: no other page is written) and, with `list`, the id the next outbox row will have to the order's
 /// `outbox_ids`: one past the largest (SQLite never gives a row a smaller one). Returns the status the order had and
 /// the id it listed, or `None` when the guard matched nothing.
+///
+/// Both are read back from the row by a second statement, not by `RETURNING`: SQLite runs a `RETURNING` clause
+/// through a table of its own, created and dropped at every execution, which cost the writer about 10,000
+/// instructions per payment more than the lookup of a row whose page the update has just written (callgrind;
+/// BENCHMARKS.md, *Statements kept by the writer*). The writer is alone in its transaction: nothing comes between.
 fn guarded_update(
     conn: &WriterConn<'_>,
     plan: &Plan,
@@ -331,34 +336,39 @@ fn guarded_update(
         Some(m) => (Some(m.amount_minor), Some(m.currency.as_str())),
         None => (None, None),
     };
-    let prev: Option<(String, Option<i64>)> = conn
-        .kept("UPDATE orders SET prev_status = status, status = ?1, updated_at = ?2,
+    let changed = conn
+        .kept(
+            "UPDATE orders SET prev_status = status, status = ?1, updated_at = ?2,
                     history = json_insert(history, '$[#]', json_array(?8, ?9, ?10, status, ?1, ?2)),
                     outbox_ids = iif(?11, json_insert(outbox_ids, '$[#]', (SELECT coalesce(max(id), 0) + 1 FROM outbox)),
                                      outbox_ids)
              WHERE id = ?3 AND status IN (?4, ?5)
-               AND (?6 IS NULL OR (amount = ?6 AND currency = ?7))
-             RETURNING prev_status, iif(?11, outbox_ids ->> '$[#-1]', NULL)", |s| s.query_row(
-            params![
-                plan.to.as_str(),
-                now_ms,
-                plan.order_id.as_str(),
-                from1,
-                from2,
-                amount,
-                currency,
-                source,
-                event.event_id.as_str(),
-                event.event_type,
-                list
-            ],
-            |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<i64>>(1)?)),
-        ))
-        .optional()
+               AND (?6 IS NULL OR (amount = ?6 AND currency = ?7))",
+            |s| {
+                s.execute(params![
+                    plan.to.as_str(),
+                    now_ms,
+                    plan.order_id.as_str(),
+                    from1,
+                    from2,
+                    amount,
+                    currency,
+                    source,
+                    event.event_id.as_str(),
+                    event.event_type,
+                    list
+                ])
+            },
+        )
         .db()?;
-    let Some((prev, listed)) = prev else {
+    if changed == 0 {
         return Ok(None);
-    };
+    }
+    let (prev, listed): (String, Option<i64>) = conn
+        .kept("SELECT prev_status, iif(?2, outbox_ids ->> '$[#-1]', NULL) FROM orders WHERE id = ?1", |s| {
+            s.query_row(params![plan.order_id.as_str(), list], |r| Ok((r.get(0)?, r.get(1)?)))
+        })
+        .db()?;
     tally::moved(Table::Orders, "", "", &prev, plan.to.as_str());
     Ok(Some((parse_status(&prev)?, listed)))
 }
