@@ -29,6 +29,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0008_listing_indexes.sql"),
     include_str!("../migrations/0009_order_retention.sql"),
     include_str!("../migrations/0010_batch_composites.sql"),
+    include_str!("../migrations/0011_status_indexes_without_the_bulk.sql"),
 ];
 
 /// The schema's functions, by name: `sql/functions/NAME.sql` (a unit test checks the list against the directory).

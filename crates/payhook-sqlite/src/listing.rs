@@ -1,8 +1,9 @@
 //! Listings of events and outbox rows, newest first by row id, each read down an index that matches its filter.
 //!
 //! A listing walks one ordered path: the index of one of its equality filters (migration 0011: `inbox (status)`,
-//! `inbox (source)`, `inbox (event_type)`, `outbox (status)`, `outbox (sink)`; SQLite appends the row id to every
-//! index entry, so each is ordered by id within its value), or the table itself in row id order, or, for an order's
+//! which migration 0013 narrows to the statuses other than `processed`, `inbox (source)`, `inbox (event_type)`,
+//! `outbox (status)`, narrowed to `pending` and `dead`, `outbox (sink)`; SQLite appends the row id to every index entry, so each is ordered by id
+//! within its value), or the table itself in row id order, or, for an order's
 //! outbox rows, the ids the order lists (`orders.outbox_ids`). The path is named in the statement (`INDEXED BY`,
 //! `NOT INDEXED`), so the plan does not depend on statistics. A time range becomes a row id range through
 //! `inbox_received`: the first row received at or after `since` is the lowest id, the first received at or after
@@ -91,6 +92,14 @@ fn text(s: &str) -> Value {
     Value::Text(s.to_owned())
 }
 
+/// How SQLite spells the condition of the path down `inbox_by_status`: the index holds no `processed` row
+/// (migration 0013), and SQLite walks a partial index only for a statement whose `WHERE` has the index's own term.
+/// Routes never walk it for `processed` (`event_route`).
+const INBOX_STATUS_PATH: &str = "status = ? AND status <> 'processed'";
+
+/// The same for `outbox_by_status`, which holds only `OUTBOX_INDEXED_STATUSES` (migration 0013).
+const OUTBOX_STATUS_PATH: &str = "status = ? AND status IN ('pending', 'dead')";
+
 /// How SQLite spells a condition, with its value.
 fn check_sql(check: &Check<'_>) -> (&'static str, Value) {
     match *check {
@@ -126,7 +135,13 @@ fn route_plan(table: &str, columns: &str, route: &Route<'_>) -> Plan {
                 // No listing walks the outbox by kind (`outbox_route` never chooses it): read every row.
                 (_, Column::Kind) => Walk::RowId,
             };
-            (walk, vec![check_sql(&Check::Equals(column, v))])
+            let mut condition = check_sql(&Check::Equals(column, v));
+            match walk {
+                Walk::Index("inbox_by_status") => condition.0 = INBOX_STATUS_PATH,
+                Walk::Index("outbox_by_status") => condition.0 = OUTBOX_STATUS_PATH,
+                _ => {}
+            }
+            (walk, vec![condition])
         }
     };
     plan(table, columns, walk, path, route.checks.iter().map(check_sql).collect())

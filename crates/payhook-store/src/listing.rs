@@ -144,18 +144,18 @@ impl<'a> Route<'a> {
 }
 
 /// The route of an event listing: the status index for the statuses operators page through (everything but
-/// `processed`, the bulk of the inbox), else the type, else the source, else the status, else every row; then the
-/// reason and the time range as checks.
+/// `processed`, the bulk of the inbox, which the index does not hold), else the type, else the source, else every
+/// row; then the rest as checks: `processed`, the reason and the time range. Nearly every row is `processed`, so a
+/// listing of them alone finds its page among the first rows it examines.
 pub fn event_route(f: &EventFilter) -> Route<'_> {
     let status = f.status.map(Outcome::as_str);
     let source = f.source.as_ref().map(SourceName::as_str);
     let event_type = f.event_type.as_deref();
-    let path = match (status.filter(|s| *s != Outcome::Processed.as_str()), event_type, source, status) {
+    let path = match (status.filter(|s| *s != Outcome::Processed.as_str()), event_type, source) {
         (Some(s), ..) => Path::Value(Column::Status, s),
-        (None, Some(t), ..) => Path::Value(Column::EventType, t),
-        (None, None, Some(s), _) => Path::Value(Column::Source, s),
-        (None, None, None, Some(s)) => Path::Value(Column::Status, s),
-        (None, None, None, None) => Path::Newest,
+        (None, Some(t), _) => Path::Value(Column::EventType, t),
+        (None, None, Some(s)) => Path::Value(Column::Source, s),
+        (None, None, None) => Path::Newest,
     };
     let mut route =
         Route::new(path, &[(Column::Source, source), (Column::Status, status), (Column::EventType, event_type)]);
@@ -165,17 +165,23 @@ pub fn event_route(f: &EventFilter) -> Route<'_> {
     route
 }
 
-/// The route of an outbox listing: an order's own rows, else the status index for the statuses operators page
-/// through (everything but `delivered`, the bulk), else the sink, else the status, else every row.
+/// The outbox statuses the status index holds: the ones operators act on (watch what waits, re-queue the dead).
+/// `delivered` and `unrouted` are the bulk of a busy outbox and stay out of it.
+pub const OUTBOX_INDEXED_STATUSES: [crate::OutboxStatus; 2] = [crate::OutboxStatus::Pending, crate::OutboxStatus::Dead];
+
+/// The route of an outbox listing: an order's own rows, else the status index for the statuses it holds
+/// ([`OUTBOX_INDEXED_STATUSES`]), else the sink, else every row; the rest as checks. A listing of `delivered` or
+/// `unrouted` alone walks the newest rows, most of which match in an outbox of that bulk, and is a bounded scan
+/// where they are rare.
 pub fn outbox_route(f: &OutboxFilter) -> Route<'_> {
     let status = f.status.map(crate::OutboxStatus::as_str);
     let (kind, sink) = (f.kind.map(crate::OutboxKind::as_str), f.sink.as_deref());
-    let path = match (f.order_id.as_deref(), status.filter(|s| *s != "delivered"), sink, status) {
+    let indexed = f.status.filter(|s| OUTBOX_INDEXED_STATUSES.contains(s)).map(crate::OutboxStatus::as_str);
+    let path = match (f.order_id.as_deref(), indexed, sink) {
         (Some(o), ..) => Path::Value(Column::OrderId, o),
-        (None, Some(s), ..) => Path::Value(Column::Status, s),
-        (None, None, Some(s), _) => Path::Value(Column::Sink, s),
-        (None, None, None, Some(s)) => Path::Value(Column::Status, s),
-        (None, None, None, None) => Path::Newest,
+        (None, Some(s), _) => Path::Value(Column::Status, s),
+        (None, None, Some(s)) => Path::Value(Column::Sink, s),
+        (None, None, None) => Path::Newest,
     };
     Route::new(path, &[(Column::Status, status), (Column::Kind, kind), (Column::Sink, sink)])
 }
@@ -203,14 +209,22 @@ mod tests {
         );
         let dead = EventFilter { status: Some(Outcome::DeadLettered), ..f.clone() };
         assert_eq!(event_route(&dead).path, Path::Value(Column::Status, "dead_lettered"));
+        let processed = EventFilter { status: Some(Outcome::Processed), ..EventFilter::default() };
+        let route = event_route(&processed);
+        assert_eq!(route.path, Path::Newest, "the status index does not hold `processed`");
+        assert_eq!(route.checks, vec![Check::Equals(Column::Status, "processed")]);
         for f in every_event_filter() {
             let route = event_route(&f);
+            assert_ne!(route.path, Path::Value(Column::Status, "processed"), "{f:?}");
             if let Path::Value(served, _) = route.path {
                 assert!(!route.checks.iter().any(|c| matches!(c, Check::Equals(col, _) if *col == served)), "{f:?}");
             }
         }
         for f in every_outbox_filter() {
             let route = outbox_route(&f);
+            for bulk in ["delivered", "unrouted"] {
+                assert_ne!(route.path, Path::Value(Column::Status, bulk), "{f:?}");
+            }
             assert!(f.order_id.is_none() || matches!(route.path, Path::Value(Column::OrderId, _)), "{f:?}");
             assert!(!matches!(route.path, Path::Value(Column::Kind, _)), "no outbox index on kind: {f:?}");
         }
