@@ -5,6 +5,7 @@
 
 use crate::app::{AppState, SourceRuntime, now_ms};
 use crate::error::ApiError;
+use crate::openapi::{BatchAnswer, WebhookAnswer};
 use crate::reload::Live;
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -17,7 +18,6 @@ use payhook_core::event::EventId;
 use payhook_core::format::Format;
 use payhook_core::signature::Headers;
 use payhook_store::{Alert, Delivery, NonceClaim, NonceClaimed, Parsed, ReceivedHeaders, Store, StoreError};
-use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -125,10 +125,7 @@ async fn ingest<S: Store>(
                 tracing::debug!(
                     source = %src.settings.name, event_id, outcome = recorded.outcome.as_str(), "delivery recorded"
                 );
-                let mut answer = json!({ "status": recorded.outcome.as_str(), "event_id": event_id });
-                if let Some(detail) = recorded.detail {
-                    answer["detail"] = detail.into();
-                }
+                let answer = WebhookAnswer { detail: recorded.detail, event_id, status: recorded.outcome.as_str() };
                 answers.push((index, answer));
             }
             // The events recorded before the failure are kept; the provider's retry deduplicates them.
@@ -148,11 +145,11 @@ async fn ingest<S: Store>(
         return Ok(([(header::CONTENT_TYPE, "text/plain")], "[accepted]").into_response());
     }
     answers.sort_by_key(|(index, _)| *index);
-    let mut answers: Vec<serde_json::Value> = answers.into_iter().map(|(_, a)| a).collect();
+    let mut answers: Vec<WebhookAnswer> = answers.into_iter().map(|(_, a)| a).collect();
     if answers.len() == 1 {
         return Ok(Json(answers.remove(0)).into_response());
     }
-    Ok(Json(json!({ "status": "accepted", "events": answers })).into_response())
+    Ok(Json(BatchAnswer { events: answers, status: "accepted" }).into_response())
 }
 
 /// Reads, verifies and parses the request into the deliveries to record (one per event), refusing what fails

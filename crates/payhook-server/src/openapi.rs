@@ -82,15 +82,27 @@ pub(crate) struct ErrorBody {
     message: String,
 }
 
-/// The answer to a recorded delivery (a batching format's answer lists one per event under `events`).
+/// The answer to a recorded delivery (a batching format's answer lists one per event under `events`). The handler
+/// serializes this type itself, so the document and the answer cannot drift apart; the fields are in the order of
+/// their names, the order the answer has always had.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct WebhookAnswer {
-    /// `processed`, `duplicate`, `deferred`, `ignored` or `dead_lettered` (`accepted` for a batch).
-    status: String,
-    /// The event's id (a derived one for an unparseable body).
-    event_id: String,
     /// Why, when there is something to say.
-    detail: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) detail: Option<String>,
+    /// The event's id (a derived one for an unparseable body).
+    pub(crate) event_id: String,
+    /// `processed`, `duplicate`, `deferred`, `ignored` or `dead_lettered`.
+    pub(crate) status: &'static str,
+}
+
+/// The answer to a batching format's delivery of several events: `accepted`, and each event's own answer.
+#[derive(Debug, Serialize)]
+pub(crate) struct BatchAnswer {
+    /// Each event's answer, in the order of the delivery.
+    pub(crate) events: Vec<WebhookAnswer>,
+    /// `accepted`.
+    pub(crate) status: &'static str,
 }
 
 /// `/readyz`: each part `ok`, or what is wrong with it.
@@ -153,4 +165,30 @@ pub(crate) fn json() -> String {
         tracing::error!(error = %e, "the OpenAPI document does not serialize");
         "{}".to_owned()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_webhook_answer_has_its_fields_in_the_order_of_their_names_and_no_detail_when_there_is_none() {
+        let answer = |detail: Option<&str>, event_id: &str, status| WebhookAnswer {
+            detail: detail.map(str::to_owned),
+            event_id: event_id.to_owned(),
+            status,
+        };
+        let processed = answer(None, "evt_1", "processed");
+        assert_eq!(serde_json::to_string(&processed).unwrap(), r#"{"event_id":"evt_1","status":"processed"}"#);
+        let deferred = answer(Some("no order \"ord_1\" yet"), "evt_2", "deferred");
+        assert_eq!(
+            serde_json::to_string(&deferred).unwrap(),
+            r#"{"detail":"no order \"ord_1\" yet","event_id":"evt_2","status":"deferred"}"#
+        );
+        let batch = BatchAnswer { events: vec![processed, deferred], status: "accepted" };
+        assert_eq!(
+            serde_json::to_string(&batch).unwrap(),
+            r#"{"events":[{"event_id":"evt_1","status":"processed"},{"detail":"no order \"ord_1\" yet","event_id":"evt_2","status":"deferred"}],"status":"accepted"}"#
+        );
+    }
 }

@@ -13,9 +13,9 @@ async fn the_same_delivery_twice_is_processed_once_and_answered_duplicate_the_se
     let paid = event("evt_1", Pay, "ord_1", 1999);
 
     let (status, body) = app.deliver("payments", &paid).await;
-    assert_eq!((status, &body["status"], &body["event_id"]), (StatusCode::OK, &json!("processed"), &json!("evt_1")));
+    assert_eq!((status, body), (StatusCode::OK, json!({"event_id": "evt_1", "status": "processed"})));
     let (status, body) = app.deliver("payments", &paid).await;
-    assert_eq!((status, &body["status"]), (StatusCode::OK, &json!("duplicate")), "{body}");
+    assert_eq!((status, body), (StatusCode::OK, json!({"event_id": "evt_1", "status": "duplicate"})));
 
     let order = app.order("ord_1").await;
     assert_eq!(order["status"], "paid");
