@@ -13,6 +13,8 @@
 #
 # PAYHOOK_BENCH_AB_SQLITE_FILE=PATH runs every server, one after the other, on that existing SQLite file (grown
 # beforehand, e.g. by `payhook prefill`, to measure a database with history; retention off) instead of a fresh one.
+# PAYHOOK_BENCH_AB_SQLITE_FILE_B=PATH gives B a file of its own (a copy grown the same way), for builds whose
+# migrations leave the two files' schemas different.
 #
 # PAYHOOK_BENCH_AB_BACKEND=postgres runs each server on a fresh schema of $PAYHOOK_BENCH_POSTGRES_URL (else
 # $PAYHOOK_TEST_POSTGRES_URL, else postgres://postgres@127.0.0.1:5432/test) instead, dropped at the end, and also
@@ -55,7 +57,9 @@ run() { # label binary round port
     psql -q "$db" -c "CREATE SCHEMA $schema" >/dev/null
     bench_config "$file.toml" "$port" "url = \"$db${sep}options=-csearch_path%3D$schema\""
   elif [[ -n ${PAYHOOK_BENCH_AB_SQLITE_FILE:-} ]]; then
-    bench_config "$file.toml" "$port" "url = \"sqlite://$PAYHOOK_BENCH_AB_SQLITE_FILE\"
+    local grown=$PAYHOOK_BENCH_AB_SQLITE_FILE
+    [[ $label == B ]] && grown=${PAYHOOK_BENCH_AB_SQLITE_FILE_B:-$grown}
+    bench_config "$file.toml" "$port" "url = \"sqlite://$grown\"
 [retention]
 enabled = false"
   else
