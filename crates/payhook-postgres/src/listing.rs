@@ -86,9 +86,9 @@ fn numbered(conditions: &[&str], first: usize) -> String {
 
 /// Builds the statements of a listing of `table` that walks `walk` with `path` conditions (served by its index)
 /// and checks `residual` ones on each row.
-fn plan(table: &str, columns: &str, walk: Walk, path: Vec<(&str, Value)>, residual: Vec<(&str, Value)>) -> Plan {
+fn plan(table: &str, columns: &str, walk: Walk, path: Vec<(String, Value)>, residual: Vec<(&str, Value)>) -> Plan {
     let by_order = walk == Walk::OrderRows;
-    let mut path_sql: Vec<&str> = path.iter().map(|(sql, _)| *sql).collect();
+    let mut path_sql: Vec<&str> = path.iter().map(|(sql, _)| sql.as_str()).collect();
     path_sql.extend(["id < $", "id >= $"]);
     let n = path_sql.len();
     let path_where = numbered(&path_sql, 1);
@@ -99,7 +99,7 @@ fn plan(table: &str, columns: &str, walk: Walk, path: Vec<(&str, Value)>, residu
     let limit = n + residual_sql.len() + 1;
     let page = if by_order {
         // The order's rows first (a handful, down its index), then the range and the checks, sorted.
-        let order: Vec<&str> = path.iter().map(|(sql, _)| *sql).collect();
+        let order: Vec<&str> = path.iter().map(|(sql, _)| sql.as_str()).collect();
         let mut checks = vec!["id < $", "id >= $"];
         checks.extend(&residual_sql);
         format!(
@@ -151,14 +151,6 @@ fn check_sql(check: &Check<'_>) -> (&'static str, Value) {
     }
 }
 
-/// How the path down `inbox_by_status` is spelled: the index holds no `processed` row (migration 0011), and the
-/// planner walks a partial index only for a `WHERE` that implies its predicate, which a parameter cannot: the
-/// statement repeats the predicate. Routes never walk it for `processed` (`event_route`).
-const INBOX_STATUS_PATH: &str = "status = $ AND status <> 'processed'";
-
-/// The same for `outbox_by_status`, which holds only `OUTBOX_INDEXED_STATUSES` (migration 0011).
-const OUTBOX_STATUS_PATH: &str = "status = $ AND status IN ('pending', 'dead')";
-
 /// The statements of `route` over `table`, which walk its path's index.
 fn route_plan(table: &str, columns: &str, route: &Route<'_>) -> Plan {
     let (walk, path) = match route.path {
@@ -175,13 +167,12 @@ fn route_plan(table: &str, columns: &str, route: &Route<'_>) -> Plan {
                 // No listing walks the outbox by kind (`outbox_route` never chooses it): its primary key.
                 (_, Column::Kind) => Walk::Index("outbox_pkey"),
             };
-            let mut condition = check_sql(&Check::Equals(column, v));
-            match walk {
-                Walk::Index("inbox_by_status") => condition.0 = INBOX_STATUS_PATH,
-                Walk::Index("outbox_by_status") => condition.0 = OUTBOX_STATUS_PATH,
-                _ => {}
-            }
-            (walk, vec![condition])
+            let (sql, value) = check_sql(&Check::Equals(column, v));
+            let sql = match route.index_predicate {
+                Some(predicate) => format!("{sql} AND {predicate}"),
+                None => sql.to_owned(),
+            };
+            (walk, vec![(sql, value)])
         }
     };
     plan(table, columns, walk, path, route.checks.iter().map(check_sql).collect())

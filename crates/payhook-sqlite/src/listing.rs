@@ -64,12 +64,12 @@ struct Plan {
 
 /// Builds the statements of a listing of `table` that walks `walk` with `path` conditions (served by the walk) and
 /// checks `residual` ones on each row.
-fn plan(table: &str, columns: &str, walk: Walk, path: Vec<(&str, Value)>, residual: Vec<(&str, Value)>) -> Plan {
+fn plan(table: &str, columns: &str, walk: Walk, path: Vec<(String, Value)>, residual: Vec<(&str, Value)>) -> Plan {
     let access = match walk {
         Walk::Index(name) => format!("INDEXED BY {name}"),
         Walk::RowId | Walk::OrderList => "NOT INDEXED".to_owned(),
     };
-    let mut path_sql: Vec<&str> = path.iter().map(|(sql, _)| *sql).collect();
+    let mut path_sql: Vec<&str> = path.iter().map(|(sql, _)| sql.as_str()).collect();
     path_sql.extend(["id < ?", "id >= ?"]);
     let path_where = path_sql.join(" AND ");
     // An order's rows are few whatever the history: they need no scan bound.
@@ -91,14 +91,6 @@ fn plan(table: &str, columns: &str, walk: Walk, path: Vec<(&str, Value)>, residu
 fn text(s: &str) -> Value {
     Value::Text(s.to_owned())
 }
-
-/// How SQLite spells the condition of the path down `inbox_by_status`: the index holds no `processed` row
-/// (migration 0013), and SQLite walks a partial index only for a statement whose `WHERE` has the index's own term.
-/// Routes never walk it for `processed` (`event_route`).
-const INBOX_STATUS_PATH: &str = "status = ? AND status <> 'processed'";
-
-/// The same for `outbox_by_status`, which holds only `OUTBOX_INDEXED_STATUSES` (migration 0013).
-const OUTBOX_STATUS_PATH: &str = "status = ? AND status IN ('pending', 'dead')";
 
 /// How SQLite spells a condition, with its value.
 fn check_sql(check: &Check<'_>) -> (&'static str, Value) {
@@ -135,13 +127,12 @@ fn route_plan(table: &str, columns: &str, route: &Route<'_>) -> Plan {
                 // No listing walks the outbox by kind (`outbox_route` never chooses it): read every row.
                 (_, Column::Kind) => Walk::RowId,
             };
-            let mut condition = check_sql(&Check::Equals(column, v));
-            match walk {
-                Walk::Index("inbox_by_status") => condition.0 = INBOX_STATUS_PATH,
-                Walk::Index("outbox_by_status") => condition.0 = OUTBOX_STATUS_PATH,
-                _ => {}
-            }
-            (walk, vec![condition])
+            let (sql, value) = check_sql(&Check::Equals(column, v));
+            let sql = match route.index_predicate {
+                Some(predicate) => format!("{sql} AND {predicate}"),
+                None => sql.to_owned(),
+            };
+            (walk, vec![(sql, value)])
         }
     };
     plan(table, columns, walk, path, route.checks.iter().map(check_sql).collect())

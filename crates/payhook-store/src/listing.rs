@@ -124,6 +124,10 @@ pub enum Path<'a> {
 pub struct Route<'a> {
     /// The path.
     pub path: Path<'a>,
+    /// The predicate of the partial index the path walks (the status indexes: [`INBOX_STATUS_INDEXED`],
+    /// [`OUTBOX_STATUS_INDEXED`]), which the path's statements repeat: neither engine proves it from a parameter,
+    /// and neither walks a partial index for a statement that does not imply its predicate.
+    pub index_predicate: Option<&'static str>,
     /// The filter's conditions the path does not serve.
     pub checks: Vec<Check<'a>>,
 }
@@ -139,7 +143,13 @@ impl<'a> Route<'a> {
                 _ => true,
             })
             .collect();
-        Route { path, checks }
+        Route { path, index_predicate: None, checks }
+    }
+
+    /// This route, with `predicate` as its path's index predicate when the path is the status.
+    fn on_status_index(self, predicate: &'static str) -> Self {
+        let index_predicate = matches!(self.path, Path::Value(Column::Status, _)).then_some(predicate);
+        Route { index_predicate, ..self }
     }
 }
 
@@ -158,7 +168,8 @@ pub fn event_route(f: &EventFilter) -> Route<'_> {
         (None, None, None) => Path::Newest,
     };
     let mut route =
-        Route::new(path, &[(Column::Source, source), (Column::Status, status), (Column::EventType, event_type)]);
+        Route::new(path, &[(Column::Source, source), (Column::Status, status), (Column::EventType, event_type)])
+            .on_status_index(INBOX_STATUS_INDEXED);
     route.checks.extend(f.reason_contains.as_deref().map(Check::ReasonContains));
     route.checks.extend(f.since_ms.map(Check::ReceivedFrom));
     route.checks.extend(f.until_ms.map(Check::ReceivedBefore));
@@ -168,6 +179,13 @@ pub fn event_route(f: &EventFilter) -> Route<'_> {
 /// The outbox statuses the status index holds: the ones operators act on (watch what waits, re-queue the dead).
 /// `delivered` and `unrouted` are the bulk of a busy outbox and stay out of it.
 pub const OUTBOX_INDEXED_STATUSES: [crate::OutboxStatus; 2] = [crate::OutboxStatus::Pending, crate::OutboxStatus::Dead];
+
+/// The predicate of the inbox's status index (SQLite migration 0013, PostgreSQL 0011), in the SQL both engines
+/// read: every status but `processed`, the bulk of the inbox.
+pub const INBOX_STATUS_INDEXED: &str = "status <> 'processed'";
+
+/// The predicate of the outbox's status index (the same migrations): [`OUTBOX_INDEXED_STATUSES`].
+pub const OUTBOX_STATUS_INDEXED: &str = "status IN ('pending', 'dead')";
 
 /// The route of an outbox listing: an order's own rows, else the status index for the statuses it holds
 /// ([`OUTBOX_INDEXED_STATUSES`]), else the sink, else every row; the rest as checks. A listing of `delivered` or
@@ -184,6 +202,7 @@ pub fn outbox_route(f: &OutboxFilter) -> Route<'_> {
         (None, None, None) => Path::Newest,
     };
     Route::new(path, &[(Column::Status, status), (Column::Kind, kind), (Column::Sink, sink)])
+        .on_status_index(OUTBOX_STATUS_INDEXED)
 }
 
 #[cfg(test)]
@@ -209,8 +228,16 @@ mod tests {
         );
         let dead = EventFilter { status: Some(Outcome::DeadLettered), ..f.clone() };
         assert_eq!(event_route(&dead).path, Path::Value(Column::Status, "dead_lettered"));
+        let names: Vec<String> = OUTBOX_INDEXED_STATUSES.iter().map(|s| format!("'{}'", s.as_str())).collect();
+        assert_eq!(OUTBOX_STATUS_INDEXED, format!("status IN ({})", names.join(", ")));
+        assert_eq!(INBOX_STATUS_INDEXED, format!("status <> '{}'", Outcome::Processed.as_str()));
+        let dead = EventFilter { status: Some(Outcome::DeadLettered), ..EventFilter::default() };
+        assert_eq!(event_route(&dead).index_predicate, Some(INBOX_STATUS_INDEXED));
+        let pending = OutboxFilter { status: Some(crate::OutboxStatus::Pending), ..OutboxFilter::default() };
+        assert_eq!(outbox_route(&pending).index_predicate, Some(OUTBOX_STATUS_INDEXED));
         let processed = EventFilter { status: Some(Outcome::Processed), ..EventFilter::default() };
         let route = event_route(&processed);
+        assert_eq!(route.index_predicate, None);
         assert_eq!(route.path, Path::Newest, "the status index does not hold `processed`");
         assert_eq!(route.checks, vec![Check::Equals(Column::Status, "processed")]);
         for f in every_event_filter() {
