@@ -2,8 +2,8 @@
 //!
 //! A listing walks one ordered path: the index of one of its equality filters (migration 0011: `inbox (status)`,
 //! which migration 0013 narrows to the statuses other than `processed`, `inbox (source)`, `inbox (event_type)`,
-//! `outbox (status)`, narrowed to `pending` and `dead`, `outbox (sink)`; SQLite appends the row id to every index entry, so each is ordered by id
-//! within its value), or the table itself in row id order, or, for an order's
+//! `outbox (status)`, narrowed to `pending` and `dead`, `outbox (sink)`; SQLite appends the row id to every index
+//! entry, so each is ordered by id within its value), or the table itself in row id order, or, for an order's
 //! outbox rows, the ids the order lists (`orders.outbox_ids`). The path is named in the statement (`INDEXED BY`,
 //! `NOT INDEXED`), so the plan does not depend on statistics. A time range becomes a row id range through
 //! `inbox_received`: the first row received at or after `since` is the lowest id, the first received at or after
