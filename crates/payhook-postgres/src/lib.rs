@@ -123,6 +123,10 @@ pub struct PgOptions {
     /// Batch transactions in flight at once (each holds one pooled connection); the rest of the pool serves
     /// queries and the worker.
     pub writers: usize,
+    /// Of the `writers` batches, how many may be running their statements at once; the others have sent their
+    /// `COMMIT` and wait for its flush. 1 (the default) makes the next batch as large as what arrived while the one
+    /// before ran; more suit a database machine with cores to spare for one instance's batches.
+    pub executing_writers: usize,
     /// The server cancels any statement running longer than this (`statement_timeout`); 0 leaves the server's.
     pub statement_timeout_ms: u64,
     /// How long to wait for a new connection (the server is down or unreachable: answer 503 after this).
@@ -225,6 +229,7 @@ impl PgOptions {
             tls,
             pool_size: 16,
             writers: Self::default_writers(16),
+            executing_writers: 1,
             statement_timeout_ms: 5_000,
             connect_timeout_ms: 5_000,
             pool_wait_ms: 5_000,
@@ -362,6 +367,7 @@ impl PgStore {
                 batch_max: options.batch_max.clamp(1, MAX_BATCH),
                 queue_depth: options.queue_depth,
                 writers,
+                executing: options.executing_writers.clamp(1, writers),
                 deadline: options.batch_deadline(),
                 ctx: Arc::clone(&ctx),
             },

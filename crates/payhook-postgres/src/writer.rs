@@ -6,6 +6,12 @@
 //! most [`crate::MAX_BATCH`]. Under light load a batch is one job, so latency never gets worse; under load one
 //! commit (one WAL flush) serves dozens.
 //!
+//! Of the batches in flight, at most `executing` run their statements at once (1 by default); the others have
+//! sent their `COMMIT` and wait for its WAL flush. A batch therefore forms while the one before it runs, and is as
+//! large as what arrived meanwhile; each batch costs the database about the same fixed work whatever its size (a
+//! transaction, a function call, a handful of statements), so fewer, larger batches cost less per delivery, while
+//! the commits' flushes (a slow disk, a synchronous standby) still overlap.
+//!
 //! A batch is two pipelined round trips and two or three statements, whatever its size:
 //!
 //! ```text
@@ -46,7 +52,7 @@ use payhook_store::{NewOrder, Recorded, Registered, StoreError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_postgres::types::ToSql;
 
@@ -76,6 +82,8 @@ pub(crate) struct WriterConfig {
     pub(crate) batch_max: usize,
     pub(crate) queue_depth: usize,
     pub(crate) writers: usize,
+    /// Of those, how many may be running their statements at once (the rest wait for their `COMMIT`).
+    pub(crate) executing: usize,
     /// A batch that has not committed by then is abandoned (its connection dropped) and answered 503.
     pub(crate) deadline: Duration,
     /// The retry policy of guard misses that defer, and the routing of outbox rows, forwards and alerts.
@@ -91,6 +99,10 @@ pub(crate) struct Counters {
     failed_batches: AtomicU64,
     /// Jobs per committed batch transaction.
     batch_sizes: Histogram,
+    /// Batches holding a connection now (at most `writers`), and those of them running their statements (at most
+    /// `executing`; the rest wait for their `COMMIT`).
+    in_flight: AtomicU64,
+    executing: AtomicU64,
 }
 
 impl Default for Counters {
@@ -101,7 +113,28 @@ impl Default for Counters {
             reruns: AtomicU64::new(0),
             failed_batches: AtomicU64::new(0),
             batch_sizes: Histogram::new(BATCH_SIZE_BOUNDS),
+            in_flight: AtomicU64::new(0),
+            executing: AtomicU64::new(0),
         }
+    }
+}
+
+/// A batch's turn to run its statements: given back (dropped) once its last `COMMIT` is sent, or when it ends.
+struct Turn {
+    _permit: OwnedSemaphorePermit,
+    counters: Arc<Counters>,
+}
+
+impl Turn {
+    fn new(permit: OwnedSemaphorePermit, counters: &Arc<Counters>) -> Self {
+        counters.executing.fetch_add(1, Ordering::Relaxed);
+        Turn { _permit: permit, counters: Arc::clone(counters) }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.counters.executing.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -240,6 +273,8 @@ impl Writer {
             batches: Some(payhook_store::metrics::BatchOutcomes {
                 reruns: self.counters.reruns.load(Ordering::Relaxed),
                 failed: self.counters.failed_batches.load(Ordering::Relaxed),
+                in_flight: self.counters.in_flight.load(Ordering::Relaxed),
+                executing: self.counters.executing.load(Ordering::Relaxed),
             }),
             connects: None,
         }
@@ -265,6 +300,7 @@ async fn run(
     let writers = config.writers.max(1);
     let batch_max = config.batch_max.max(1);
     let permits = Arc::new(Semaphore::new(writers));
+    let executing = Arc::new(Semaphore::new(config.executing.clamp(1, writers)));
     let config = Arc::new(config);
     let mut in_flight = JoinSet::new();
     loop {
@@ -273,6 +309,12 @@ async fn run(
             biased;
             _ = stop.notified() => break,
             permit = Arc::clone(&permits).acquire_owned() => permit.expect("the semaphore is never closed"),
+        };
+        // Then the turn to execute: jobs keep arriving while the batch before runs its statements.
+        let turn = tokio::select! {
+            biased;
+            _ = stop.notified() => break,
+            turn = Arc::clone(&executing).acquire_owned() => turn.expect("the semaphore is never closed"),
         };
         let first = tokio::select! {
             biased;
@@ -290,8 +332,9 @@ async fn run(
             }
         }
         let (pool, config, counters) = (pool.clone(), Arc::clone(&config), Arc::clone(&counters));
+        let turn = Turn::new(turn, &counters);
         in_flight.spawn(async move {
-            run_batch(&pool, batch, &config, &counters).await;
+            run_batch(&pool, batch, &config, &counters, turn).await;
             drop(permit);
         });
         while let Some(done) = in_flight.try_join_next() {
@@ -314,9 +357,11 @@ async fn run(
             break;
         }
         let permit = Arc::clone(&permits).acquire_owned().await.expect("the semaphore is never closed");
+        let turn = Arc::clone(&executing).acquire_owned().await.expect("the semaphore is never closed");
         let (pool, config, counters) = (pool.clone(), Arc::clone(&config), Arc::clone(&counters));
+        let turn = Turn::new(turn, &counters);
         in_flight.spawn(async move {
-            run_batch(&pool, batch, &config, &counters).await;
+            run_batch(&pool, batch, &config, &counters, turn).await;
             drop(permit);
         });
     }
@@ -374,23 +419,35 @@ impl From<StoreError> for BatchError {
 pub struct BatchFailed(#[source] Arc<PgError>);
 
 /// Runs a drained batch: its registrations in one transaction, then its ingests in another (each kind is one
-/// call of its batch function), and answers every job.
-async fn run_batch(pool: &Pool, jobs: Vec<Job>, config: &WriterConfig, counters: &Counters) {
+/// call of its batch function), and answers every job. `turn` (the batch's turn to execute) is given back once
+/// the last transaction has sent its `COMMIT`, or when the batch ends.
+async fn run_batch(pool: &Pool, jobs: Vec<Job>, config: &WriterConfig, counters: &Counters, turn: Turn) {
+    counters.in_flight.fetch_add(1, Ordering::Relaxed);
     let (registers, ingests): (Vec<Job>, Vec<Job>) =
         jobs.into_iter().partition(|j| matches!(j.work, Work::Register(_)));
     // Registrations first: an event drained together with its order's registration then finds the order.
-    for group in [registers, ingests] {
-        if !group.is_empty() {
-            run_group(pool, group, config, counters).await;
-        }
+    let groups: Vec<Vec<Job>> = [registers, ingests].into_iter().filter(|g| !g.is_empty()).collect();
+    let last = groups.len().saturating_sub(1);
+    let mut turn = Some(turn);
+    for (i, group) in groups.into_iter().enumerate() {
+        let mut held = None;
+        run_group(pool, group, config, counters, if i == last { &mut turn } else { &mut held }).await;
     }
+    drop(turn);
+    counters.in_flight.fetch_sub(1, Ordering::Relaxed);
 }
 
-async fn run_group(pool: &Pool, mut jobs: Vec<Job>, config: &WriterConfig, counters: &Counters) {
+async fn run_group(
+    pool: &Pool,
+    mut jobs: Vec<Job>,
+    config: &WriterConfig,
+    counters: &Counters,
+    turn: &mut Option<Turn>,
+) {
     jobs.sort_by(|a, b| a.work.lock_key().cmp(&b.work.lock_key()));
     let mut attempt = 1;
     let outcome = loop {
-        match execute(pool, &jobs, config).await {
+        match execute(pool, &jobs, config, turn).await {
             Ok(pending) => break Ok(pending),
             Err(failed) if failed.can_rerun() && attempt < MAX_BATCH_ATTEMPTS => {
                 counters.reruns.fetch_add(1, Ordering::Relaxed);
@@ -493,10 +550,15 @@ async fn apply_billing(
 }
 
 /// One attempt at a batch, on one pooled connection.
-async fn execute(pool: &Pool, jobs: &[Job], config: &WriterConfig) -> Result<Vec<Pending>, Failed> {
+async fn execute(
+    pool: &Pool,
+    jobs: &[Job],
+    config: &WriterConfig,
+    turn: &mut Option<Turn>,
+) -> Result<Vec<Pending>, Failed> {
     let client = pool::get(pool).await.map_err(|e| Failed { error: BatchError::Pg(e), commit_sent: false })?;
     let mut commit_sent = false;
-    let attempt = tokio::time::timeout(config.deadline, transact(&client, jobs, config, &mut commit_sent)).await;
+    let attempt = tokio::time::timeout(config.deadline, transact(&client, jobs, config, &mut commit_sent, turn)).await;
     let error = match attempt {
         Ok(Ok(pending)) => return Ok(pending),
         Ok(Err(error)) => error,
@@ -517,6 +579,7 @@ async fn transact(
     jobs: &[Job],
     config: &WriterConfig,
     commit_sent: &mut bool,
+    turn: &mut Option<Turn>,
 ) -> Result<Vec<Pending>, BatchError> {
     // One routing for the whole batch, even if a reload replaces it meanwhile.
     let ctx = config.ctx.current();
@@ -583,6 +646,8 @@ async fn transact(
         *commit_sent = true;
         let commit = if settled.is_none() && !pending.iter().any(Pending::wrote) { QUIET_COMMIT_SQL } else { "COMMIT" };
         let committed = send(client.batch_execute(commit)).await;
+        // The statements are done; what is left is the flush. The next batch may run meanwhile.
+        drop(turn.take());
         // A failed settlement aborted the transaction, and the COMMIT after it rolled back: report the settlement.
         if let Some(settled) = settled {
             settled.answer().await?;

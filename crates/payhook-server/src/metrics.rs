@@ -556,6 +556,20 @@ fn render_batches(out: &mut String, b: &payhook_store::metrics::BatchOutcomes) {
     sample(out, "payhook_postgres_batch_reruns_total", "", b.reruns);
     family(out, "payhook_postgres_batches_failed_total", "counter", "Batch transactions given up, answered 503.");
     sample(out, "payhook_postgres_batches_failed_total", "", b.failed);
+    family(
+        out,
+        "payhook_postgres_batches_in_flight",
+        "gauge",
+        "Batch transactions holding a connection now (at most storage.writers).",
+    );
+    sample(out, "payhook_postgres_batches_in_flight", "", b.in_flight);
+    family(
+        out,
+        "payhook_postgres_batches_executing",
+        "gauge",
+        "Of those, the ones running their statements (at most storage.executing_writers); the rest wait for COMMIT.",
+    );
+    sample(out, "payhook_postgres_batches_executing", "", b.executing);
 }
 
 /// Failed connection attempts, and requests refused by the reconnect backoff: a database down, or a failover.

@@ -103,6 +103,11 @@ pub struct BatchOutcomes {
     pub reruns: u64,
     /// Batches given up, every job of which was answered 503.
     pub failed: u64,
+    /// Batches holding a connection now (at most `storage.writers`).
+    pub in_flight: u64,
+    /// Of those, the batches running their statements (at most `storage.executing_writers`); the others wait for
+    /// their `COMMIT`.
+    pub executing: u64,
 }
 
 /// What retention did with the inbox's day partitions since the store opened (PostgreSQL).

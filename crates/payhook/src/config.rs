@@ -325,11 +325,12 @@ impl StorageConfig {
                 format!("sqlite://{} (batch_max {}, fsync {:?})", o.path.display(), o.batch_max, o.sync)
             }
             StorageConfig::Postgres(o) => format!(
-                "{} (tls: {}, pool_size {}, writers {}, batch_max {}, statement_timeout_ms {}{}{})",
+                "{} (tls: {}, pool_size {}, writers {} ({} executing), batch_max {}, statement_timeout_ms {}{}{})",
                 o.target(),
                 o.tls_summary(),
                 o.pool_size,
                 o.writers,
+                o.executing_writers,
                 o.batch_max,
                 o.statement_timeout_ms,
                 if o.require_sync_standby { ", synchronous standby required" } else { "" },

@@ -8,6 +8,8 @@
 //! * `contract`: the store contract every backend must pass (`payhook_store::contract`), with group commit and
 //!   with one commit per event.
 //! * `counters`: the counters behind `stats` are kept whoever writes, read without a scan, corrected by a recount.
+//! * `executing`: of the batches in flight, at most `executing_writers` run their statements at once, and a batch
+//!   gives its turn back once its `COMMIT` is sent.
 //! * `failover`: a multi-host URL whose first host is gone; a server that turns read-only under the store's
 //!   connections (a demoted or fenced primary): they are dropped, and writes resume without a restart.
 //! * `faults`: a failing delivery rolls back only its own savepoint; a deadlocked batch is run again whole; a
@@ -36,6 +38,7 @@ mod billing;
 mod contract;
 mod counters;
 mod documents;
+mod executing;
 mod failover;
 mod faults;
 mod instances;

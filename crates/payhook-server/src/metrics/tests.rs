@@ -36,14 +36,19 @@ fn partition_counters_are_rendered_as_counters() {
 }
 
 #[test]
-fn batch_reruns_and_failures_are_rendered_as_counters() {
+fn batch_reruns_and_failures_are_rendered_as_counters_and_batches_in_flight_as_gauges() {
     let mut out = String::new();
-    render_batches(&mut out, &payhook_store::metrics::BatchOutcomes { reruns: 4, failed: 2 });
+    let outcomes = payhook_store::metrics::BatchOutcomes { reruns: 4, failed: 2, in_flight: 3, executing: 1 };
+    render_batches(&mut out, &outcomes);
     for line in [
         "# TYPE payhook_postgres_batch_reruns_total counter",
         "payhook_postgres_batch_reruns_total 4",
         "# TYPE payhook_postgres_batches_failed_total counter",
         "payhook_postgres_batches_failed_total 2",
+        "# TYPE payhook_postgres_batches_in_flight gauge",
+        "payhook_postgres_batches_in_flight 3",
+        "# TYPE payhook_postgres_batches_executing gauge",
+        "payhook_postgres_batches_executing 1",
     ] {
         assert!(out.lines().any(|l| l == line), "{line} is missing from:\n{out}");
     }

@@ -197,6 +197,7 @@ fn a_postgres_url_selects_postgres_with_the_pool_keys() {
     let c = Config::from_toml(text, "t", None).unwrap();
     let o = postgres(&c);
     assert_eq!((o.pool_size, o.writers, o.statement_timeout_ms, o.batch_max), (24, 4, 750, 100));
+    assert_eq!(o.executing_writers, 1, "one batch runs its statements while the others wait for their COMMIT");
     assert_eq!(o.config.get_dbname(), Some("hooks"));
     assert_eq!(o.config.get_options(), Some("-csearch_path=ph"));
     let shown = format!("{} {c:?}", c.storage.describe());
@@ -299,6 +300,8 @@ fn bad_postgres_settings_are_named_without_echoing_the_url() {
         ("url = \"postgres://u:pw@h/d?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem\"", "/nonexistent/ca.pem"),
         ("url = \"postgres://u:pw@h/d\"\npool_size = 0", "storage.pool_size"),
         ("url = \"postgres://u:pw@h/d\"\npool_size = 4\nwriters = 5", "storage.writers"),
+        ("url = \"postgres://u:pw@h/d\"\nwriters = 2\nexecuting_writers = 3", "storage.executing_writers"),
+        ("url = \"postgres://u:pw@h/d\"\nexecuting_writers = 0", "storage.executing_writers"),
     ] {
         let err = format!("{:#}", Config::from_toml(&format!("[storage]\n{text}\n"), "t", None).unwrap_err());
         assert!(err.contains(key) && !err.contains("pw"), "{text}: {err}");
