@@ -148,8 +148,12 @@ BEGIN
             -- The effects, only when some delivery claimed its business key: a batch of nothing else touches no
             -- order table.
             IF 'claimed' = ANY(v_key) THEN
+                -- The columns the effects read, not the payload: `d` is materialized once and read three times.
                 WITH d AS (
-                    SELECT d.*, d.ordinality::int AS n FROM unnest(p_deliveries) WITH ORDINALITY AS d
+                    SELECT d.source, d.event_id, d.event_type, d.received_at, d.order_id, d.from1, d.from2,
+                           d.to_status, d.amount, d.currency, d.outbox_kind, d.payloads, d.route_lo, d.route_hi,
+                           d.ordinality::int AS n
+                    FROM unnest(p_deliveries) WITH ORDINALITY AS d
                 ), applied AS (
                     UPDATE orders o SET status = d.to_status, updated_at = d.received_at
                     FROM d
@@ -171,8 +175,9 @@ BEGIN
                            d.received_at
                     FROM applied a JOIN d ON d.n = a.n
                     CROSS JOIN LATERAL (
-                        -- One sink or none: one row ('' is unrouted); several: one pending row each, in order.
-                        SELECT r.sink, r.k, (count(*) OVER () <= 1 AND r.sink = '') AS unrouted
+                        -- No sink: one row, unrouted ('' stands for its sink; no sink is named ''); otherwise one
+                        -- pending row per sink, in order.
+                        SELECT r.sink, r.k, r.sink = '' AS unrouted
                         FROM unnest(coalesce(nullif(p_route_sinks[d.route_lo:d.route_hi], '{}'), '{""}'))
                              WITH ORDINALITY AS r(sink, k)
                     ) s
