@@ -21,7 +21,7 @@ pub(super) struct RawStorage {
     pub(super) fsync: String,
     pub(super) pool_size: usize,
     pub(super) writers: Option<usize>,
-    pub(super) executing_writers: usize,
+    pub(super) executing_writers: Option<usize>,
     pub(super) statement_timeout_ms: u64,
     pub(super) connect_timeout_ms: u64,
     pub(super) partition_lock_timeout_ms: u64,
@@ -111,7 +111,9 @@ pub(super) fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<Sto
     if writers == 0 || writers > raw.pool_size {
         bail!("storage.writers must be between 1 and storage.pool_size ({})", raw.pool_size);
     }
-    if raw.executing_writers == 0 || raw.executing_writers > writers {
+    // One event per transaction (no group commit) gains nothing from waiting for a turn: every writer executes.
+    let executing_writers = raw.executing_writers.unwrap_or(if raw.group_commit { 1 } else { writers });
+    if executing_writers == 0 || executing_writers > writers {
         bail!("storage.executing_writers must be between 1 and storage.writers ({writers})");
     }
     if raw.connect_timeout_ms == 0 {
@@ -119,7 +121,7 @@ pub(super) fn resolve_storage(raw: RawStorage, retry: RetryPolicy) -> Result<Sto
     }
     options.pool_size = raw.pool_size;
     options.writers = writers;
-    options.executing_writers = raw.executing_writers;
+    options.executing_writers = executing_writers;
     options.statement_timeout_ms = raw.statement_timeout_ms;
     options.connect_timeout_ms = raw.connect_timeout_ms;
     options.pool_wait_ms = raw.connect_timeout_ms;

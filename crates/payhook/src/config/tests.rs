@@ -198,6 +198,9 @@ fn a_postgres_url_selects_postgres_with_the_pool_keys() {
     let o = postgres(&c);
     assert_eq!((o.pool_size, o.writers, o.statement_timeout_ms, o.batch_max), (24, 4, 750, 100));
     assert_eq!(o.executing_writers, 1, "one batch runs its statements while the others wait for their COMMIT");
+    let per_event =
+        Config::from_toml("[storage]\nurl = \"postgres://h/d\"\ngroup_commit = false\nwriters = 6\n", "t", None);
+    assert_eq!(postgres(&per_event.unwrap()).executing_writers, 6, "one event per transaction: every writer executes");
     assert_eq!(o.config.get_dbname(), Some("hooks"));
     assert_eq!(o.config.get_options(), Some("-csearch_path=ph"));
     let shown = format!("{} {c:?}", c.storage.describe());
