@@ -25,6 +25,23 @@ fn batches(store: &TempStore) -> BatchOutcomes {
     store.pg().writer_metrics().batches.expect("PostgreSQL reports its batches")
 }
 
+/// Plants a trigger (`when`: its timing, event and level; a deferrable one is made a constraint trigger) that
+/// waits for the advisory lock `(1347, key)`, and takes that lock on `side` until it unlocks it.
+async fn hold(side: &tokio_postgres::Client, key: i32, when: &str) {
+    let constraint = if when.contains("DEFERRABLE") { "CONSTRAINT" } else { "" };
+    side.batch_execute(&format!(
+        "CREATE FUNCTION hold_{key}() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM pg_advisory_xact_lock_shared(1347, {key});
+             RETURN NULL;
+         END $$;
+         CREATE {constraint} TRIGGER hold_{key} {when} EXECUTE FUNCTION hold_{key}();
+         SELECT pg_advisory_lock(1347, {key});"
+    ))
+    .await
+    .expect("plant the trigger that waits");
+}
+
 fn customer_event(i: usize) -> payhook_store::Delivery {
     ignored(&format!("evt_{i}"), "customer.created", T0 + i as i64)
 }
@@ -39,18 +56,8 @@ async fn at_most_executing_writers_batches_run_their_statements_at_once() {
         })
         .await;
         let side = store.schema().side().await;
-        side.batch_execute(
-            "CREATE FUNCTION hold_statements() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN
-                 PERFORM pg_advisory_xact_lock_shared(1347, 2);
-                 RETURN NULL;
-             END $$;
-             CREATE TRIGGER hold_statements BEFORE INSERT ON inbox_keys
-                 FOR EACH STATEMENT EXECUTE FUNCTION hold_statements();
-             SELECT pg_advisory_lock(1347, 2);",
-        )
-        .await
-        .expect("plant the statements that wait");
+        // Every batch's statements wait for the side session's lock, at their first insert into `inbox_keys`.
+        hold(&side, 2, "BEFORE INSERT ON inbox_keys FOR EACH STATEMENT").await;
         let first = store.ingest(customer_event(0));
         until_waiting(&store, &side, 1).await;
         // Queued now, before the futures are polled.
@@ -90,19 +97,13 @@ async fn a_batch_gives_its_turn_back_once_its_commit_is_sent() {
     })
     .await;
     let side = store.schema().side().await;
-    // At COMMIT, the transaction that claimed evt_held's key waits for an advisory lock the side session holds.
-    side.batch_execute(
-        "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             PERFORM pg_advisory_xact_lock_shared(1347, 1);
-             RETURN NULL;
-         END $$;
-         CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON inbox_keys DEFERRABLE INITIALLY DEFERRED
-             FOR EACH ROW WHEN (NEW.event_id = 'evt_held') EXECUTE FUNCTION hold_commit();
-         SELECT pg_advisory_lock(1347, 1);",
+    // At COMMIT, the transaction that claimed evt_held's key waits for the side session's lock.
+    hold(
+        &side,
+        1,
+        "AFTER INSERT ON inbox_keys DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.event_id = 'evt_held')",
     )
-    .await
-    .expect("plant the commit that waits");
+    .await;
 
     let held = store.ingest(ignored("evt_held", "customer.created", T0));
     until_waiting(&store, &side, 1).await;
