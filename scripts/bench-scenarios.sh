@@ -6,7 +6,10 @@
 # sqlite (default): a fresh SQLite file per scenario. postgres: a fresh schema per scenario in
 # $PAYHOOK_BENCH_POSTGRES_URL, else $PAYHOOK_TEST_POSTGRES_URL, else postgres://postgres@127.0.0.1:5432/test (dropped
 # at the end). sustained runs for $PAYHOOK_BENCH_DURATION_SECS (default 30) seconds. The flags of each scenario are
-# in scripts/bench-lib.sh; every run has --verify. Prints a markdown table, one row per scenario.
+# in scripts/bench-lib.sh; every run has --verify. Prints a markdown table, one row per scenario, with payhook's own
+# CPU per acknowledged delivery while the deliveries ran (user + system, all threads, `bench --server-pid`), its
+# writer thread's and tokio's workers' shares, its peak resident set and, on postgres, the local database's CPU
+# per acknowledged delivery (`bench --database-process postgres`: meaningful when nothing else uses it).
 set -euo pipefail
 backend=${1:-sqlite}
 orders=${2:-30000}
@@ -48,7 +51,10 @@ run_scenario() { # scenario port
   pids+=($!)
   wait_ready "$port" "$work/serve.log"
   mapfile -t args < <(scenario_args "$scenario" "$orders" "$concurrency")
-  "$bin" --config "$work/$scenario.toml" bench "${args[@]}" --verify --json > "$work/$scenario.json"
+  local database=()
+  [[ $backend == postgres ]] && database=(--database-process postgres)
+  "$bin" --config "$work/$scenario.toml" bench "${args[@]}" --verify --json --server-pid "${pids[-1]}" \
+    "${database[@]}" > "$work/$scenario.json"
   kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
   unset 'pids[-1]'   # gone: its id may be another process's by the time cleanup runs
 }
@@ -64,13 +70,19 @@ import json, sys
 work, backend, scenarios = sys.argv[1], sys.argv[2], sys.argv[3:]
 print(f"payhook bench scenarios on {backend}, each on a fresh server")
 print()
-print("| scenario | command line | deliveries | acked/s | p50 ms | p99 ms | max ms | violations |")
-print("|---|---|---|---|---|---|---|---|")
+print("| scenario | command line | deliveries | acked/s | p50 ms | p99 ms | max ms | CPU µs/acked | writer µs/acked "
+      "| workers µs/acked | database CPU µs/acked | peak RSS MiB | violations |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for s in scenarios:
     r = json.load(open(f"{work}/{s}.json"))
     l = r["latency_ms"]
+    c = r["server_cpu"]
+    threads = c["by_thread_us_per_acked"]
+    database = r.get("database_cpu", {}).get("us_per_acked")  # SQLite has no database process
     print(f"| {s} | `{r['command']}` | {r['deliveries']} | {r['acked_per_s']:.0f} | {l['p50']:.2f} | {l['p99']:.2f} "
-          f"| {l['max']:.2f} | {r['verify']['violations']} |")
+          f"| {l['max']:.2f} | {c['us_per_acked']:.1f} | {threads.get('sqlite-writer', 0.0):.1f} "
+          f"| {threads.get('tokio-rt-worker', 0.0):.1f} | {'–' if database is None else f'{database:.1f}'} "
+          f"| {c['peak_rss_mib']:.1f} | {r['verify']['violations']} |")
 for s in scenarios:
     r = json.load(open(f"{work}/{s}.json"))
     if "per_second" in r:

@@ -9,14 +9,25 @@
 #   scripts/instructions.sh --check    # also fails when it is above the number in scripts/instructions-threshold
 #
 # $PAYHOOK_INSTR_ORDERS sets the two workloads' orders (default "200 800"); $PAYHOOK_INSTR_BIN measures that
-# payhook binary instead of building this checkout's (to compare two builds).
+# payhook binary instead of building this checkout's (to compare two builds); $PAYHOOK_INSTR_SCENARIO runs another
+# scenario of scripts/bench-lib.sh than steady (dup-storm or refund-first: sustained runs for a time, not a fixed
+# workload). The threshold is steady's.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/bench-lib.sh"
 cd "$root"
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
-bin=$(release_binary "${PAYHOOK_INSTR_BIN:-}")
 read -r small large <<< "${PAYHOOK_INSTR_ORDERS:-200 800}"
+scenario=${PAYHOOK_INSTR_SCENARIO:-steady}
+case $scenario in
+  steady|dup-storm|refund-first) ;;
+  *) echo "PAYHOOK_INSTR_SCENARIO: steady, dup-storm or refund-first, not $scenario" >&2; exit 2 ;;
+esac
+if [[ ${1:-} == --check && $scenario != steady ]]; then
+  echo "--check compares steady's count with its threshold; unset PAYHOOK_INSTR_SCENARIO" >&2
+  exit 2
+fi
+bin=$(release_binary "${PAYHOOK_INSTR_BIN:-}")
 work=$(mktemp -d)
 pid=
 cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
@@ -31,9 +42,10 @@ measure() { # ORDERS PORT: prints "INSTRUCTIONS DELIVERIES"
     2>"$dir/serve.log" &
   pid=$!
   wait_ready "$port" "$dir/serve.log"
-  "$bin" --config "$dir/payhook.toml" bench --url "http://127.0.0.1:$port" --scenario steady --source payments \
-    --orders "$orders" --dup 0.2 --refund 0.1 --shuffle --concurrency 4 --client lean --seed 7 --verify --json \
-    > "$dir/report.json"
+  local args
+  mapfile -t args < <(scenario_args "$scenario" "$orders" 4)
+  "$bin" --config "$dir/payhook.toml" bench --url "http://127.0.0.1:$port" "${args[@]}" --client lean --seed 7 \
+    --verify --json > "$dir/report.json"
   kill -TERM "$pid"
   wait "$pid" || true
   pid=
@@ -51,7 +63,7 @@ PY
 read -r ir_small n_small <<< "$(measure "$small" 18471)"
 read -r ir_large n_large <<< "$(measure "$large" 18472)"
 per=$(( (ir_large - ir_small) / (n_large - n_small) ))
-echo "instructions per delivery: $per  (callgrind; $n_small and $n_large deliveries: $ir_small and $ir_large instructions)"
+echo "instructions per delivery: $per  ($scenario, callgrind; $n_small and $n_large deliveries: $ir_small and $ir_large instructions)"
 if [[ ${1:-} == --check ]]; then
   threshold=$(grep -v '^#' "$root/scripts/instructions-threshold" | tr -d '[:space:]')
   if (( per > threshold )); then
