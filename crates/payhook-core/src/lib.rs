@@ -11,10 +11,13 @@
 //!   that matched nothing.
 //! - [`billing`]: subscriptions (newest event wins, ended is final) and entitlements (one per paid invoice).
 //! - [`preset`]: providers' signature rules, formats and example deliveries, written as data (`presets/*.toml`).
+//! - [`confirm`]: effects read from the provider's API about the signed resource, for providers that do not sign the
+//!   body.
 //! - [`retry`]: the retry policy, a pure function from attempt count to the next attempt or a dead letter.
 //! - [`mod@time`]: calendar time, providers' date-times to unix seconds and back.
 
 pub mod billing;
+pub mod confirm;
 pub mod event;
 pub mod format;
 pub mod json_pointer;

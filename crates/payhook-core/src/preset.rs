@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::confirm::{Confirm, ConfirmSpec};
 use crate::format::{DeclaredFormat, ExampleSpec, Format, FormatSpec, FormatSpecError};
 use crate::signature::{DeclaredScheme, Scheme, SignatureSpec, SpecError};
 
@@ -28,6 +29,7 @@ struct PresetFile {
     format: Option<FormatSpec>,
     #[serde(default)]
     examples: Vec<ExampleSpec>,
+    confirm: Option<ConfirmSpec>,
 }
 
 /// One provider's preset.
@@ -49,6 +51,8 @@ pub struct Preset {
     pub format: Option<FormatSpec>,
     /// Deliveries shaped like the provider's documented examples.
     pub examples: Vec<ExampleSpec>,
+    /// How the provider's API confirms a delivery whose body its signature does not cover.
+    pub confirm: Option<ConfirmSpec>,
 }
 
 /// Why a preset cannot be used; a test keeps every shipped preset free of these.
@@ -88,6 +92,7 @@ impl Preset {
             signature: file.signature,
             format: file.format,
             examples: file.examples,
+            confirm: file.confirm,
         })
     }
 
@@ -104,6 +109,14 @@ impl Preset {
         let Some(spec) = &self.format else { return Ok(None) };
         let format = DeclaredFormat::new(self.name, spec).map_err(|e| PresetError::Format(self.name, e))?;
         Ok(Some(Format::Declared(Arc::new(format.with_examples(self.examples.clone())))))
+    }
+}
+
+impl Preset {
+    /// Its `[confirm]` table compiled, or `None` without one.
+    pub fn confirm(&self) -> Result<Option<Confirm>, PresetError> {
+        let Some(spec) = &self.confirm else { return Ok(None) };
+        Confirm::new(self.name, spec).map(Some).map_err(|e| PresetError::Format(self.name, e))
     }
 }
 
@@ -177,6 +190,56 @@ mod tests {
         }
     }
 
+    /// No preset's format reads a part its own signature leaves unsigned without naming it in `unsigned`, and
+    /// every `[confirm]` reads only signed parts.
+    #[test]
+    fn every_preset_reads_unsigned_parts_only_by_name() {
+        for preset in all() {
+            let (Some(Format::Declared(format)), Some(scheme)) =
+                (preset.format().expect("compiles"), preset.scheme(None).expect("compiles"))
+            else {
+                continue;
+            };
+            let spec = preset.signature.as_ref().expect("has a rule");
+            let verifier = Verifier::new(scheme, &[Secret::new(test_secret(spec))], 300).expect("test key");
+            let signed = verifier.signed_parts();
+            format.check_signed(&signed).unwrap_or_else(|e| panic!("{}: format.{e}", preset.name));
+            if let Some(confirm) = preset.confirm().unwrap_or_else(|e| panic!("{e}")) {
+                let Scheme::Declared(d) = verifier.scheme() else { panic!("{}: confirm needs a rule", preset.name) };
+                for part in confirm.reads() {
+                    let covered = d.signed_parts().iter().any(|p| match p {
+                        crate::signature::SignedPart::Query(q) => part == format!("query:{q}"),
+                        crate::signature::SignedPart::Header(h) => part == format!("header:{h}"),
+                        _ => false,
+                    });
+                    assert!(covered, "{}: confirm reads {part}, which the signature does not cover", preset.name);
+                }
+            }
+        }
+    }
+
+    /// A format that reads an unsigned header is refused until it names the field, and a rule without a signed
+    /// body cannot read the body unnoticed.
+    #[test]
+    fn a_field_read_from_an_unsigned_part_is_refused_unless_named() {
+        let spec: crate::format::FormatSpec = toml::from_str(
+            "event_id = \"/id\"\nevent_type = \"header:x-topic\"\norder_id = \"/order\"\n\
+             [[events]]\ntype = \"paid\"\neffect = \"pay\"",
+        )
+        .expect("a format");
+        let format = DeclaredFormat::new("declared", &spec).expect("compiles");
+        let body_only = crate::format::SignedParts { body: true, headers: Vec::new() };
+        let err = format.check_signed(&body_only).expect_err("the topic header is not signed");
+        assert_eq!(err.key, "event_type");
+        assert!(err.reason.contains("header:x-topic"), "{err}");
+        let signed_topic = crate::format::SignedParts { body: true, headers: vec!["x-topic".into()] };
+        format.check_signed(&signed_topic).expect("a signed header is fine");
+        let no_body = crate::format::SignedParts { body: false, headers: vec!["x-topic".into()] };
+        assert_eq!(format.check_signed(&no_body).expect_err("the body is not signed").key, "event_id");
+        let named = crate::format::FormatSpec { unsigned: vec!["event_type".into()], ..spec };
+        DeclaredFormat::new("declared", &named).expect("compiles").check_signed(&body_only).expect("named");
+    }
+
     /// Every example renders to JSON that the preset's format reads to its rule's effect, with the order, amount
     /// and currency it was rendered with.
     #[test]
@@ -188,8 +251,11 @@ mod tests {
                 && effects.iter().any(|e| matches!(e, EffectSpec::Refund | EffectSpec::Fail | EffectSpec::Dispute));
             let subscriptions = effects.contains(&EffectSpec::SubscriptionCreated)
                 && effects.contains(&EffectSpec::SubscriptionDeleted);
+            // A preset confirmed from the provider's API takes no effect from its notifications.
             assert!(
-                orders || subscriptions,
+                orders
+                    || subscriptions
+                    || (preset.confirm.is_some() && effects.iter().all(|e| *e == EffectSpec::Ignore)),
                 "{}: needs pay + refund/fail/dispute examples, or subscription created + deleted",
                 preset.name
             );

@@ -21,7 +21,9 @@ mod paystack;
 mod shopify;
 mod stripe;
 
-pub use declared::{Accepted, AmountUnit, DeclaredFormat, EffectSpec, FormatSpec, FormatSpecError, ValueSpec};
+pub use declared::{
+    Accepted, AmountUnit, DeclaredFormat, EffectSpec, FormatSpec, FormatSpecError, SignedParts, ValueSpec,
+};
 pub use example::{ExampleSpec, ExampleVars, RenderedExample};
 
 use crate::event::{Event, InvalidValue, OrderAction};
@@ -74,6 +76,15 @@ pub enum ParseError {
     /// The body holds several events (an Adyen batch) where exactly one was expected.
     #[error("the body holds {0} events where one was expected; read it with `Format::parse_delivery`")]
     NotSingle(usize),
+    /// An unsigned header that decides the effect is not confirmed by the signed body (Shopify's topic: the body
+    /// is not the kind of resource the header names). The delivery is kept as a dead letter, with no effect.
+    #[error("the unsigned header `{header}` is not confirmed by the signed body, which is not {needs}")]
+    Unconfirmed {
+        /// The header.
+        header: &'static str,
+        /// What the body would have to be.
+        needs: &'static str,
+    },
     /// A field is present but its value is not acceptable.
     #[error("invalid value: {0}")]
     Invalid(#[from] InvalidValue),

@@ -18,6 +18,16 @@
 //! - `disputes/create`: disputes `order_id` with `amount` in `currency`.
 //! - any other topic is ignored, keyed `{topic}:{event id}`.
 //!
+//! **The topic is not signed.** Shopify's HMAC covers the body only, so `X-Shopify-Topic` (like the event id and the
+//! trigger time) could be changed by anyone holding a body Shopify once signed, and such a body never expires (no
+//! timestamp is signed). The topic decides the effect, so the signed body must confirm it before it has one
+//! ([`confirm_topic`]): `orders/paid` needs an order whose `financial_status` says it was paid (`paid`, or
+//! `partially_refunded`/`refunded` later), `orders/cancelled` an order with a `cancelled_at`, `refunds/create` a
+//! refund (`order_id` and `refund_line_items`), `disputes/create` a dispute (`order_id` and `initiated_at`). A body
+//! that does not confirm its topic is a [`ParseError::Unconfirmed`]: kept as a dead letter, with no effect. The
+//! event id only labels the delivery: the business key is built from the topic and the signed object id, so a body
+//! re-sent under a new event id is a duplicate of the first.
+//!
 //! Amounts are decimal strings (`"199.00"`) converted with the currency's exponent (0 for JPY, 3 for KWD, 2 for
 //! most); a non-numeric string or more non-zero decimals than the currency has is an error.
 
@@ -60,6 +70,7 @@ pub(super) fn parse(headers: &(impl Headers + ?Sized), root: &Value) -> Result<E
         "disputes/create" => (OrderAction::Dispute, "/order_id"),
         _ => return Ok(event(format!("{topic}:{event_id}"), Effect::Ignored)),
     };
+    confirm_topic(topic, root)?;
     let object_id = id_at(root, "/id").ok_or(ParseError::Missing("/id"))?;
     let order_id = OrderId::parse(id_at(root, order_pointer).ok_or(ParseError::Missing(order_pointer))?)?;
     let money = match topic {
@@ -72,6 +83,30 @@ pub(super) fn parse(headers: &(impl Headers + ?Sized), root: &Value) -> Result<E
         _ => None,
     };
     Ok(event(format!("{topic}:{object_id}"), Effect::Order { order_id, action, money }))
+}
+
+/// Checks that the signed body is the kind of resource the unsigned topic header says it is (see the module's doc).
+fn confirm_topic(topic: &str, root: &Value) -> Result<(), ParseError> {
+    let present = |pointer: &str| root.pointer(pointer).is_some_and(|v| !v.is_null());
+    let (confirmed, needs) = match topic {
+        "orders/paid" => (
+            matches!(
+                root.get("financial_status").and_then(Value::as_str),
+                Some("paid" | "partially_refunded" | "refunded")
+            ),
+            "an order whose financial_status is paid",
+        ),
+        "orders/cancelled" => (present("/cancelled_at") && !present("/order_id"), "an order with a cancelled_at"),
+        "refunds/create" => (
+            present("/order_id") && root.get("refund_line_items").is_some_and(Value::is_array),
+            "a refund (order_id and refund_line_items)",
+        ),
+        "disputes/create" => {
+            (present("/order_id") && present("/initiated_at"), "a dispute (order_id and initiated_at)")
+        }
+        _ => (true, ""),
+    };
+    if confirmed { Ok(()) } else { Err(ParseError::Unconfirmed { header: TOPIC, needs }) }
 }
 
 fn decimal_money(amount: &str, currency: &str) -> Result<Money, ParseError> {
@@ -205,7 +240,7 @@ mod tests {
                "app_id":null,"browser_ip":null,"buyer_accepts_marketing":true,"cancel_reason":"customer",
                "cancelled_at":"2021-12-31T19:00:00-05:00","created_at":"2021-12-31T19:00:00-05:00","currency":"USD",
                "current_subtotal_price":"398.00","current_total_price":"398.00","current_total_tax":"0.00",
-               "email":"jon@example.com","financial_status":"voided","name":"#9999",
+               "email":"jon@example.com","financial_status":"paid","name":"#9999",
                "total_price":"403.00","updated_at":"2021-12-31T19:00:00-05:00","line_items":[]})
     }
 
@@ -287,15 +322,51 @@ mod tests {
 
     #[test]
     fn disputes_create_disputes_the_order_and_other_topics_are_ignored() {
-        let v = json!({"id":1052608616,"order_id":820982911946154508_u64,"type":"chargeback","amount":"11.50",
-                       "currency":"USD","reason":"fraudulent","network_reason_code":"4837","status":"needs_response",
-                       "evidence_due_by":"2013-07-03T19:00:00-04:00","evidence_sent_on":null,"finalized_on":null,
-                       "initiated_at":"2013-05-03T20:00:00-04:00"});
+        let v = dispute();
         let e = parse(&headers("disputes/create"), v).unwrap();
         assert_eq!(e.business_key, "disputes/create:1052608616");
         assert_eq!(order_of(&e), ("820982911946154508", OrderAction::Dispute, Some((1150, "usd"))));
         let e = parse(&headers("customers/create"), json!({"id":1})).unwrap();
         assert_eq!(e.effect, Effect::Ignored);
         assert_eq!(e.business_key, "customers/create:98880550-7158-44d4-b7cd-2c97c8a091b5");
+    }
+
+    /// A signed body re-sent under another topic has no effect: each body confirms only its own kind.
+    #[test]
+    fn a_topic_the_signed_body_does_not_confirm_has_no_effect() {
+        let mut unpaid = order();
+        unpaid["financial_status"] = json!("pending");
+        unpaid["cancelled_at"] = Value::Null;
+        let mut paid = order();
+        paid["cancelled_at"] = Value::Null;
+        let unconfirmed = |topic: &str, body: Value| {
+            let got = parse(&headers(topic), body);
+            assert!(matches!(got, Err(ParseError::Unconfirmed { header: TOPIC, .. })), "{topic}: {got:?}");
+        };
+        // The attack: a paid order's body re-sent as a cancellation would refund it.
+        unconfirmed("orders/cancelled", paid.clone());
+        unconfirmed("orders/paid", unpaid.clone());
+        unconfirmed("refunds/create", paid.clone());
+        unconfirmed("disputes/create", paid.clone());
+        unconfirmed("orders/paid", refund());
+        unconfirmed("orders/cancelled", refund());
+        unconfirmed("disputes/create", refund());
+        unconfirmed("orders/paid", dispute());
+        unconfirmed("refunds/create", dispute());
+        let mut voided = order();
+        voided["financial_status"] = json!("voided");
+        unconfirmed("orders/paid", voided);
+        // Each body still confirms its own topic.
+        assert!(parse(&headers("orders/paid"), paid).is_ok());
+        assert!(parse(&headers("refunds/create"), refund()).is_ok());
+        assert!(parse(&headers("disputes/create"), dispute()).is_ok());
+    }
+
+    /// Shopify's `disputes/create` example body.
+    fn dispute() -> Value {
+        json!({"id":1052608616,"order_id":820982911946154508_u64,"type":"chargeback","amount":"11.50",
+                       "currency":"USD","reason":"fraudulent","network_reason_code":"4837","status":"needs_response",
+                       "evidence_due_by":"2013-07-03T19:00:00-04:00","evidence_sent_on":null,"finalized_on":null,
+                       "initiated_at":"2013-05-03T20:00:00-04:00"})
     }
 }

@@ -62,6 +62,11 @@ pub struct SignatureSpec {
     /// tolerance; a rule must say so to be accepted, and the body is trusted only as far as the ids it signs.
     #[serde(default)]
     pub unsigned_body: bool,
+    /// Body fields that repeat a signed part, each of which must equal it (ASCII case aside): a JSON pointer and the
+    /// part it repeats, written as in `signed` without braces (`{ "/data/id" = "query:data.id" }`). For a rule that
+    /// does not sign the body, this ties the body to what was signed; a body that differs is refused.
+    #[serde(default)]
+    pub body_must_match: std::collections::BTreeMap<String, String>,
 }
 
 fn default_signed() -> String {
@@ -264,6 +269,8 @@ pub struct DeclaredScheme {
     separator: String,
     signed: Vec<SignedPart>,
     notification_url: Option<String>,
+    /// `body_must_match`, compiled: a pointer into the body and the signed part it repeats.
+    body_must_match: Vec<(String, SignedPart)>,
 }
 
 /// A signature header read: the candidate signatures, and the timestamp (as sent, and in unix seconds).
@@ -326,9 +333,23 @@ impl DeclaredScheme {
                 "must cover the body ({body}), or anyone could change it (unsigned_body = true accepts such a rule)",
             ));
         }
+        let mut body_must_match = Vec::with_capacity(spec.body_must_match.len());
+        for (pointer, part) in &spec.body_must_match {
+            if !pointer.starts_with('/') {
+                return Err(spec_error(
+                    "body_must_match",
+                    format!("{pointer:?} is not a JSON pointer such as /data/id"),
+                ));
+            }
+            let part = parse_signed(&format!("{{{part}}}"))?.pop().filter(|p| signed.contains(p)).ok_or_else(|| {
+                spec_error("body_must_match", format!("{part:?} is not one of the parts `signed` covers"))
+            })?;
+            body_must_match.push((pointer.clone(), part));
+        }
         let timestamp_header = spec.timestamp_header.as_deref().map(|h| h.trim().to_ascii_lowercase());
         let id_header = spec.id_header.as_deref().map(|h| h.trim().to_ascii_lowercase());
         Ok(Self {
+            body_must_match,
             name: name.to_owned(),
             spec,
             header,
@@ -509,6 +530,76 @@ impl DeclaredScheme {
             });
         }
         Ok(parts)
+    }
+
+    /// Checks the body fields that repeat a signed part (`body_must_match`) against it, once the signature verified.
+    pub(super) fn check_body_matches(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        timestamp: Option<&str>,
+    ) -> Result<(), VerifyError> {
+        if self.body_must_match.is_empty() {
+            return Ok(());
+        }
+        let json: serde_json::Value = serde_json::from_slice(body)
+            .map_err(|_| VerifyError::BodyMismatch { pointer: "/".into(), reason: "the body is not JSON".into() })?;
+        for (pointer, part) in &self.body_must_match {
+            let signed = self.content_of(part, headers, body, timestamp)?;
+            let in_body = match crate::json_pointer::get(&json, pointer) {
+                Some(serde_json::Value::String(s)) => Some(s.clone()),
+                Some(v @ serde_json::Value::Number(_)) => Some(v.to_string()),
+                _ => None,
+            };
+            if !in_body.is_some_and(|b| b.as_bytes().eq_ignore_ascii_case(&signed)) {
+                return Err(VerifyError::BodyMismatch {
+                    pointer: pointer.clone(),
+                    reason: "differs from the signed value it repeats".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the rule signs the body (all of it, or fields of it).
+    pub fn signs_body(&self) -> bool {
+        self.spec.algorithm != Algorithm::SharedSecret
+            && self.signed.iter().any(|p| matches!(p, SignedPart::Body | SignedPart::Json(_)))
+    }
+
+    /// The signed content's parts: what the rule covers.
+    pub fn signed_parts(&self) -> &[SignedPart] {
+        if self.spec.algorithm == Algorithm::SharedSecret { &[] } else { &self.signed }
+    }
+
+    /// The headers the signature covers: `{header:NAME}` parts, and the id and timestamp headers when `{id}` and
+    /// `{timestamp}` are signed.
+    pub fn signed_header_names(&self) -> Vec<String> {
+        self.signed_parts()
+            .iter()
+            .filter_map(|p| match p {
+                SignedPart::Header(h) => Some(h.clone()),
+                SignedPart::Id => self.id_header.clone(),
+                SignedPart::Timestamp => self.timestamp_header.clone(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The header that carries the signature (lower case).
+    pub fn header(&self) -> &str {
+        &self.header
+    }
+
+    fn content_of(
+        &self,
+        part: &SignedPart,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        timestamp: Option<&str>,
+    ) -> Result<Vec<u8>, VerifyError> {
+        let one = Self { signed: vec![part.clone()], ..self.clone() };
+        Ok(one.content(headers, body, timestamp)?.concat())
     }
 
     /// Decodes one candidate signature; `None` when it is not valid in the rule's encoding.

@@ -36,6 +36,7 @@
 //! message signatures and RFC 9530 digests, on top of the RFC 8941 parser in
 //! `structured`.
 
+use sha2::Digest as _;
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
@@ -502,6 +503,15 @@ pub enum VerifyError {
     /// `Content-Digest` (RFC 9530): the body changed after signing.
     #[error("the body does not match its signed content digest")]
     DigestMismatch,
+    /// A rule's body field that repeats a signed part (`body_must_match`) differs from it: the body is not the
+    /// one that was signed with this signature.
+    #[error("the body's {pointer} {reason}")]
+    BodyMismatch {
+        /// The body field.
+        pointer: String,
+        /// Why it does not match.
+        reason: String,
+    },
     /// An RFC 9421 signature that leaves out components its source requires
     /// (by default the method, authority, path and content digest): it
     /// could be replayed at another endpoint, or with another body.
@@ -524,6 +534,7 @@ impl VerifyError {
             Self::Mismatch => "mismatch",
             Self::DigestMismatch => "digest_mismatch",
             Self::InsufficientCoverage { .. } => "insufficient_coverage",
+            Self::BodyMismatch { .. } => "body_mismatch",
         }
     }
 }
@@ -788,6 +799,30 @@ impl Verifier {
         &self.scheme
     }
 
+    /// What a verified delivery's signature covers, as a payload format reads it (the body and headers): the
+    /// parts a declared format may read without naming them `unsigned`. Adyen signs a few fields of each item, not
+    /// the body, so it counts as not covering the body; an RFC 9421 signature covers what its source requires.
+    pub fn signed_parts(&self) -> crate::format::SignedParts {
+        use crate::format::SignedParts;
+        let body =
+            |headers: &[&str]| SignedParts { body: true, headers: headers.iter().map(|h| (*h).to_owned()).collect() };
+        match &self.scheme {
+            Scheme::Stripe
+            | Scheme::Hmac { .. }
+            | Scheme::Github
+            | Scheme::Paystack
+            | Scheme::Shopify
+            | Scheme::Braintree => body(&[]),
+            Scheme::StandardWebhooks => body(&["webhook-id", "webhook-timestamp", "svix-id", "svix-timestamp"]),
+            Scheme::Adyen => SignedParts::default(),
+            Scheme::HttpMessageSignatures => SignedParts {
+                body: self.required_components.iter().any(|c| c == "content-digest"),
+                headers: self.required_components.iter().filter(|c| !c.starts_with('@')).cloned().collect(),
+            },
+            Scheme::Declared(d) => SignedParts { body: d.signs_body(), headers: d.signed_header_names() },
+        }
+    }
+
     /// The Standard Webhooks headers with one `v1a` signature.
     fn sign_standard_v1a(&self, key: &Ed25519Key, body: &[u8], now_unix: i64, msg_id: &str) -> Vec<(String, String)> {
         let ts = now_unix.to_string();
@@ -1027,12 +1062,21 @@ impl Verifier {
             }
         };
         let secret_index = secret_index.ok_or(VerifyError::Mismatch)?;
-        Ok(Verified {
-            secret_index,
-            delivery_id: d.delivery_id(headers),
-            timestamp: timestamp.map(|t| t.1),
-            nonce: None,
-        })
+        d.check_body_matches(headers, body, timestamp.map(|t| t.0))?;
+        // A signature that does not cover the body binds to the first body it is seen with: the server claims it
+        // as a nonce with the body's digest, and refuses the same signature with another body while it is fresh.
+        let nonce = match timestamp {
+            Some((_, secs)) if !d.signs_body() && d.algorithm() != Algorithm::SharedSecret => {
+                let value = headers.get(d.header()).unwrap_or_default();
+                Some(Nonce {
+                    keyid: format!("{}:{}", d.name(), d.header()),
+                    value: hex::encode(sha2::Sha256::digest(value.as_bytes())),
+                    expires_at: secs.saturating_add(i64::try_from(self.tolerance_secs).unwrap_or(i64::MAX)),
+                })
+            }
+            _ => None,
+        };
+        Ok(Verified { secret_index, delivery_id: d.delivery_id(headers), timestamp: timestamp.map(|t| t.1), nonce })
     }
 
     /// Signs `body` with a declarative rule and the first key that can, in `context` (the URL and the other
