@@ -104,6 +104,7 @@ impl App {
                 format,
                 forward: Vec::new(),
                 orders: payhook_server::settings::Orders::Registered,
+                confirm: None,
             })
             .collect();
         let mut app = App { runtime, running: None, store: None, settings, served: 0, _dir: None };

@@ -344,9 +344,11 @@ async fn replay_view<S: Store>(
 /// What the current format makes of stored bytes; a body it still cannot read stays under its stored id.
 ///
 /// Formats that read headers (Shopify's topic) get the stored ones, the first value of a repeated header as on
-/// arrival; of a batch (an Adyen notification), the event stored under this id is the one replayed.
+/// arrival; of a batch (an Adyen notification), the event stored under this id is the one replayed. A source
+/// confirmed from its provider's API stored the API's answer, which its `[confirm.format]` reads.
 fn reparse(source: &SourceSettings, event_id: &EventId, headers: &ReceivedHeaders, raw: &[u8]) -> Parsed {
-    match source.format.parse_delivery(headers, raw) {
+    let format = source.confirm.as_ref().map_or(&source.format, |c| c.confirm.format());
+    match format.parse_delivery(headers, raw) {
         Ok(mut events) => {
             let index = events.iter().position(|e| e.event_id == *event_id).unwrap_or(0);
             Parsed::Event(events.swap_remove(index))

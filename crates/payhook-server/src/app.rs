@@ -39,17 +39,21 @@ pub struct SourceRuntime {
     pub metrics: Arc<SourceMetrics>,
     /// Verification failures in the current alert window: (window start, count); kept across reloads too.
     pub(crate) failing: Arc<std::sync::Mutex<(i64, u32)>>,
+    /// Its confirmations from the provider's API, with `confirm = "api"`.
+    pub(crate) confirmer: Option<Arc<crate::confirm::Confirmer>>,
 }
 
 impl SourceRuntime {
     /// A source served for the first time, with fresh counters.
     pub(crate) fn new(settings: SourceSettings) -> Self {
-        Self { settings, metrics: Arc::default(), failing: Arc::new(std::sync::Mutex::new((0, 0))) }
+        let confirmer = settings.confirm.clone().map(|c| Arc::new(crate::confirm::Confirmer::new(c)));
+        Self { settings, metrics: Arc::default(), failing: Arc::new(std::sync::Mutex::new((0, 0))), confirmer }
     }
 
     /// The same source under a new definition (a reload), keeping its counters.
     pub(crate) fn redefined(&self, settings: SourceSettings) -> Self {
-        Self { settings, metrics: Arc::clone(&self.metrics), failing: Arc::clone(&self.failing) }
+        let confirmer = settings.confirm.clone().map(|c| Arc::new(crate::confirm::Confirmer::new(c)));
+        Self { settings, metrics: Arc::clone(&self.metrics), failing: Arc::clone(&self.failing), confirmer }
     }
 
     /// Counts a verification failure at `now_ms`; true exactly when the count within the window reaches

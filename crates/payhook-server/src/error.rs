@@ -75,6 +75,10 @@ pub enum ApiError {
         /// The object's current state, when it has one.
         status: Option<String>,
     },
+    /// The provider's API could not confirm a delivery (`confirm = "api"`): 503, nothing recorded, the provider
+    /// delivers again.
+    #[error("{0}")]
+    Unconfirmed(String),
     /// The event's source is no longer configured, so it cannot be re-parsed.
     #[error("{0}")]
     SourceNotConfigured(String),
@@ -122,6 +126,7 @@ impl ApiError {
             ApiError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
             ApiError::WrongState { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::SourceNotConfigured(_) => (StatusCode::CONFLICT, "source_not_configured"),
+            ApiError::Unconfirmed(_) => (StatusCode::SERVICE_UNAVAILABLE, "unconfirmed"),
             ApiError::Reload(crate::reload::ReloadError::Refused(_)) => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "config_refused")
             }

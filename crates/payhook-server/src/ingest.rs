@@ -4,6 +4,7 @@
 //! (parseable or not), so nothing verified is dropped.
 
 use crate::app::{AppState, SourceRuntime, now_ms};
+use crate::confirm::Answer;
 use crate::error::ApiError;
 use crate::openapi::{BatchAnswer, WebhookAnswer};
 use crate::reload::Live;
@@ -209,35 +210,52 @@ async fn deliveries<S: Store>(
             );
             return Err(ApiError::Unauthorized {
                 reason: "replayed",
-                message: "signature verification failed: this signature's nonce was already used for another request"
-                    .into(),
+                message: "signature verification failed: this signature was already used with another body".into(),
             });
         }
     }
 
-    // A delivery is one event, except for formats that batch (an Adyen notification carries several items): each
-    // event is recorded as its own delivery of the same bytes, and the answer waits for all of them.
-    let parsed: Vec<Parsed> = match src.settings.format.parse_delivery(&HttpHeaders(&parts), &body) {
-        Ok(events) => events.into_iter().map(Parsed::Event).collect(),
-        Err(e) => vec![Parsed::Unparseable {
-            event_id: derived_event_id(verified.delivery_id.as_deref(), &body),
-            reason: e.to_string(),
-        }],
+    let verification = format!("{} (secret #{})", src.settings.verifier.scheme().name(), verified.secret_index);
+    // A provider that does not sign its body is confirmed from its API: the effect is read from its answer about the
+    // signed resource, and that answer is what is stored (the unsigned notification decides nothing).
+    let (raw_body, parsed, verification) = match &src.confirmer {
+        Some(confirmer) => {
+            let request = HttpHeaders(&parts);
+            let verification = format!("{verification}, {}", confirmer.describe(&request));
+            match confirmer.confirm(&request, state.settings.body_limit_bytes, &src.metrics).await? {
+                Answer::Events { answer, events } => (answer, events.into_iter().map(Parsed::Event).collect(), verification),
+                Answer::Unreadable { answer, reason } => {
+                    let kept = if answer.is_empty() { body.to_vec() } else { answer };
+                    let event_id = derived_event_id(verified.delivery_id.as_deref(), &kept);
+                    (kept, vec![Parsed::Unparseable { event_id, reason }], verification)
+                }
+            }
+        }
+        None => (body.to_vec(), parse(src, &parts, &body, verified.delivery_id.as_deref()), verification),
     };
     let received = received_headers(headers);
-    let verification = format!("{} (secret #{})", src.settings.verifier.scheme().name(), verified.secret_index);
     let deliveries: Vec<Delivery> = parsed
         .into_iter()
         .map(|parsed| Delivery {
             source: src.settings.name.clone(),
             received_at_ms,
             parsed,
-            raw_body: body.to_vec(),
+            raw_body: raw_body.clone(),
             headers: received.clone(),
             verification: verification.clone(),
         })
         .collect();
     Ok(deliveries)
+}
+
+/// A delivery is one event, except for formats that batch (an Adyen notification carries several items): each event
+/// is recorded as its own delivery of the same bytes, and the answer waits for all of them. A verified body the
+/// format cannot read is one dead letter.
+fn parse(src: &SourceRuntime, parts: &axum::http::request::Parts, body: &[u8], delivery_id: Option<&str>) -> Vec<Parsed> {
+    match src.settings.format.parse_delivery(&HttpHeaders(parts), body) {
+        Ok(events) => events.into_iter().map(Parsed::Event).collect(),
+        Err(e) => vec![Parsed::Unparseable { event_id: derived_event_id(delivery_id, body), reason: e.to_string() }],
+    }
 }
 
 /// A delivery's result: its index in the batch, its event id and what the store made of it.

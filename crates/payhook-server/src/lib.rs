@@ -28,6 +28,7 @@ mod api;
 mod app;
 mod auth;
 mod broker;
+mod confirm;
 pub mod dispatcher;
 mod error;
 mod ingest;

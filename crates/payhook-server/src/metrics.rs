@@ -16,8 +16,36 @@ const OUTCOMES: [Outcome; 5] =
 
 /// Every reason a delivery is refused with 401: `payhook_core::signature::VerifyError::code`, and `replayed` (a
 /// signature nonce used before for another body).
-pub(crate) const REASONS: [&str; 7] =
-    ["missing_header", "malformed", "stale", "mismatch", "digest_mismatch", "insufficient_coverage", "replayed"];
+pub(crate) const REASONS: [&str; 8] = [
+    "missing_header",
+    "malformed",
+    "stale",
+    "mismatch",
+    "digest_mismatch",
+    "insufficient_coverage",
+    "body_mismatch",
+    "replayed",
+];
+
+/// What asking a provider's API to confirm a delivery (`confirm = "api"`) came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Confirmed {
+    /// The API answered the resource; its events are recorded.
+    Answered,
+    /// The API has no such resource, or answered something that cannot be read: a dead letter.
+    Unreadable,
+    /// The API failed, timed out or refused the token: 503, the provider retries.
+    Unavailable,
+    /// Every confirmation slot of the source was busy: 503, the provider retries.
+    Busy,
+}
+
+const CONFIRMED: [(Confirmed, &str); 4] = [
+    (Confirmed::Answered, "answered"),
+    (Confirmed::Unreadable, "unreadable"),
+    (Confirmed::Unavailable, "unavailable"),
+    (Confirmed::Busy, "busy"),
+];
 
 /// Upper bounds of the latency histograms, in microseconds (rendered in seconds): 0.5 ms to 10 s.
 const LATENCY_BOUNDS_US: &[u64] = &[
@@ -35,6 +63,9 @@ const OUTBOX_STATUSES: [&str; 4] = payhook_store::OutboxStatus::NAMES;
 pub struct SourceMetrics {
     outcomes: [AtomicU64; 5],
     verification_failures: [AtomicU64; REASONS.len()],
+    confirmations: [AtomicU64; CONFIRMED.len()],
+    /// Confirmations waiting for the provider's API now.
+    confirming: AtomicU64,
     /// From the request reaching the handler to its answer, whatever the answer, in microseconds.
     ingest_latency_us: Histogram,
 }
@@ -44,6 +75,8 @@ impl Default for SourceMetrics {
         Self {
             outcomes: Default::default(),
             verification_failures: Default::default(),
+            confirmations: Default::default(),
+            confirming: AtomicU64::new(0),
             ingest_latency_us: Histogram::new(LATENCY_BOUNDS_US),
         }
     }
@@ -64,6 +97,27 @@ impl SourceMetrics {
                 0
             }
         };
+    }
+
+    /// Counts a confirmation's outcome.
+    pub(crate) fn confirmed(&self, outcome: Confirmed) {
+        if let Some(i) = CONFIRMED.iter().position(|(o, _)| *o == outcome) {
+            self.confirmations[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a confirmation starting (`true`) or ending (`false`) its request to the provider's API.
+    pub(crate) fn confirming(&self, started: bool) {
+        if started {
+            self.confirming.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.confirming.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Confirmations that came to `outcome`.
+    pub fn confirmation_count(&self, outcome: &str) -> u64 {
+        CONFIRMED.iter().position(|(_, o)| *o == outcome).map_or(0, |i| self.confirmations[i].load(Ordering::Relaxed))
     }
 
     pub(crate) fn answered(&self, elapsed: std::time::Duration) {
@@ -272,6 +326,29 @@ where
             let labels = format!("source=\"{}\",reason=\"{r}\"", escape(name));
             sample(&mut out, "payhook_verification_failures_total", &labels, n);
         }
+    }
+    family(
+        &mut out,
+        "payhook_confirmations_total",
+        "counter",
+        "Deliveries confirmed from the provider's API (confirm = \"api\"), by source and outcome.",
+    );
+    for (name, m) in sources.clone() {
+        for (i, (_, o)) in CONFIRMED.iter().enumerate() {
+            let n = m.confirmations[i].load(Ordering::Relaxed);
+            let labels = format!("source=\"{}\",outcome=\"{o}\"", escape(name));
+            sample(&mut out, "payhook_confirmations_total", &labels, n);
+        }
+    }
+    family(
+        &mut out,
+        "payhook_confirmations_in_flight",
+        "gauge",
+        "Confirmations waiting for the provider's API, by source (at most the source's confirm_max_in_flight).",
+    );
+    for (name, m) in sources.clone() {
+        let labels = format!("source=\"{}\"", escape(name));
+        sample(&mut out, "payhook_confirmations_in_flight", &labels, m.confirming.load(Ordering::Relaxed));
     }
     family(
         &mut out,

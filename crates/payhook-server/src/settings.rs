@@ -282,6 +282,25 @@ pub struct SourceSettings {
     pub forward: Vec<String>,
     /// Whether its payments need a registered order.
     pub orders: Orders,
+    /// Its effects read from the provider's API (`confirm = "api"`), for a provider that does not sign the body.
+    pub confirm: Option<ConfirmSettings>,
+}
+
+/// How a source's deliveries are confirmed from the provider's API: the delivery's signature proves which resource
+/// it is about, and the effect is what the provider's API answers about that resource, read with the preset's
+/// `[confirm.format]`; the notification's unsigned body decides nothing.
+#[derive(Debug, Clone)]
+pub struct ConfirmSettings {
+    /// The preset's confirmation: the resource's path and how its answer reads.
+    pub confirm: std::sync::Arc<payhook_core::confirm::Confirm>,
+    /// The API's base URL: the preset's, or the source's `confirm_base_url` (a sandbox, a test server).
+    pub base_url: String,
+    /// The provider's access token, sent as `Authorization: Bearer`.
+    pub token: payhook_core::signature::Secret,
+    /// How long one request to the API may take, in milliseconds; beyond it the delivery is answered 503.
+    pub timeout_ms: u64,
+    /// At most this many requests to the API at once for this source; beyond it 503 at once.
+    pub max_in_flight: usize,
 }
 
 /// Where a source's orders come from.

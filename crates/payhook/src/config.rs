@@ -14,7 +14,7 @@ use payhook_core::signature::{
     DEFAULT_REQUIRED_COMPONENTS, DeclaredScheme, Encoding, HmacAlgorithm, Scheme, Secret, SignatureSpec, Verifier,
 };
 use payhook_postgres::PgOptions;
-use payhook_server::settings::{AlertSettings, DispatcherSettings, ReplaySettings};
+use payhook_server::settings::{AlertSettings, ConfirmSettings, DispatcherSettings, ReplaySettings};
 use payhook_server::{
     AuthSettings, IpRange, ListenerSettings, RetentionSettings, SecretUrl, Settings, SourceSettings, TlsSettings,
     WorkerSettings,
@@ -151,6 +151,24 @@ struct RawSource {
     forward: Vec<String>,
     #[serde(default)]
     orders: payhook_server::settings::Orders,
+    /// `"api"`: the effect is read from the provider's API (presets whose signature does not cover the body).
+    confirm: Option<String>,
+    /// The provider's access token for `confirm = "api"`, or the environment variable holding it.
+    confirm_token: Option<String>,
+    confirm_token_env: Option<String>,
+    /// The API's base URL, when not the preset's (a sandbox, a test server).
+    confirm_base_url: Option<String>,
+    #[serde(default = "default_confirm_timeout_ms")]
+    confirm_timeout_ms: u64,
+    #[serde(default = "default_confirm_max_in_flight")]
+    confirm_max_in_flight: usize,
+}
+
+fn default_confirm_timeout_ms() -> u64 {
+    5_000
+}
+fn default_confirm_max_in_flight() -> usize {
+    16
 }
 
 /// A source's format: a built-in format or a preset by name, or the source's own `[format]` table.
@@ -632,7 +650,7 @@ fn resolve_source(mut s: RawSource) -> Result<SourceSettings> {
         secrets.extend(value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(|v| Secret::new(v.to_owned())));
     }
     let mut verifier = Verifier::new(scheme, &secrets, s.tolerance_secs.unwrap_or(300)).context("secrets")?;
-    if let Some(components) = s.required_components {
+    if let Some(components) = s.required_components.take() {
         if *verifier.scheme() != Scheme::HttpMessageSignatures {
             bail!("required_components: only the http-message-signatures scheme takes this key");
         }
@@ -644,7 +662,74 @@ fn resolve_source(mut s: RawSource) -> Result<SourceSettings> {
         }
         verifier = verifier.with_required_components(&components).context("required_components")?;
     }
-    Ok(SourceSettings { name, verifier, format, forward: s.forward, orders: s.orders })
+    // No field that decides an effect may read a part the signature leaves out, unless the format says so by name.
+    if let Format::Declared(d) = &format {
+        d.check_signed(&verifier.signed_parts()).map_err(|e| anyhow::anyhow!("format.{e}"))?;
+    }
+    let confirm = resolve_confirm(&mut s)?;
+    Ok(SourceSettings { name, verifier, format, forward: s.forward, orders: s.orders, confirm })
+}
+
+/// `confirm = "api"` and its keys: required by a preset with a `[confirm]` table (its signature does not cover the
+/// body, so its effects come from the provider's API), refused elsewhere.
+fn resolve_confirm(s: &mut RawSource) -> Result<Option<ConfirmSettings>> {
+    let preset = match &s.format {
+        RawFormat::Named(name) => Preset::get(name).transpose()?,
+        RawFormat::Declared(_) => None,
+    };
+    let confirm = preset.as_ref().map(Preset::confirm).transpose()?.flatten();
+    let keys_without_confirm = s.confirm_token.is_some() || s.confirm_token_env.is_some() || s.confirm_base_url.is_some();
+    match (s.confirm.as_deref(), confirm) {
+        (None, None) if keys_without_confirm => {
+            bail!("confirm: confirm_token, confirm_token_env and confirm_base_url go with confirm = \"api\"")
+        }
+        (None, None) => Ok(None),
+        (Some(other), _) if other != "api" => bail!("confirm: {other:?} is not \"api\""),
+        (Some(_), None) => bail!(
+            "confirm: only a preset with a [confirm] table (mercado-pago) is confirmed from its provider's API"
+        ),
+        (None, Some(_)) => {
+            let name = preset.as_ref().map_or("", |p| p.name);
+            bail!(
+                "confirm: the {name} preset's signature does not cover the body, so its effects are read from the \
+                 provider's API: set confirm = \"api\" and confirm_token_env = \"…\" (the account's access token)"
+            )
+        }
+        (Some(_), Some(confirm)) => {
+            let token = match (s.confirm_token.take(), &s.confirm_token_env) {
+                (Some(_), Some(_)) => bail!("confirm_token: give the token or confirm_token_env, not both"),
+                (Some(token), None) => token,
+                (None, Some(var)) => std::env::var(var)
+                    .with_context(|| format!("confirm_token_env: environment variable {var} is not set"))?,
+                (None, None) => bail!("confirm_token_env: confirm = \"api\" needs the provider's access token"),
+            };
+            if token.trim().is_empty() {
+                bail!("confirm_token: the access token is empty");
+            }
+            let base_url = match s.confirm_base_url.take() {
+                Some(url) => {
+                    let parsed = reqwest::Url::parse(&url)
+                        .ok()
+                        .filter(|u| matches!(u.scheme(), "https" | "http") && u.host().is_some());
+                    if parsed.is_none() {
+                        bail!("confirm_base_url: {url:?} is not an http(s) URL");
+                    }
+                    url.trim_end_matches('/').to_owned()
+                }
+                None => confirm.base_url().to_owned(),
+            };
+            if s.confirm_timeout_ms == 0 || s.confirm_max_in_flight == 0 {
+                bail!("confirm_timeout_ms and confirm_max_in_flight must be positive");
+            }
+            Ok(Some(ConfirmSettings {
+                confirm: std::sync::Arc::new(confirm),
+                base_url,
+                token: Secret::new(token.trim().to_owned()),
+                timeout_ms: s.confirm_timeout_ms,
+                max_in_flight: s.confirm_max_in_flight,
+            }))
+        }
+    }
 }
 
 /// One entry of a source's `secrets`: `"…"`, or `{ value = "…", not_after = "2026-12-31T00:00:00Z" }` for a secret

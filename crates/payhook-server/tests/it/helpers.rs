@@ -85,6 +85,7 @@ fn source_settings(name: &str, format: Format) -> SourceSettings {
         format,
         forward: Vec::new(),
         orders: payhook_server::settings::Orders::Registered,
+        confirm: None,
     }
 }
 

@@ -26,6 +26,7 @@ fn source_of(preset: &Preset, secret: &str) -> SourceSettings {
         format,
         forward: Vec::new(),
         orders: Orders::Registered,
+        confirm: None,
     }
 }
 
