@@ -10,11 +10,14 @@
 //! * `not_after`: secrets being rotated out, refused after their `not_after`.
 //! * `units`: targeted behaviour (error kinds, header aliases, redaction).
 //! * `json_pointer`: JSON pointers resolved as `serde_json` resolves them, for any document.
+//! * `forgery`: every part of a valid delivery changed one at a time, for every scheme, format and preset:
+//!   refused, unreadable, ignored or the same effect, never another order, amount, type or status.
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
 
 mod adyen;
 mod declared;
 mod ed25519;
+mod forgery;
 mod fuzz;
 mod http_signatures;
 mod json_pointer;
