@@ -23,7 +23,7 @@
 //! timestamp is signed). The topic decides the effect, so the signed body must confirm it before it has one
 //! ([`confirm_topic`]): `orders/paid` needs an order whose `financial_status` says it was paid (`paid`, or
 //! `partially_refunded`/`refunded` later), `orders/cancelled` an order with a `cancelled_at`, `refunds/create` a
-//! refund (`order_id` and `refund_line_items`), `disputes/create` a dispute (`order_id` and `initiated_at`). A body
+//! refund (`order_id`, and `refund_line_items` or `transactions`), `disputes/create` a dispute (`order_id` and `initiated_at`). A body
 //! that does not confirm its topic is a [`ParseError::Unconfirmed`]: kept as a dead letter, with no effect. The
 //! event id only labels the delivery: the business key is built from the topic and the signed object id, so a body
 //! re-sent under a new event id is a duplicate of the first.
@@ -98,8 +98,10 @@ fn confirm_topic(topic: &str, root: &Value) -> Result<(), ParseError> {
         ),
         "orders/cancelled" => (present("/cancelled_at") && !present("/order_id"), "an order with a cancelled_at"),
         "refunds/create" => (
-            present("/order_id") && root.get("refund_line_items").is_some_and(Value::is_array),
-            "a refund (order_id and refund_line_items)",
+            present("/order_id")
+                && !present("/initiated_at")
+                && ["refund_line_items", "transactions"].iter().any(|k| root.get(k).is_some_and(Value::is_array)),
+            "a refund (order_id, and refund_line_items or transactions)",
         ),
         "disputes/create" => {
             (present("/order_id") && present("/initiated_at"), "a dispute (order_id and initiated_at)")

@@ -9,6 +9,7 @@ mod dispatch;
 mod evidence;
 mod failpoints;
 mod faults;
+mod forgeries;
 mod helpers;
 mod hostile;
 mod ingest;

@@ -193,7 +193,8 @@ macro_rules! end_to_end {
             }
         )*
 
-        /// The presets checked here: every preset with a signature rule and a format.
+        /// The presets checked here: every preset with a signature rule and a format, but those confirmed from the
+/// provider's API (Mercado Pago), whose end-to-end tests against a local API are in `forgeries.rs`.
         const CHECKED: &[&str] = &[$($name),*];
     };
 }
@@ -205,7 +206,6 @@ end_to_end! {
     github_marketplace_and_sponsors => "github",
     gocardless => "gocardless",
     lemon_squeezy => "lemon-squeezy",
-    mercado_pago => "mercado-pago",
     mollie => "mollie",
     paddle_billing => "paddle",
     polar => "polar",
@@ -218,7 +218,7 @@ fn every_preset_with_a_rule_and_a_format_is_checked_end_to_end() {
     let expected: Vec<&str> = Preset::names()
         .filter(|n| {
             let preset = Preset::get(n).expect("listed").expect("parses");
-            preset.signature.is_some() && preset.format.is_some()
+            preset.signature.is_some() && preset.format.is_some() && preset.confirm.is_none()
         })
         .collect();
     assert_eq!(CHECKED, expected.as_slice());
