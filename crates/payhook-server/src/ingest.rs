@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use payhook_core::event::EventId;
-use payhook_core::format::Format;
+use payhook_core::format::{Format, ParseError};
 use payhook_core::signature::Headers;
 use payhook_store::{Alert, Delivery, NonceClaim, NonceClaimed, Parsed, ReceivedHeaders, Store, StoreError};
 use sha2::{Digest, Sha256};
@@ -223,7 +223,9 @@ async fn deliveries<S: Store>(
             let request = HttpHeaders(&parts);
             let verification = format!("{verification}, {}", confirmer.describe(&request));
             match confirmer.confirm(&request, state.settings.body_limit_bytes, &src.metrics).await? {
-                Answer::Events { answer, events } => (answer, events.into_iter().map(Parsed::Event).collect(), verification),
+                Answer::Events { answer, events } => {
+                    (answer, events.into_iter().map(Parsed::Event).collect(), verification)
+                }
                 Answer::Unreadable { answer, reason } => {
                     let kept = if answer.is_empty() { body.to_vec() } else { answer };
                     let event_id = derived_event_id(verified.delivery_id.as_deref(), &kept);
@@ -251,9 +253,19 @@ async fn deliveries<S: Store>(
 /// A delivery is one event, except for formats that batch (an Adyen notification carries several items): each event
 /// is recorded as its own delivery of the same bytes, and the answer waits for all of them. A verified body the
 /// format cannot read is one dead letter.
-fn parse(src: &SourceRuntime, parts: &axum::http::request::Parts, body: &[u8], delivery_id: Option<&str>) -> Vec<Parsed> {
+fn parse(
+    src: &SourceRuntime,
+    parts: &axum::http::request::Parts,
+    body: &[u8],
+    delivery_id: Option<&str>,
+) -> Vec<Parsed> {
     match src.settings.format.parse_delivery(&HttpHeaders(parts), body) {
         Ok(events) => events.into_iter().map(Parsed::Event).collect(),
+        // A body that does not confirm an unsigned header is kept under an id of its own bytes, never the header's
+        // event id: a forger holding the body cannot make the real delivery a duplicate of its copy.
+        Err(e @ ParseError::Unconfirmed { .. }) => {
+            vec![Parsed::Unparseable { event_id: derived_event_id(None, body), reason: e.to_string() }]
+        }
         Err(e) => vec![Parsed::Unparseable { event_id: derived_event_id(delivery_id, body), reason: e.to_string() }],
     }
 }

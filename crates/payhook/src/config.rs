@@ -678,16 +678,17 @@ fn resolve_confirm(s: &mut RawSource) -> Result<Option<ConfirmSettings>> {
         RawFormat::Declared(_) => None,
     };
     let confirm = preset.as_ref().map(Preset::confirm).transpose()?.flatten();
-    let keys_without_confirm = s.confirm_token.is_some() || s.confirm_token_env.is_some() || s.confirm_base_url.is_some();
+    let keys_without_confirm =
+        s.confirm_token.is_some() || s.confirm_token_env.is_some() || s.confirm_base_url.is_some();
     match (s.confirm.as_deref(), confirm) {
         (None, None) if keys_without_confirm => {
             bail!("confirm: confirm_token, confirm_token_env and confirm_base_url go with confirm = \"api\"")
         }
         (None, None) => Ok(None),
         (Some(other), _) if other != "api" => bail!("confirm: {other:?} is not \"api\""),
-        (Some(_), None) => bail!(
-            "confirm: only a preset with a [confirm] table (mercado-pago) is confirmed from its provider's API"
-        ),
+        (Some(_), None) => {
+            bail!("confirm: only a preset with a [confirm] table (mercado-pago) is confirmed from its provider's API")
+        }
         (None, Some(_)) => {
             let name = preset.as_ref().map_or("", |p| p.name);
             bail!(

@@ -246,4 +246,29 @@ async fn a_paid_shopify_order_resent_as_cancelled_under_a_new_event_id_is_not_re
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
     assert_eq!(reply.json["status"], "dead_lettered", "{}", reply.json);
     assert_eq!(app.order("4400112233").await["status"], "paid", "an unsigned header refunded nothing");
+    assert_ne!(reply.json["event_id"], "evt_shop_forged", "kept under an id of its bytes, not the header's");
+}
+
+/// A forger holding a body before its real delivery sends it first under the real event id with a topic the body
+/// does not confirm: the real delivery is still applied.
+#[tokio::test]
+async fn a_shopify_copy_sent_first_under_another_topic_does_not_make_the_real_delivery_a_duplicate() {
+    let app = TestApp::spawn().await;
+    app.register_order("4400112234", 1999, "usd").await;
+    let paid: Outgoing<'_> = crate::helpers::event("evt_shop_2", OrderAction::Pay, "4400112234", 1999);
+    let body = app.encode("shopify", &paid);
+    let mut headers = payhook_core::format::Format::Shopify.encode_headers(&paid);
+    headers.extend(app.sign("shopify", &body, now_secs()));
+    let forged: Vec<(String, String)> =
+        headers
+            .iter()
+            .map(|(k, v)| {
+                if k == "x-shopify-topic" { (k.clone(), "orders/cancelled".to_owned()) } else { (k.clone(), v.clone()) }
+            })
+            .collect();
+    let reply = app.post_raw("shopify", &forged, body.clone()).await;
+    assert_eq!(reply.json["status"], "dead_lettered", "{}", reply.json);
+    let reply = app.post_raw("shopify", &headers, body).await;
+    assert_eq!(reply.json["status"], "processed", "{}", reply.json);
+    assert_eq!(app.order("4400112234").await["status"], "paid");
 }

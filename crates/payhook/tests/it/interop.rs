@@ -218,8 +218,16 @@ impl Drop for Script {
 /// A provider's `[[sources]]` table.
 fn source_toml(p: &Provider) -> String {
     let url = p.notification_url.map(|u| format!("notification_url = \"{u}\"\n")).unwrap_or_default();
+    // A provider whose signature does not cover the body (Mercado Pago) is confirmed from its API; these tests
+    // only sign and verify, so its API is never asked.
+    let confirmed = Preset::get(p.format).and_then(Result::ok).is_some_and(|preset| preset.confirm.is_some());
+    let confirm = if confirmed {
+        "confirm = \"api\"\nconfirm_token = \"APP_USR-interop\"\nconfirm_base_url = \"http://127.0.0.1:9\"\n"
+    } else {
+        ""
+    };
     format!(
-        "\n[[sources]]\nname = \"{}\"\nscheme = \"{}\"\nformat = \"{}\"\nsecrets = [\"{}\"]\n{url}",
+        "\n[[sources]]\nname = \"{}\"\nscheme = \"{}\"\nformat = \"{}\"\nsecrets = [\"{}\"]\n{url}{confirm}",
         p.source, p.scheme, p.format, p.secret
     )
 }
