@@ -431,6 +431,7 @@ impl DeclaredScheme {
     pub(super) fn read<'h>(&self, headers: &'h (impl Headers + ?Sized)) -> Result<SignatureHeader<'h>, VerifyError> {
         let value = headers.get(&self.header).ok_or_else(|| missing(&self.header))?;
         let parsed = self.parse(value)?;
+        super::check_candidates(parsed.signatures.len(), "signatures")?;
         let text = match (&self.timestamp_header, parsed.timestamp) {
             (Some(h), _) => Some(headers.get(h).ok_or_else(|| missing(h))?.trim()),
             (None, t) => t.map(str::trim),
