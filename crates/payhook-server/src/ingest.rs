@@ -224,7 +224,7 @@ async fn deliveries<S: Store>(
             reason: e.to_string(),
         }],
     };
-    let received = received_headers(headers);
+    let received = received_headers(headers, src.settings.verifier.secret_header());
     let verification = format!("{} (secret #{})", src.settings.verifier.scheme().name(), verified.secret_index);
     let deliveries: Vec<Delivery> = parsed
         .into_iter()
@@ -297,11 +297,12 @@ fn derived_event_id(delivery_id: Option<&str>, body: &[u8]) -> EventId {
 
 /// The request headers, without credentials: every value of a repeated header, in the order it arrived (the
 /// verifier and the format read the first). A value that is not UTF-8 is kept with U+FFFD in place of each
-/// invalid sequence.
-fn received_headers(headers: &HeaderMap) -> ReceivedHeaders {
+/// invalid sequence. `secret` is the header that carries the source's secret itself (a `shared-secret` rule's):
+/// it is dropped like the credentials, not redacted, so nothing of it (not even its length) is kept.
+fn received_headers(headers: &HeaderMap, secret: Option<&str>) -> ReceivedHeaders {
     let mut received = ReceivedHeaders::new();
     for name in headers.keys() {
-        if UNSTORED_HEADERS.contains(&name.as_str()) {
+        if UNSTORED_HEADERS.contains(&name.as_str()) || secret == Some(name.as_str()) {
             continue;
         }
         for value in headers.get_all(name) {

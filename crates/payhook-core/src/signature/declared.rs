@@ -367,6 +367,12 @@ impl DeclaredScheme {
         Ok(bytes)
     }
 
+    /// The header that carries a secret as is (a `shared-secret` rule's), which must not be kept with the
+    /// delivery; `None` for a rule whose header carries a signature.
+    pub fn secret_header(&self) -> Option<&str> {
+        (self.spec.algorithm == Algorithm::SharedSecret).then_some(self.header.as_str())
+    }
+
     /// The algorithm.
     pub(super) fn algorithm(&self) -> Algorithm {
         self.spec.algorithm

@@ -805,6 +805,16 @@ impl Verifier {
         &self.scheme
     }
 
+    /// The request header (lowercase) that carries a configured secret itself rather than a signature made with
+    /// it: a declared `shared-secret` rule's. Whoever reads it can forge deliveries, so it must be neither stored
+    /// nor shown. `None` for every scheme whose headers carry only signatures.
+    pub fn secret_header(&self) -> Option<&str> {
+        match &self.scheme {
+            Scheme::Declared(d) => d.secret_header(),
+            _ => None,
+        }
+    }
+
     /// The Standard Webhooks headers with one `v1a` signature.
     fn sign_standard_v1a(&self, key: &Ed25519Key, body: &[u8], now_unix: i64, msg_id: &str) -> Vec<(String, String)> {
         let ts = now_unix.to_string();
