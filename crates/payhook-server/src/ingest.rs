@@ -175,12 +175,15 @@ async fn deliveries<S: Store>(
             if let Some(alerts) = &live.settings.alerts
                 && src.verification_failure_reaches(received_at_ms, alerts.window_ms, alerts.verification_failures)
             {
+                // The error's code only: its text can hold what the request chose (an RFC 9421 component name, a
+                // header's contents), and an alert is forwarded to people.
                 let text = format!(
-                    "payhook: source {} failed signature verification {} times within {} min (last: {e}); \
+                    "payhook: source {} failed signature verification {} times within {} min (last: {}); \
                      is its secret right?",
                     src.settings.name,
                     alerts.verification_failures,
-                    alerts.window_ms / 60_000
+                    alerts.window_ms / 60_000,
+                    e.code()
                 );
                 let alert = Alert { key: format!("{}:verification", src.settings.name), text, now_ms: received_at_ms };
                 if let Err(err) = state.store.raise_alert(alert).await {
