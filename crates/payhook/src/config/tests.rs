@@ -403,6 +403,26 @@ fn a_broker_sink_needs_its_destination_and_takes_only_its_own_keys() {
 }
 
 #[test]
+fn a_broker_url_asking_for_tls_the_client_cannot_speak_is_refused_and_nats_tls_is_accepted() {
+    let sink = |lines: &str| format!("[[sinks]]\nname = \"bus\"\nkinds = [\"*\"]\n{lines}");
+    for (text, broker) in [
+        (sink("type = \"redis\"\nurl = \"rediss://:p4ss-PLANTED@h:6380/0\"\nstream = \"s\"\n"), "Redis (rediss://)"),
+        (sink("type = \"redis\"\nurl = \"REDISS://h:6380\"\nstream = \"s\"\n"), "Redis (rediss://)"),
+        (
+            sink("type = \"amqp\"\nurl = \"amqps://u:p4ss-PLANTED@h:5671\"\nrouting_key = \"k\"\n"),
+            "RabbitMQ (amqps://)",
+        ),
+    ] {
+        let err = format!("{:#}", Config::from_toml(&text, "t", None).unwrap_err());
+        assert!(err.contains(&format!("sinks[0] (bus): url: TLS to {broker} is not supported")), "{err}");
+        assert!(err.contains("stunnel") && !err.contains("PLANTED"), "{err}");
+    }
+    let nats = sink("type = \"nats\"\nurl = \"tls://nats.internal:4222\"\nsubject = \"payhook.{kind}\"\n");
+    let config = Config::from_toml(&nats, "t", None).expect("NATS over TLS is served");
+    assert_eq!(config.settings.sinks[0].url.redacted(), "tls://nats.internal:4222");
+}
+
+#[test]
 fn the_reconnect_backoff_is_one_second_by_default_and_a_bound_out_of_range_is_refused() {
     let url = "[storage]\nurl = \"postgres://u@h/d\"\n";
     let config = Config::from_toml(url, "t", None).expect("the defaults are valid");
