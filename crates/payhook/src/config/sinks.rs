@@ -99,6 +99,10 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
             if stream.is_empty() {
                 bail!("stream: must be non-empty");
             }
+            // The keys the script keeps beside the streams start with '#', which no filled-in value holds.
+            if stream.contains('#') {
+                bail!("stream: must not contain '#' (payhook's own keys beside the streams start with it)");
+            }
             let dedup_window_secs = s.dedup_window_secs.unwrap_or(DEFAULT_REDIS_DEDUP_WINDOW_SECS);
             if dedup_window_secs == 0 {
                 bail!("dedup_window_secs: must be at least 1");

@@ -384,6 +384,7 @@ fn a_broker_sink_needs_its_destination_and_takes_only_its_own_keys() {
         (sink("url = \"https://h/x\"\nsubject = \"s\"\n"), "sinks[0] (bus): subject"),
         (sink("type = \"nats\"\nurl = \"nats://h:4222\"\nsubject = \"s\"\nstream = \"s\"\n"), "sinks[0] (bus): stream"),
         (sink("type = \"nats\"\nurl = \"nats://h:4222\"\nsubject = \"a b\"\n"), "sinks[0] (bus): subject"),
+        (sink("type = \"redis\"\nurl = \"redis://h:6379\"\nstream = \"#x:{kind}\"\n"), "sinks[0] (bus): stream"),
         (
             sink("type = \"redis\"\nurl = \"redis://h:6379\"\nstream = \"s\"\ndedup_window_secs = 0\n"),
             "sinks[0] (bus): dedup_window_secs",
