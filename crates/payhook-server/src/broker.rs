@@ -13,6 +13,10 @@
 //! that adds a stream entry only for an id it has not added within `dedup_window_secs`. RabbitMQ cannot drop it: the
 //! copy carries the same `message_id`, for the consumer to recognise.
 //!
+//! A template's `{order_id}` and `{sink}` are escaped as they are filled in ([`escape`]: every byte but ASCII
+//! letters, digits, `-` and `_` written `%XX`), so a value from a payment provider fills one subject token, one
+//! routing word or one piece of a stream key, and never reaches the keys the Redis script keeps for itself.
+//!
 //! A broker's URL may hold its password: errors are rendered with the full URL replaced by its redacted form.
 
 use crate::secret_url::SecretUrl;
@@ -23,6 +27,12 @@ use tokio::sync::OnceCell;
 
 /// The header JetStream deduplicates on.
 const NATS_MSG_ID: &str = "Nats-Msg-Id";
+
+/// Starts the key under which the Redis script remembers a published row id: `#payhook-id:STREAM:ID`. No stream
+/// key a template renders holds a `#` (the values it fills in are [`escape`]d, which always replaces it, and the
+/// configuration refuses a stream template holding one), so no stream is ever one of these keys, whatever the
+/// order ids. It has no `{`, so a hash tag in the stream's name puts the key in the stream's Redis Cluster slot.
+const REDIS_SEEN_PREFIX: &str = "#payhook-id:";
 
 /// Adds one stream entry for an outbox id it has not added within the window; answers the entry's id, or nil for a
 /// re-publish. The entry is added before the id is recorded, so an `XADD` that fails records nothing and the retry
@@ -147,7 +157,7 @@ impl NatsSink {
 
     async fn publish(&self, job: &OutboxJob) -> Result<Published, BrokerError> {
         let js = self.context().await?;
-        let subject = render(&self.subject, job, &self.sink, nats_token);
+        let subject = render(&self.subject, job, &self.sink);
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(NATS_MSG_ID, job.id.to_string().as_str());
         headers.insert("Payhook-Kind", job.kind.as_str());
@@ -203,8 +213,8 @@ impl RedisSink {
 
     async fn publish(&self, job: &OutboxJob, timeout: Duration) -> Result<Published, BrokerError> {
         let mut connection = self.connection(timeout).await?;
-        let stream = render(&self.stream, job, &self.sink, |s| s.to_owned());
-        let seen = format!("{stream}:payhook-id:{}", job.id);
+        let stream = render(&self.stream, job, &self.sink);
+        let seen = seen_key(&stream, job.id);
         let entry: Option<String> = self
             .script
             .key(&stream)
@@ -257,7 +267,7 @@ impl AmqpSink {
 
     async fn publish(&self, job: &OutboxJob) -> Result<Published, BrokerError> {
         let channel = self.channel().await?;
-        let routing_key = render(&self.routing_key, job, &self.sink, |s| s.to_owned());
+        let routing_key = render(&self.routing_key, job, &self.sink);
         let properties = lapin::BasicProperties::default()
             .with_message_id(job.id.to_string().as_str().into())
             .with_delivery_mode(2)
@@ -290,22 +300,41 @@ impl AmqpSink {
     }
 }
 
-/// `template` with `{kind}`, `{order_id}` and `{sink}` filled in; the order id (from the payload; `_` when it has
-/// none) goes through `escape`, as it comes from the payment provider.
-fn render(template: &str, job: &OutboxJob, sink: &str, escape: impl Fn(&str) -> String) -> String {
+/// `template` with `{kind}`, `{order_id}` and `{sink}` filled in. The kind is one of payhook's kind names, as is
+/// (`order.paid`: its `.` separates two subject tokens or routing words); the order id (from the payload, which
+/// comes from the payment provider; `_` when it has none) and the sink's name are [`escape`]d.
+fn render(template: &str, job: &OutboxJob, sink: &str) -> String {
     let order_id = serde_json::from_str::<serde_json::Value>(&job.payload)
         .ok()
-        .and_then(|v| v.get("order_id").and_then(|o| o.as_str()).map(&escape))
+        .and_then(|v| v.get("order_id").and_then(|o| o.as_str()).map(escape))
         .unwrap_or_else(|| "_".to_owned());
-    template.replace("{kind}", job.kind.as_str()).replace("{order_id}", &order_id).replace("{sink}", sink)
+    template.replace("{kind}", job.kind.as_str()).replace("{order_id}", &order_id).replace("{sink}", &escape(sink))
 }
 
-/// One NATS subject token: anything but ASCII letters, digits, `-` and `_` (a `.`, a wildcard, whitespace) becomes
-/// `_`, so an order id can neither add tokens to the subject nor make it a wildcard.
-fn nats_token(s: &str) -> String {
-    let token: String =
-        s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
-    if token.is_empty() { "_".to_owned() } else { token }
+/// A value as it goes into a subject, a stream key or a routing key: ASCII letters, digits, `-` and `_` as they
+/// are, every other byte of its UTF-8 as `%` and two uppercase hex digits (`ord.1` is `ord%2E1`), so that it is
+/// read back by percent-decoding. One rule for every broker: what it writes holds no NATS token separator or
+/// wildcard (`.`, `*`, `>`) and no whitespace (one subject token), no AMQP word separator (`.`: one routing word),
+/// and no `:`, `{`, `}` or `#` (a Redis key cannot reach another key's namespace, a hash tag or payhook's own keys,
+/// [`REDIS_SEEN_PREFIX`]). An empty value is `_`, so that a token is never empty.
+fn escape(value: &str) -> String {
+    if value.is_empty() {
+        return "_".to_owned();
+    }
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The key under which the Redis script remembers that row `id` was added to `stream`.
+fn seen_key(stream: &str, id: i64) -> String {
+    format!("{REDIS_SEEN_PREFIX}{stream}:{id}")
 }
 
 /// An error and its causes as text, with the broker's full URL (password included) replaced by its redacted form.
@@ -341,11 +370,62 @@ mod tests {
         }
     }
 
+    /// Percent-decoding, the inverse of [`escape`].
+    fn unescape(text: &str) -> String {
+        let bytes = text.as_bytes();
+        let (mut out, mut i) = (Vec::new(), 0);
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).expect("two hex digits"));
+                i += 3;
+            } else {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+        String::from_utf8(out).expect("UTF-8")
+    }
+
     #[test]
     fn an_order_id_fills_one_subject_token_and_cannot_add_tokens_or_wildcards() {
         let j = job(r#"{"order_id":"ord.1 >*"}"#);
-        assert_eq!(render("payhook.{kind}.{order_id}", &j, "shop", nats_token), "payhook.order.paid.ord_1___");
-        assert_eq!(render("{sink}.{order_id}", &job("{}"), "shop", nats_token), "shop._");
+        let subject = render("payhook.{kind}.{order_id}", &j, "shop");
+        assert_eq!(subject, "payhook.order.paid.ord%2E1%20%3E%2A");
+        assert_eq!(subject.split('.').count(), 4, "{subject}");
+        assert_eq!(render("{sink}.{order_id}", &job("{}"), "shop"), "shop._");
+        assert_eq!(render("{sink}.{order_id}", &j, "a.b c"), "a%2Eb%20c.ord%2E1%20%3E%2A");
+    }
+
+    #[test]
+    fn escaping_keeps_plain_ids_reads_back_by_percent_decoding_and_writes_no_separator() {
+        assert_eq!(escape("ord_123-A"), "ord_123-A");
+        for value in ["ord.1 >*", "a:payhook-id:7", "{tag}#x", "50%", "naïve ✓", "tab\there", "..", "%2E"] {
+            let escaped = escape(value);
+            assert_eq!(unescape(&escaped), value, "{escaped}");
+            assert!(
+                escaped.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'%')),
+                "{value:?} became {escaped:?}"
+            );
+        }
+        assert_ne!(escape("ord.1"), escape("ord_1"), "two ids never share a token");
+    }
+
+    /// An order id shaped like the script's key of another row of the same stream template used to name that key
+    /// (`orders:a:payhook-id:7`), so row 7 of order `a` was taken for a re-publish and never added.
+    #[test]
+    fn no_order_id_makes_a_stream_key_that_is_one_of_the_scripts_keys() {
+        let template = "orders:{order_id}";
+        let plain = render(template, &job(r#"{"order_id":"a"}"#), "shop");
+        let shaped = render(template, &job(r#"{"order_id":"a:payhook-id:7"}"#), "shop");
+        assert_eq!(shaped, "orders:a%3Apayhook-id%3A7");
+        for stream in [&plain, &shaped] {
+            for id in [7, 8] {
+                let seen = seen_key(stream, id);
+                assert!(seen.starts_with('#') && seen != plain && seen != shaped, "{seen}");
+            }
+            assert!(!stream.contains('#'), "{stream}");
+        }
+        assert_eq!(seen_key(&plain, 7), "#payhook-id:orders:a:7");
     }
 
     #[test]

@@ -176,12 +176,15 @@ async fn deliveries<S: Store>(
             if let Some(alerts) = &live.settings.alerts
                 && src.verification_failure_reaches(received_at_ms, alerts.window_ms, alerts.verification_failures)
             {
+                // The error's code only: its text can hold what the request chose (an RFC 9421 component name, a
+                // header's contents), and an alert is forwarded to people.
                 let text = format!(
-                    "payhook: source {} failed signature verification {} times within {} min (last: {e}); \
+                    "payhook: source {} failed signature verification {} times within {} min (last: {}); \
                      is its secret right?",
                     src.settings.name,
                     alerts.verification_failures,
-                    alerts.window_ms / 60_000
+                    alerts.window_ms / 60_000,
+                    e.code()
                 );
                 let alert = Alert { key: format!("{}:verification", src.settings.name), text, now_ms: received_at_ms };
                 if let Err(err) = state.store.raise_alert(alert).await {
@@ -235,7 +238,7 @@ async fn deliveries<S: Store>(
         }
         None => (body.to_vec(), parse(src, &parts, &body, verified.delivery_id.as_deref()), verification),
     };
-    let received = received_headers(headers);
+    let received = received_headers(headers, src.settings.verifier.secret_header());
     let deliveries: Vec<Delivery> = parsed
         .into_iter()
         .map(|parsed| Delivery {
@@ -327,11 +330,12 @@ fn derived_event_id(delivery_id: Option<&str>, body: &[u8]) -> EventId {
 
 /// The request headers, without credentials: every value of a repeated header, in the order it arrived (the
 /// verifier and the format read the first). A value that is not UTF-8 is kept with U+FFFD in place of each
-/// invalid sequence.
-fn received_headers(headers: &HeaderMap) -> ReceivedHeaders {
+/// invalid sequence. `secret` is the header that carries the source's secret itself (a `shared-secret` rule's):
+/// it is dropped like the credentials, not redacted, so nothing of it (not even its length) is kept.
+fn received_headers(headers: &HeaderMap, secret: Option<&str>) -> ReceivedHeaders {
     let mut received = ReceivedHeaders::new();
     for name in headers.keys() {
-        if UNSTORED_HEADERS.contains(&name.as_str()) {
+        if UNSTORED_HEADERS.contains(&name.as_str()) || secret == Some(name.as_str()) {
             continue;
         }
         for value in headers.get_all(name) {

@@ -198,10 +198,10 @@ pub enum SinkTransport {
 }
 
 impl SinkTransport {
-    /// The schemes a NATS sink's URL may have.
+    /// The schemes a NATS sink's URL may have (`tls://`: TLS with the system's root certificates).
     pub const NATS_SCHEMES: &'static [&'static str] = &["nats", "tls"];
-    /// The schemes a Redis sink's URL may have.
-    pub const REDIS_SCHEMES: &'static [&'static str] = &["redis", "rediss"];
+    /// The schemes a Redis sink's URL may have (plain Redis: TLS to Redis is not built in).
+    pub const REDIS_SCHEMES: &'static [&'static str] = &["redis"];
     /// The schemes a RabbitMQ sink's URL may have (plain AMQP: TLS to RabbitMQ is not built in).
     pub const AMQP_SCHEMES: &'static [&'static str] = &["amqp"];
 }

@@ -29,7 +29,7 @@ typedef struct Cache Cache;
 
 struct Cache {
     sqlite3_pcache *inner;
-    unsigned max_key;           /* no page created by xFetch since the last truncation has a larger key */
+    unsigned max_key;           /* no page held has a larger key but those in `high` (and any `overflow` lost) */
     unsigned high[HIGH_KEYS];   /* keys above max_key that pages were moved to and still hold */
     int n_high;
     int overflow;               /* more keys moved above max_key than `high` holds: pass every truncation on */
@@ -119,7 +119,9 @@ static void cache_truncate(sqlite3_pcache *p, unsigned limit) {
     }
     passed++;
     inner.xTruncate(c->inner, limit);
-    if (limit > 0 && c->max_key >= limit) {
+    /* Every page left has a key below the limit. After an overflow some of them are in neither `max_key` nor
+     * `high`: the bound becomes the limit itself before the overflow is forgotten. */
+    if (limit > 0 && (c->overflow || c->max_key >= limit)) {
         c->max_key = limit - 1;
     }
     int kept = 0;

@@ -175,6 +175,35 @@ pub struct SqliteStore {
     list_scans_stopped: std::sync::atomic::AtomicU64,
 }
 
+/// Creates the database file, when there is none yet, readable and writable by its owner only (0600, less what
+/// the umask takes): it holds every delivery's raw body and headers. SQLite's unix VFS (and payhook's, which opens
+/// files through it) creates the `-wal` and `-shm` files with the database file's permissions, so they follow. An
+/// existing file keeps its mode, which is the operator's; one that other users may read is logged.
+fn create_owner_only(path: &Path) -> Result<(), StoreError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let created = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+        match created {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let mode =
+                    std::fs::metadata(path).map_err(|e| StoreError::Unavailable(Box::new(e)))?.permissions().mode();
+                if mode & 0o077 != 0 {
+                    tracing::warn!(
+                        path = %path.display(), mode = format!("{:o}", mode & 0o777),
+                        "the database file is readable by other users: chmod 600 it and its -wal and -shm files"
+                    );
+                }
+            }
+            Err(e) => return Err(StoreError::Unavailable(Box::new(e))),
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 fn connect(path: &Path, busy_timeout_ms: u64) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_millis(busy_timeout_ms))?;
@@ -193,6 +222,7 @@ impl SqliteStore {
     /// Opens (creating and migrating if needed) the database and starts its writer thread.
     pub fn open(options: SqliteOptions) -> Result<Self, StoreError> {
         options.retry.validate().map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        create_owner_only(&options.path)?;
         let mut conn = connect(&options.path, options.busy_timeout_ms).map_err(unavailable)?;
         migrate::run(&mut conn).map_err(unavailable)?;
         let page_size: u64 = conn.pragma_query_value(None, "page_size", |r| r.get(0)).map_err(unavailable)?;

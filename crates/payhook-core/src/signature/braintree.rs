@@ -95,6 +95,7 @@ impl super::Verifier {
                 (parts.next().unwrap_or_default(), parts.next().unwrap_or_default())
             })
             .collect();
+        super::check_candidates(pairs.len(), "bt_signature pairs")?;
         let mut buf = [0u8; SIG_BUF_LEN];
         let secret_index = self
             .keys

@@ -388,6 +388,12 @@ impl DeclaredScheme {
         Ok(bytes)
     }
 
+    /// The header that carries a secret as is (a `shared-secret` rule's), which must not be kept with the
+    /// delivery; `None` for a rule whose header carries a signature.
+    pub fn secret_header(&self) -> Option<&str> {
+        (self.spec.algorithm == Algorithm::SharedSecret).then_some(self.header.as_str())
+    }
+
     /// The algorithm.
     pub(super) fn algorithm(&self) -> Algorithm {
         self.spec.algorithm
@@ -452,6 +458,7 @@ impl DeclaredScheme {
     pub(super) fn read<'h>(&self, headers: &'h (impl Headers + ?Sized)) -> Result<SignatureHeader<'h>, VerifyError> {
         let value = headers.get(&self.header).ok_or_else(|| missing(&self.header))?;
         let parsed = self.parse(value)?;
+        super::check_candidates(parsed.signatures.len(), "signatures")?;
         let text = match (&self.timestamp_header, parsed.timestamp) {
             (Some(h), _) => Some(headers.get(h).ok_or_else(|| missing(h))?.trim()),
             (None, t) => t.map(str::trim),

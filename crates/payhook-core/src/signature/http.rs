@@ -426,6 +426,8 @@ impl super::Verifier {
         let signature_header = headers.get("signature").ok_or_else(|| super::missing("signature"))?;
         let inputs = parse_signature_input(input_header)?;
         let signatures = parse_signature(signature_header)?;
+        super::check_candidates(inputs.len(), "Signature-Input members")?;
+        super::check_candidates(signatures.len(), "Signature members")?;
         let Some((input, keyid)) =
             inputs.iter().find_map(|i| i.keyid().filter(|id| self.http_key(id).is_some()).map(|id| (i, id)))
         else {

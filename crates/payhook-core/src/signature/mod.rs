@@ -89,6 +89,23 @@ const WHSK_PREFIX: &str = "whsk_";
 /// Base64 length of a 64-byte Ed25519 signature.
 const ED25519_SIG_B64_LEN: usize = 88;
 
+/// The most signatures one delivery may offer (Stripe's `v1=` entries, a Standard Webhooks list, a declared rule's
+/// pairs or list, RFC 9421 members, Braintree's `bt_signature` pairs); more is [`VerifyError::Malformed`].
+///
+/// Every candidate is checked against every secret, so a header of thousands of them costs thousands of
+/// comparisons (or Ed25519 verifications) per request. Providers send one, two or three while they rotate a
+/// secret; sixteen leaves room for that, and refusing beyond it (rather than trying the first sixteen) tells a
+/// sender what is wrong.
+pub const MAX_SIGNATURE_CANDIDATES: usize = 16;
+
+/// Refuses a delivery offering more than [`MAX_SIGNATURE_CANDIDATES`] signatures; `what` names them.
+fn check_candidates(count: usize, what: &str) -> Result<(), VerifyError> {
+    if count > MAX_SIGNATURE_CANDIDATES {
+        return Err(VerifyError::Malformed(format!("more than {MAX_SIGNATURE_CANDIDATES} {what}")));
+    }
+    Ok(())
+}
+
 /// Read access to request headers.
 ///
 /// The verifier only needs to look headers up by name, so it takes this small
@@ -823,6 +840,16 @@ impl Verifier {
         }
     }
 
+    /// The request header (lowercase) that carries a configured secret itself rather than a signature made with
+    /// it: a declared `shared-secret` rule's. Whoever reads it can forge deliveries, so it must be neither stored
+    /// nor shown. `None` for every scheme whose headers carry only signatures.
+    pub fn secret_header(&self) -> Option<&str> {
+        match &self.scheme {
+            Scheme::Declared(d) => d.secret_header(),
+            _ => None,
+        }
+    }
+
     /// The Standard Webhooks headers with one `v1a` signature.
     fn sign_standard_v1a(&self, key: &Ed25519Key, body: &[u8], now_unix: i64, msg_id: &str) -> Vec<(String, String)> {
         let ts = now_unix.to_string();
@@ -841,7 +868,8 @@ impl Verifier {
     ///
     /// Every configured secret is tried against every signature in the
     /// header (the MAC is computed once per secret), with constant-time,
-    /// exact-length comparisons. Errors are reported in a fixed order:
+    /// exact-length comparisons; a delivery offering more than
+    /// [`MAX_SIGNATURE_CANDIDATES`] signatures is [`VerifyError::Malformed`]. Errors are reported in a fixed order:
     /// missing or unparsable headers first, then a timestamp more than the
     /// tolerance away from `now_unix` in either direction ([`VerifyError::Stale`]),
     /// then [`VerifyError::Mismatch`]. Signature values that are not valid
@@ -976,6 +1004,7 @@ impl Verifier {
         if stripe_v1_values(header).next().is_none() {
             return Err(VerifyError::Malformed("no v1= signature".into()));
         }
+        check_candidates(stripe_v1_values(header).count(), "v1= signatures")?;
         self.check_fresh(timestamp, now_unix)?;
         let parts: [&[u8]; 3] = [ts_text.as_bytes(), b".", body];
         let secret_index =
@@ -1012,6 +1041,8 @@ impl Verifier {
         if !checks_v1 && !checks_v1a {
             return Err(VerifyError::Malformed("no v1 signature (or v1a, for Ed25519 secrets)".into()));
         }
+        let offered = standard_values(header, "v1").count() + standard_values(header, "v1a").count();
+        check_candidates(offered, "v1 and v1a signatures")?;
         self.check_fresh(timestamp, now_unix)?;
         let parts: [&[u8]; 5] = [id.as_bytes(), b".", ts_text.as_bytes(), b".", body];
         let mut secret_index = self.find_match(&parts, || standard_values(header, "v1"), Encoding::Base64, 32);

@@ -3,6 +3,7 @@
 //!
 //! * `vectors`: the shared, provider-derived test vectors.
 //! * `props`: property tests of sign/verify for every scheme.
+//! * `candidates`: at most `MAX_SIGNATURE_CANDIDATES` signatures per delivery, in every scheme that takes a list.
 //! * `adyen`: Adyen notifications, signed per item inside the body.
 //! * `ed25519`: Standard Webhooks `v1a` with Ed25519 keys, alone and mixed with `whsec_` secrets.
 //! * `http_signatures`: RFC 9421 message signatures and RFC 9530 content digests.
@@ -15,6 +16,7 @@
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
 
 mod adyen;
+mod candidates;
 mod declared;
 mod ed25519;
 mod forgery;

@@ -1,7 +1,8 @@
 //! Broker sinks against the real brokers: NATS JetStream (`PAYHOOK_TEST_NATS_URL`, default
 //! `nats://127.0.0.1:4222`) and Redis (`PAYHOOK_TEST_REDIS_URL`, default `redis://127.0.0.1:6379`). Every
 //! `order.paid` arrives once per order; a re-publish after the broker's ack (a dispatcher that died before recording
-//! it) is dropped by the broker; a broker that is down leaves rows pending, then dead with an alert; a broker
+//! it) is dropped by the broker; an order id fills one subject token or stream key piece, escaped, and cannot reach
+//! the script's own keys; a broker that is down leaves rows pending, then dead with an alert; a broker
 //! restarted under load loses and doubles nothing.
 //!
 //! A test whose broker is unreachable prints why and passes, unless `PAYHOOK_TEST_BROKERS=1` (set by `.ci/run`),
@@ -170,6 +171,28 @@ async fn every_order_paid_reaches_jetstream_once_per_order_under_its_subject() {
     js.delete_stream(&stream).await.expect("delete the stream");
 }
 
+/// An order id holding NATS's token separator, wildcards and a space fills one subject token, escaped, which
+/// percent-decoding reads back.
+#[tokio::test]
+async fn an_order_id_with_dots_and_wildcards_lands_on_one_escaped_subject_token() {
+    let url = nats_url();
+    if !reachable(&url, "an_order_id_with_dots_and_wildcards_lands_on_one_escaped_subject_token").await {
+        return;
+    }
+    let (stream, prefix) = (unique("PAYHOOK_IT_"), unique("payhook-it-"));
+    let js = create_stream(&url, &stream, &prefix).await;
+    let subject = format!("{prefix}.{{kind}}.{{order_id}}");
+    let app = TestApp::spawn_with(|s, _| s.sinks.push(nats_sink("events", &url, &subject))).await;
+    paid_order(&app, "ord.1 >*").await;
+    let pass = app.running.dispatcher.run_until_idle(now_ms()).await.expect("dispatch");
+    assert_eq!(pass.delivered, 1, "{pass:?}");
+    let seen = stream_messages(&js, &stream).await;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].0, format!("{prefix}.order.paid.ord%2E1%20%3E%2A"));
+    assert_eq!(seen[0].2["order_id"], "ord.1 >*");
+    js.delete_stream(&stream).await.expect("delete the stream");
+}
+
 #[tokio::test]
 async fn a_jetstream_republish_after_the_ack_is_dropped_as_a_duplicate() {
     let url = nats_url();
@@ -222,6 +245,35 @@ async fn every_order_paid_reaches_the_redis_stream_once_per_order() {
     let seen: Vec<_> = seen.into_iter().map(|(id, kind, payload)| (kind, id, payload)).collect();
     assert_once_per_order(&rows(&app, "events").await, &seen, 6);
     redis_delete(&url, &format!("{prefix}*")).await;
+}
+
+/// Row N of order `ord_c` is remembered by the script under a key of its own; an order named
+/// `ord_c:payhook-id:N` used to render that very key as its stream, so one of the two rows was lost: taken for a
+/// re-publish (never added), or refused (its stream key held the other's id). Both are added, each to its stream.
+#[tokio::test]
+async fn a_redis_order_id_shaped_like_the_scripts_key_is_published_not_swallowed() {
+    let url = redis_url();
+    if !reachable(&url, "a_redis_order_id_shaped_like_the_scripts_key_is_published_not_swallowed").await {
+        return;
+    }
+    let prefix = unique("payhook-it-");
+    let app =
+        TestApp::spawn_with(|s, _| s.sinks.push(redis_sink("events", &url, &format!("{prefix}:{{order_id}}")))).await;
+    paid_order(&app, "ord_c").await;
+    let first = rows(&app, "events").await.remove(0).id;
+    let shaped = format!("ord_c:payhook-id:{first}");
+    paid_order(&app, &shaped).await;
+    let pass = app.running.dispatcher.run_until_idle(now_ms()).await.expect("dispatch");
+    assert_eq!(pass.delivered, 2, "{pass:?}");
+    let plain = redis_entries(&url, &format!("{prefix}:ord_c")).await;
+    assert_eq!(plain.iter().map(|(id, _, _)| id.clone()).collect::<Vec<_>>(), [first.to_string()], "{plain:?}");
+    let escaped = redis_entries(&url, &format!("{prefix}:ord_c%3Apayhook-id%3A{first}")).await;
+    assert_eq!(escaped.len(), 1, "{escaped:?}");
+    assert_eq!(escaped[0].2["order_id"], shaped.as_str());
+    let all_rows = rows(&app, "events").await;
+    assert!(all_rows.iter().all(|r| r.status == payhook_store::OutboxStatus::Delivered), "{all_rows:?}");
+    redis_delete(&url, &format!("{prefix}*")).await;
+    redis_delete(&url, &format!("#payhook-id:{prefix}*")).await;
 }
 
 #[tokio::test]

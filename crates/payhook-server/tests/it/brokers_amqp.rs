@@ -1,7 +1,8 @@
 //! RabbitMQ sinks against the real broker (`PAYHOOK_TEST_AMQP_URL`, default `amqp://guest:guest@127.0.0.1:5672/%2f`):
 //! every `order.paid` once per order, persistent and with `message_id` = the outbox id; a re-publish after the
 //! broker's ack (a dispatcher that died before recording it) arrives again with the same `message_id`, as AMQP
-//! cannot drop it; an unroutable message is returned and is a failed attempt, not a delivery.
+//! cannot drop it; an order id fills one routing word, escaped; an unroutable message is returned and is a failed
+//! attempt, not a delivery.
 //!
 //! Skipped with a message when RabbitMQ is unreachable, unless `PAYHOOK_TEST_BROKERS=1`.
 
@@ -109,6 +110,29 @@ async fn a_rabbitmq_republish_after_the_ack_carries_the_same_message_id() {
     assert_eq!(seen.len(), 2, "AMQP cannot drop the copy: {seen:?}");
     assert_eq!(seen[0], seen[1], "the copy is the same message");
     assert_eq!((seen[0].0.as_str(), row.status.as_str()), (row.id.to_string().as_str(), "delivered"));
+}
+
+/// An order id holding the routing key's word separator and a wildcard fills one word, escaped: on the default
+/// exchange it reaches the queue named by the escaped key.
+#[tokio::test]
+async fn an_order_id_with_dots_is_one_escaped_routing_word() {
+    let url = amqp_url();
+    // Taken before the check: the restart test holds it for writing while RabbitMQ is down.
+    let _broker = BROKER.read().await;
+    if !reachable(&url, "an_order_id_with_dots_is_one_escaped_routing_word").await {
+        return;
+    }
+    let prefix = unique("payhook-it-");
+    let queue = format!("{prefix}.ord%2E1%2A%23");
+    let (_connection, channel) = declare_queue(&url, &queue).await;
+    let app =
+        TestApp::spawn_with(|s, _| s.sinks.push(amqp_sink("events", &url, &format!("{prefix}.{{order_id}}")))).await;
+    paid_order(&app, "ord.1*#").await;
+    let pass = app.running.dispatcher.run_until_idle(now_ms()).await.expect("dispatch");
+    assert_eq!(pass.delivered, 1, "{pass:?}");
+    let seen = drain(&channel, &queue).await;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].2["order_id"], "ord.1*#");
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use payhook_core::retry::RetryPolicy;
 use payhook_core::signature::{Scheme, Secret, Verifier};
 use payhook_server::settings::{AlertSettings, SinkSettings};
 use payhook_server::{SecretUrl, now_ms};
-use payhook_store::{Claim, OutboxFilter, OutboxView, Store};
+use payhook_store::{Claim, OutboxFilter, OutboxKind, OutboxView, Store};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -339,6 +339,44 @@ async fn a_source_that_keeps_failing_verification_raises_one_alert() {
     assert_eq!(seen.len(), 1, "{seen:?}");
     let v: serde_json::Value = serde_json::from_slice(&seen[0].body).unwrap();
     assert!(v["text"].as_str().is_some_and(|t| t.contains("payments") && t.contains("verification")), "{v}");
+}
+
+/// The text of a verification error can hold what the request chose (here an RFC 9421 component name full of
+/// markup, reported missing): the alert carries the error's code, never that text, in the row stored and in what
+/// the alerts endpoint gets.
+#[tokio::test]
+async fn a_verification_alert_carries_the_error_code_and_none_of_the_requests_text() {
+    let sink_server = Sink::start().await;
+    let url = sink_server.url("/alerts");
+    let app =
+        TestApp::spawn_with(|s, _| s.alerts = Some(AlertSettings { verification_failures: 1, ..alerts_at(&url) }))
+            .await;
+    let evil = "evil<script>alert(1)</script><!channel>";
+    let body = b"{}";
+    let input = format!(
+        r#"sig1=("@method" "@authority" "@path" "content-digest" "{evil}");created={};keyid="payhook-test""#,
+        now_secs()
+    );
+    let headers = [
+        ("Content-Digest".to_owned(), payhook_core::signature::content_digest(body)),
+        ("Signature-Input".to_owned(), input),
+        ("Signature".to_owned(), "sig1=:AAAA:".to_owned()),
+    ];
+    let reply = app.post_raw("signed", &headers, body.to_vec()).await;
+    assert_eq!((reply.status.as_u16(), &reply.json["error"]), (401, &serde_json::json!("missing_header")));
+
+    let filter = OutboxFilter { kind: Some(OutboxKind::Alert), limit: 10, ..Default::default() };
+    let alerts = app.store.list_outbox(filter).await.expect("outbox").rows;
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    let stored = alerts[0].payload.to_string();
+    app.running.dispatcher.run_until_idle(now_ms() + 1).await.expect("dispatch");
+    let seen = sink_server.seen("/alerts");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let sent = String::from_utf8_lossy(&seen[0].body).into_owned();
+    for text in [&stored, &sent] {
+        assert!(text.contains("signed") && text.contains("missing_header"), "{text}");
+        assert!(!text.contains("evil") && !text.contains("script") && !text.contains("channel"), "{text}");
+    }
 }
 
 #[tokio::test]

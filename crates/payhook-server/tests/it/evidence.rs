@@ -1,16 +1,24 @@
 //! A delivery as evidence: the API returns its body byte for byte and every value of a repeated header in
-//! order; the dashboard shows the raw bytes escaped (and re-indented on request) and every header value; rows
-//! stored with the older header form (an object of strings) read and replay the same way.
+//! order; the dashboard shows the raw bytes escaped (and re-indented on request) and every header value, except a
+//! header that carries the source's secret itself, which is never stored; rows stored with the older header form
+//! (an object of strings) read and replay the same way.
 
-use crate::helpers::{TestApp, now_secs};
+use crate::helpers::{TestApp, event, now_secs};
 use crate::ui::login;
 use base64::Engine;
+use payhook_core::event::OrderAction::Pay;
+use payhook_core::event::SourceName;
+use payhook_core::format::Format;
 use payhook_core::retry::RetryPolicy;
+use payhook_core::signature::{DeclaredScheme, Scheme, Secret, SignatureSpec, Verifier};
+use payhook_server::SourceSettings;
 use payhook_server::now_ms;
+use payhook_server::settings::Orders;
 use payhook_store::Outcome;
 use reqwest::StatusCode;
 use reqwest::header::COOKIE;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 /// A body with unusual whitespace (tabs, a CRLF, trailing spaces), its keys out of the usual order and a key
 /// sent twice, as a Stripe event payhook ignores (`customer.created`).
@@ -105,6 +113,44 @@ async fn markup_in_a_body_or_a_header_is_shown_as_text_and_never_runs() {
         assert!(html.contains("&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;"), "{path}:\n{html}");
         assert!(html.contains("&lt;img src=x onerror=alert(2)&gt;"), "{path}:\n{html}");
     }
+}
+
+/// A source that authenticates its deliveries by sending `secret` itself in `verif-hash` (Flutterwave's legacy
+/// rule), declared as a `shared-secret` `[signature]` table.
+fn shared_secret_source(name: &str, secret: &str) -> SourceSettings {
+    let spec: SignatureSpec =
+        serde_json::from_value(json!({ "header": "verif-hash", "algorithm": "shared-secret" })).expect("a rule");
+    let scheme = DeclaredScheme::new("declared", spec, None).expect("a usable rule");
+    SourceSettings {
+        name: SourceName::parse(name).unwrap(),
+        verifier: Verifier::new(Scheme::Declared(Arc::new(scheme)), &[Secret::new(secret)], 300).unwrap(),
+        format: Format::Generic,
+        forward: Vec::new(),
+        orders: Orders::Registered,
+    }
+}
+
+/// A `shared-secret` header is the source's secret itself, enough to forge any delivery: it is dropped before the
+/// delivery is stored, so neither the API nor the dashboard can show it; the delivery's other headers are kept.
+#[tokio::test]
+async fn a_shared_secret_header_is_neither_stored_nor_shown() {
+    const SHARED: &str = "legacy-secret-hash-PLANTED-4711";
+    let app = TestApp::spawn_with(|s, _| s.sources.push(shared_secret_source("legacy", SHARED))).await;
+    let body = app.encode("legacy", &event("evt_shared", Pay, "ord_shared", 100));
+    let headers = [("Verif-Hash".to_owned(), SHARED.to_owned()), ("X-Note".to_owned(), "kept".to_owned())];
+    let reply = app.post_raw("legacy", &headers, body).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
+    let id = reply.json["event_id"].as_str().unwrap().to_owned();
+
+    let (status, api) = app.get_text_authorized(&format!("/v1/events/legacy/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{api}");
+    assert!(!api.contains(SHARED) && !api.contains("verif-hash"), "the API shows the secret: {api}");
+    assert!(api.contains("x-note"), "{api}");
+
+    let session = login(&app).await;
+    let html = page(&app, &session.cookie, &format!("/ui/events/legacy/{id}")).await;
+    assert!(!html.contains(SHARED) && !html.contains("verif-hash"), "the dashboard shows the secret:\n{html}");
+    assert!(html.contains("x-note"), "{html}");
 }
 
 #[tokio::test]

@@ -2,6 +2,7 @@
 //!
 //! * `contract`: the store contract every backend must pass (`payhook_store::contract`).
 //! * `counters`: the counters behind `stats` are kept whoever writes, read without a scan, corrected by a recount.
+//! * `files`: the database and its `-wal` and `-shm` files are created readable by their owner only.
 //! * `faults`: a failing write rolls back only its own event, in and out of a shared batch.
 //! * `listings`: every listing walks an index matching its filter or is a bounded scan, whatever the table's size.
 //! * `restart`: everything survives a reopen; migrations run once.
@@ -12,6 +13,7 @@
 mod contract;
 mod counters;
 mod faults;
+mod files;
 mod listings;
 mod restart;
 mod space;

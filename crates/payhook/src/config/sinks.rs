@@ -49,6 +49,22 @@ fn default_max_in_flight() -> usize {
 /// A Redis sink remembers a published outbox id for a day unless told otherwise: far longer than any lease.
 const DEFAULT_REDIS_DEDUP_WINDOW_SECS: u64 = 86_400;
 
+/// Refuses a TLS URL scheme the broker's client is built without: redis-rs has no TLS feature here (`rediss://`
+/// failed every row at its first connect) and lapin none either (`amqps://`). NATS's `tls://` is served: async-nats
+/// always carries rustls, with the system's roots. Names the key and the way out, never the URL.
+fn refuse_tls_the_client_lacks(kind: SinkType, url: &str) -> Result<()> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme.trim().to_ascii_lowercase());
+    let broker = match (kind, scheme.as_deref()) {
+        (SinkType::Redis, Some("rediss")) => "Redis (rediss://)",
+        (SinkType::Amqp, Some("amqps")) => "RabbitMQ (amqps://)",
+        _ => return Ok(()),
+    };
+    bail!(
+        "url: TLS to {broker} is not supported; connect with a plain URL to a TLS-terminating proxy on localhost \
+         (such as stunnel or spiped) that forwards to the broker"
+    )
+}
+
 pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
     if s.name.is_empty() || s.name.starts_with('_') {
         bail!("name: must be non-empty and must not start with '_' (reserved)");
@@ -65,6 +81,7 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
     only("exchange", s.exchange.is_some() && s.kind != SinkType::Amqp, "amqp")?;
     only("routing_key", s.routing_key.is_some() && s.kind != SinkType::Amqp, "amqp")?;
     only("secret", (s.secret.is_some() || s.secret_env.is_some()) && s.kind != SinkType::Http, "http")?;
+    refuse_tls_the_client_lacks(s.kind, &s.url)?;
     // Never echo the URL: its path, query or user info may hold the sink's token or the broker's password.
     let (url, transport) = match s.kind {
         SinkType::Http => (SecretUrl::parse(&s.url).context("url")?, SinkTransport::Http),
@@ -81,6 +98,10 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
             let stream = s.stream.context("stream: a redis sink needs a stream key template")?;
             if stream.is_empty() {
                 bail!("stream: must be non-empty");
+            }
+            // The keys the script keeps beside the streams start with '#', which no filled-in value holds.
+            if stream.contains('#') {
+                bail!("stream: must not contain '#' (payhook's own keys beside the streams start with it)");
             }
             let dedup_window_secs = s.dedup_window_secs.unwrap_or(DEFAULT_REDIS_DEDUP_WINDOW_SECS);
             if dedup_window_secs == 0 {

@@ -384,6 +384,7 @@ fn a_broker_sink_needs_its_destination_and_takes_only_its_own_keys() {
         (sink("url = \"https://h/x\"\nsubject = \"s\"\n"), "sinks[0] (bus): subject"),
         (sink("type = \"nats\"\nurl = \"nats://h:4222\"\nsubject = \"s\"\nstream = \"s\"\n"), "sinks[0] (bus): stream"),
         (sink("type = \"nats\"\nurl = \"nats://h:4222\"\nsubject = \"a b\"\n"), "sinks[0] (bus): subject"),
+        (sink("type = \"redis\"\nurl = \"redis://h:6379\"\nstream = \"#x:{kind}\"\n"), "sinks[0] (bus): stream"),
         (
             sink("type = \"redis\"\nurl = \"redis://h:6379\"\nstream = \"s\"\ndedup_window_secs = 0\n"),
             "sinks[0] (bus): dedup_window_secs",
@@ -400,6 +401,26 @@ fn a_broker_sink_needs_its_destination_and_takes_only_its_own_keys() {
         let err = format!("{:#}", Config::from_toml(&text, "t", None).unwrap_err());
         assert!(err.contains(key) && !err.contains("PLANTED"), "{text}: {err}");
     }
+}
+
+#[test]
+fn a_broker_url_asking_for_tls_the_client_cannot_speak_is_refused_and_nats_tls_is_accepted() {
+    let sink = |lines: &str| format!("[[sinks]]\nname = \"bus\"\nkinds = [\"*\"]\n{lines}");
+    for (text, broker) in [
+        (sink("type = \"redis\"\nurl = \"rediss://:p4ss-PLANTED@h:6380/0\"\nstream = \"s\"\n"), "Redis (rediss://)"),
+        (sink("type = \"redis\"\nurl = \"REDISS://h:6380\"\nstream = \"s\"\n"), "Redis (rediss://)"),
+        (
+            sink("type = \"amqp\"\nurl = \"amqps://u:p4ss-PLANTED@h:5671\"\nrouting_key = \"k\"\n"),
+            "RabbitMQ (amqps://)",
+        ),
+    ] {
+        let err = format!("{:#}", Config::from_toml(&text, "t", None).unwrap_err());
+        assert!(err.contains(&format!("sinks[0] (bus): url: TLS to {broker} is not supported")), "{err}");
+        assert!(err.contains("stunnel") && !err.contains("PLANTED"), "{err}");
+    }
+    let nats = sink("type = \"nats\"\nurl = \"tls://nats.internal:4222\"\nsubject = \"payhook.{kind}\"\n");
+    let config = Config::from_toml(&nats, "t", None).expect("NATS over TLS is served");
+    assert_eq!(config.settings.sinks[0].url.redacted(), "tls://nats.internal:4222");
 }
 
 #[test]
