@@ -663,8 +663,18 @@ fn resolve_source(mut s: RawSource) -> Result<SourceSettings> {
         verifier = verifier.with_required_components(&components).context("required_components")?;
     }
     // No field that decides an effect may read a part the signature leaves out, unless the format says so by name.
-    if let Format::Declared(d) = &format {
-        d.check_signed(&verifier.signed_parts()).map_err(|e| anyhow::anyhow!("format.{e}"))?;
+    let signed = verifier.signed_parts();
+    match &format {
+        Format::Declared(d) => d.check_signed(&signed).map_err(|e| anyhow::anyhow!("format.{e}"))?,
+        // Adyen's format reads only the fields each item's signature covers.
+        Format::Adyen if *verifier.scheme() == Scheme::Adyen => {}
+        built_in if !signed.body => bail!(
+            "format: {} reads the body, which the {} signature does not cover, so anyone could change it; declare \
+             a [sources.format] table instead, naming the fields it reads unsigned (unsigned = [...])",
+            built_in.name(),
+            verifier.scheme().name()
+        ),
+        _ => {}
     }
     let confirm = resolve_confirm(&mut s)?;
     Ok(SourceSettings { name, verifier, format, forward: s.forward, orders: s.orders, confirm })

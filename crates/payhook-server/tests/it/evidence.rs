@@ -127,6 +127,7 @@ fn shared_secret_source(name: &str, secret: &str) -> SourceSettings {
         format: Format::Generic,
         forward: Vec::new(),
         orders: Orders::Registered,
+        confirm: None,
     }
 }
 

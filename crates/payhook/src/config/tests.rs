@@ -656,3 +656,15 @@ fn mercado_pago_needs_confirm_api_with_a_token_and_nothing_else_takes_it() {
     let err = format!("{:#}", Config::from_toml(stripe, "f.toml", None).unwrap_err());
     assert!(err.contains("confirm: only a preset with a [confirm] table"), "{err}");
 }
+
+#[test]
+fn a_built_in_format_is_refused_with_a_scheme_that_does_not_sign_the_body() {
+    let text = "[[sources]]\nname = \"mp\"\nscheme = \"mercado-pago\"\nformat = \"generic\"\nsecrets = [\"s\"]\n";
+    let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+    assert!(err.contains("sources[0] (mp): format: generic reads the body, which the mercado-pago signature"), "{err}");
+    let text = "[[sources]]\nname = \"a\"\nscheme = \"adyen\"\nformat = \"generic\"\nsecrets = [\"00\"]\n";
+    let err = format!("{:#}", Config::from_toml(text, "f.toml", None).unwrap_err());
+    assert!(err.contains("format: generic reads the body, which the adyen signature"), "{err}");
+    let text = "[[sources]]\nname = \"a\"\nscheme = \"adyen\"\nformat = \"adyen\"\nsecrets = [\"00\"]\n";
+    Config::from_toml(text, "f.toml", None).unwrap();
+}
