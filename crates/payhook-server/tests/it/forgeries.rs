@@ -115,12 +115,31 @@ struct Notification {
 }
 
 async fn post(app: &TestApp, n: &Notification) -> (StatusCode, Value) {
+    let reply = post_reply(app, n).await;
+    (reply.status, reply.json)
+}
+
+async fn post_reply(app: &TestApp, n: &Notification) -> crate::helpers::Reply {
     let mut req = app.client.post(n.url.clone()).body(n.body.clone());
     for (name, value) in &n.headers {
         req = req.header(name.as_str(), value.as_str());
     }
-    let reply = read_json(req.send().await.expect("POST")).await;
-    (reply.status, reply.json)
+    read_json(req.send().await.expect("POST")).await
+}
+
+/// `headers` with `name`'s value replaced.
+fn replaced(headers: &[(String, String)], name: &str, value: &str) -> Vec<(String, String)> {
+    headers.iter().map(|(k, v)| (k.clone(), if k == name { value.to_owned() } else { v.clone() })).collect()
+}
+
+/// A paid Shopify order's delivery, delivered: its headers (signed) and body.
+async fn shopify_paid(app: &TestApp, event_id: &str, order: &str) -> (Vec<(String, String)>, Vec<u8>) {
+    app.register_order(order, 1999, "usd").await;
+    let paid: Outgoing<'_> = crate::helpers::event(event_id, OrderAction::Pay, order, 1999);
+    let body = app.encode("shopify", &paid);
+    let mut headers = payhook_core::format::Format::Shopify.encode_headers(&paid);
+    headers.extend(app.sign("shopify", &body, now_secs()));
+    (headers, body)
 }
 
 /// The body of `n` with its JSON changed by `edit`, the headers (and so the signature) kept.
@@ -150,7 +169,7 @@ async fn a_captured_mercado_pago_signature_pays_no_other_order() {
     assert_eq!(app.order("ord_mp_1").await["status"], "paid");
     assert_eq!(api.asked.lock().expect("lock").as_slice(), ["ORD01JQ4S4KY8HWQ6NA5PXB65B3D3"]);
 
-    // The attack: the real delivery's headers, the body pointed at another registered order.
+    // The attack: the real delivery's headers, the body pointed at another registered order.
     let other_order = with_body(&real, |b| b["data"]["external_reference"] = json!("ord_mp_2"));
     let (status, answer) = post(&app, &other_order).await;
     assert_eq!((status, answer["error"].as_str()), (StatusCode::UNAUTHORIZED, Some("replayed")), "{answer}");
@@ -189,13 +208,7 @@ async fn a_mercado_pago_delivery_the_api_cannot_confirm_is_retried_by_the_provid
     *api.failing.lock().expect("lock") = Some(500);
     let n = notification(&app, "ORD01FAILING0000000000000000", "order.processed", "ord_mp_1", "req-10");
     let inbox = app.inbox_rows().await;
-    let reply = {
-        let mut req = app.client.post(n.url.clone()).body(n.body.clone());
-        for (name, value) in &n.headers {
-            req = req.header(name.as_str(), value.as_str());
-        }
-        read_json(req.send().await.expect("POST")).await
-    };
+    let reply = post_reply(&app, &n).await;
     assert_eq!((reply.status, reply.json["error"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("unconfirmed")));
     assert_eq!(reply.headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
     assert_eq!(app.inbox_rows().await, inbox, "nothing is recorded before the provider's answer");
@@ -224,29 +237,18 @@ async fn a_mercado_pago_delivery_the_api_cannot_confirm_is_retried_by_the_provid
 #[tokio::test]
 async fn a_paid_shopify_order_resent_as_cancelled_under_a_new_event_id_is_not_refunded() {
     let app = TestApp::spawn().await;
-    app.register_order("4400112233", 1999, "usd").await;
-    let paid: Outgoing<'_> = crate::helpers::event("evt_shop_1", OrderAction::Pay, "4400112233", 1999);
-    let body = app.encode("shopify", &paid);
-    let mut headers = payhook_core::format::Format::Shopify.encode_headers(&paid);
-    headers.extend(app.sign("shopify", &body, now_secs()));
+    let (headers, body) = shopify_paid(&app, "evt_shop_1", "4400112233").await;
     let reply = app.post_raw("shopify", &headers, body.clone()).await;
     assert_eq!((reply.status, reply.json["status"].as_str()), (StatusCode::OK, Some("processed")), "{}", reply.json);
     assert_eq!(app.order("4400112233").await["status"], "paid");
 
-    // The attack: the same signed body, the topic header changed and a new event id.
-    let forged: Vec<(String, String)> = headers
-        .iter()
-        .map(|(k, v)| match k.as_str() {
-            "x-shopify-topic" => (k.clone(), "orders/cancelled".to_owned()),
-            "x-shopify-event-id" => (k.clone(), "evt_shop_forged".to_owned()),
-            _ => (k.clone(), v.clone()),
-        })
-        .collect();
+    // The attack: the same signed body, the topic header changed and a new event id.
+    let forged = replaced(&replaced(&headers, "x-shopify-topic", "orders/cancelled"), "x-shopify-event-id", "evt_x");
     let reply = app.post_raw("shopify", &forged, body).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
     assert_eq!(reply.json["status"], "dead_lettered", "{}", reply.json);
     assert_eq!(app.order("4400112233").await["status"], "paid", "an unsigned header refunded nothing");
-    assert_ne!(reply.json["event_id"], "evt_shop_forged", "kept under an id of its bytes, not the header's");
+    assert_ne!(reply.json["event_id"], "evt_x", "kept under an id of its bytes, not the header's");
 }
 
 /// A forger holding a body before its real delivery sends it first under the real event id with a topic the body
@@ -254,18 +256,8 @@ async fn a_paid_shopify_order_resent_as_cancelled_under_a_new_event_id_is_not_re
 #[tokio::test]
 async fn a_shopify_copy_sent_first_under_another_topic_does_not_make_the_real_delivery_a_duplicate() {
     let app = TestApp::spawn().await;
-    app.register_order("4400112234", 1999, "usd").await;
-    let paid: Outgoing<'_> = crate::helpers::event("evt_shop_2", OrderAction::Pay, "4400112234", 1999);
-    let body = app.encode("shopify", &paid);
-    let mut headers = payhook_core::format::Format::Shopify.encode_headers(&paid);
-    headers.extend(app.sign("shopify", &body, now_secs()));
-    let forged: Vec<(String, String)> =
-        headers
-            .iter()
-            .map(|(k, v)| {
-                if k == "x-shopify-topic" { (k.clone(), "orders/cancelled".to_owned()) } else { (k.clone(), v.clone()) }
-            })
-            .collect();
+    let (headers, body) = shopify_paid(&app, "evt_shop_2", "4400112234").await;
+    let forged = replaced(&headers, "x-shopify-topic", "orders/cancelled");
     let reply = app.post_raw("shopify", &forged, body.clone()).await;
     assert_eq!(reply.json["status"], "dead_lettered", "{}", reply.json);
     let reply = app.post_raw("shopify", &headers, body).await;
