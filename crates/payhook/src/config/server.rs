@@ -68,7 +68,7 @@ pub(super) fn resolve_listener(raw: &RawServer, replay: &ReplaySettings) -> Resu
         ("body_buffer_bytes", raw.body_buffer_bytes),
     ] {
         if value == 0 {
-            bail!("server.{key} must be positive");
+            bail!("server.{key}: must be positive");
         }
     }
     if raw.max_header_bytes < 8192 {
@@ -79,7 +79,7 @@ pub(super) fn resolve_listener(raw: &RawServer, replay: &ReplaySettings) -> Resu
     }
     let max_connections_per_client = match raw.max_connections_per_client {
         None => (raw.max_connections / 2).max(1),
-        Some(0) => bail!("server.max_connections_per_client must be positive"),
+        Some(0) => bail!("server.max_connections_per_client: must be positive"),
         Some(n) if n > raw.max_connections => bail!(
             "server.max_connections_per_client ({n}) must not exceed server.max_connections ({})",
             raw.max_connections
