@@ -10,9 +10,9 @@
 //! - *idle between requests* (keep-alive, no byte received since the last answer): closed after `keep_alive_idle_ms`;
 //! - *serving a request*: the whole request must be answered within `request_timeout_ms` of its head (503, or 408
 //!   while its body is still arriving), and its body must be complete within `body_timeout_ms` (408), on every route
-//!   (`crate::body`: the body wrapper, which also charges the body's bytes to the process's `body_buffer_bytes`; 503 with
-//!   `Retry-After` beyond it). A request stopped by a deadline or the buffer bound is answered by the service wrapper
-//!   here, and its connection is closed.
+//!   (`crate::body`: the body wrapper, which also charges the body's bytes to the process's `body_buffer_bytes`;
+//!   503 with `Retry-After` beyond it). A request stopped by a deadline or the buffer bound is answered by the
+//!   service wrapper here, and its connection is closed.
 //!
 //! A client address holds at most `max_connections_per_client` of the `max_connections` (`clients`); beyond either
 //! cap a new connection is closed at once.
@@ -353,7 +353,6 @@ impl Listener {
                     continue;
                 }
             };
-
             metrics.accepted.fetch_add(1, Ordering::Relaxed);
             metrics.open.fetch_add(1, Ordering::Relaxed);
             let _ = stream.set_nodelay(true);
