@@ -22,10 +22,12 @@ scenario_args() {
 
 # bench_config FILE PORT STORAGE: a server configuration with the benchmarks' one source (hmac, generic format).
 # STORAGE is the body of [storage] (its url and options); it may open further tables after it ("[retention]…").
+# The load generator is one address standing in for many providers: it may hold the whole connection cap.
 bench_config() {
   cat > "$1" <<TOML
 [server]
 listen = "127.0.0.1:$2"
+max_connections_per_client = 2048
 [storage]
 $3
 [[sources]]

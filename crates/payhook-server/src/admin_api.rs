@@ -5,8 +5,8 @@
 use crate::admin::{self, DeadLetterQuery, EventQuery, OutboxQuery, ReplayFilter};
 use crate::app::{AppState, now_ms};
 use crate::error::ApiError;
+use crate::json_body::{JsonBody, NoFields};
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -19,7 +19,7 @@ use std::sync::Arc;
 #[serde(deny_unknown_fields)]
 pub(crate) struct BulkReplayRequest {
     /// Which dead letters.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::json_body::object")]
     filter: ReplayFilter,
     /// Only say what would be replayed.
     #[serde(default)]
@@ -75,7 +75,7 @@ pub(crate) async fn show_event<S: Store>(
     params(("source" = crate::openapi::Source, Path, description = "Source name"),
         ("event_id" = crate::openapi::Id, Path, description = "Event id")),
     responses((status = 200, description = "The replay's outcome"),
-        (status = 422, description = "Not a valid source name or event id", body = crate::openapi::ErrorBody),
+        (status = 422, description = "Not a valid source name or event id, or a body other than none or `{}`; nothing is replayed", body = crate::openapi::ErrorBody),
         (status = 404, description = "No such event", body = crate::openapi::ErrorBody),
         (status = 409, description = "Not a dead letter (`not_dead_letter`), or its source is no longer configured (`source_not_configured`)", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
@@ -83,6 +83,7 @@ pub(crate) async fn show_event<S: Store>(
 pub(crate) async fn replay_event<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     p: Result<Path<(String, String)>, PathRejection>,
+    _: JsonBody<NoFields>,
 ) -> Result<Response, ApiError> {
     let (source, event_id) = path(p)?;
     Ok(Json(replay_one(&state, &source, &event_id).await?).into_response())
@@ -121,28 +122,24 @@ pub(crate) async fn list_dead_letters<S: Store>(
     security(("bearer" = [])),
     responses((status = 200, description = "What a dry run found, or what was replayed (capped, paced)"),
         (status = 409, description = "Another bulk replay is running (`replay_in_progress`), or the filter's source is not configured (`source_not_configured`)", body = crate::openapi::ErrorBody),
-        (status = 422, description = "Invalid request", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 413, description = "The body is over `server.body_limit_bytes`", body = crate::openapi::ErrorBody),
+        (status = 422, description = "Invalid request, or a body that is not one JSON object of the documented fields \
+            (none, an array, a string, null, an unknown field, a field of the wrong type); nothing is replayed", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn bulk_replay<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    body: Bytes,
+    JsonBody(req): JsonBody<BulkReplayRequest>,
 ) -> Result<Response, ApiError> {
     // An empty body is refused rather than read as "everything": replaying every dead letter takes `{}`, said on
     // purpose.
-    if body.iter().all(u8::is_ascii_whitespace) {
+    let Some(req) = req else {
         return Err(ApiError::Invalid(
             "a JSON body is required: {\"dry_run\": true} counts the dead letters a replay would take, {} replays \
              every one (up to replay.max_per_call)"
                 .to_owned(),
         ));
-    }
-    let req: BulkReplayRequest = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::Invalid(format!(
-            "expected {{\"filter\": {{\"source\", \"type\", \"reason\", \"since\", \"until\"}}, \"dry_run\", \
-             \"max\"}}: {e}"
-        ))
-    })?;
+    };
     if req.dry_run {
         let preview = admin::preview_replay(&*state.store, &state.live().settings, &req.filter, req.max).await?;
         return Ok(Json(preview).into_response());
@@ -192,13 +189,14 @@ pub(crate) async fn list_outbox<S: Store>(
     params(("id" = i64, Path, description = "Outbox row id")),
     responses((status = 200, description = "The row is pending again with a fresh budget"),
         (status = 404, description = "No such outbox row", body = crate::openapi::ErrorBody),
-        (status = 422, description = "Not an outbox row id (a 64-bit integer)", body = crate::openapi::ErrorBody),
+        (status = 422, description = "Not an outbox row id (a 64-bit integer), or a body other than none or `{}`; nothing is re-queued", body = crate::openapi::ErrorBody),
         (status = 409, description = "The row is not dead", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn retry_outbox<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     p: Result<Path<i64>, PathRejection>,
+    _: JsonBody<NoFields>,
 ) -> Result<Response, ApiError> {
     let id = path(p)?;
     Ok(Json(retry_one_outbox(&state, id).await?).into_response())
@@ -225,11 +223,14 @@ pub(crate) async fn stats<S: Store>(State(state): State<Arc<AppState<S>>>) -> Re
             by name (sources and sinks added, removed, changed; never a secret). Requests already in progress finish \
             under the configuration they started with", body = crate::reload::ReloadReport),
         (status = 422, description = "Refused (`config_refused`): the file does not pass `payhook config check` (the \
-            message is its own), or it changes a setting that needs a restart (named in the message). The \
-            configuration in force is unchanged", body = crate::openapi::ErrorBody),
+            message is its own), or it changes a setting that needs a restart (named in the message); or a body \
+            other than none or `{}` (`invalid_request`). The configuration in force is unchanged", body = crate::openapi::ErrorBody),
         (status = 409, description = "This server has no configuration file to reload (`reload_unavailable`)", body = crate::openapi::ErrorBody),
         (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody)))]
-pub(crate) async fn reload<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, ApiError> {
+pub(crate) async fn reload<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    _: JsonBody<NoFields>,
+) -> Result<Response, ApiError> {
     Ok(Json(state.reload("api").await?).into_response())
 }

@@ -4,10 +4,10 @@
 use crate::app::{AppState, now_ms};
 use crate::auth::{Client, Refusal, Surface};
 use crate::error::ApiError;
+use crate::json_body::JsonBody;
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use payhook_core::event::{Currency, CustomerId, Money, OrderId, SubscriptionId};
@@ -24,6 +24,18 @@ pub(crate) async fn require_token<S: Store>(
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    check_token(&state, request.headers(), peer)?;
+    Ok(next.run(request).await)
+}
+
+/// Checks the request's bearer token through [`crate::auth::AuthGate`] (the throttle included): `/v1`'s check, and
+/// `/readyz`'s when a caller asks for its detail.
+pub(crate) fn check_token<S: Store>(
+    state: &AppState<S>,
+    headers: &HeaderMap,
+    peer: Option<SocketAddr>,
+) -> Result<(), ApiError> {
     // An empty token would match a request without any Authorization header: treat it as no token at all.
     let Some(expected) = state.settings.api_token.as_ref().filter(|t| !t.expose().trim().is_empty()) else {
         return Err(ApiError::TokenRequired {
@@ -31,17 +43,15 @@ pub(crate) async fn require_token<S: Store>(
             message: "no API token is configured (set server.api_token_env or server.api_token)".into(),
         });
     };
-    let given = request
-        .headers()
+    let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token);
-    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    let client = Client::of(peer, request.headers(), &state.settings.auth.trusted_proxies);
+    let client = Client::of(peer, headers, &state.settings.auth.trusted_proxies);
     match state.auth.authenticate(Surface::Api, client, expected, given, now_ms()) {
-        Ok(()) => Ok(next.run(request).await),
+        Ok(()) => Ok(()),
         Err(Refusal::Throttled { retry_after_secs }) => Err(ApiError::TooManyAuthFailures { retry_after_secs }),
         Err(Refusal::Missing | Refusal::Wrong) => {
             Err(ApiError::TokenRequired { reason: "missing_token", message: "a valid bearer token is required".into() })
@@ -85,15 +95,18 @@ pub fn parse_order(id: String, amount: i64, currency: &str, now_ms: i64) -> Resu
     responses((status = 201, description = "Registered"),
         (status = 200, description = "The identical order was already registered"),
         (status = 409, description = "Same id with another amount or currency", body = crate::openapi::ErrorBody),
-        (status = 422, description = "Invalid order", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
+        (status = 413, description = "The body is over `server.body_limit_bytes`", body = crate::openapi::ErrorBody),
+        (status = 422, description = "Invalid order, or a body that is not one JSON object of the documented fields \
+            (an array, a string, null, an unknown field, a field of the wrong type); nothing is registered", body = crate::openapi::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::openapi::ErrorBody),
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody),
         (status = 503, description = "Storage unavailable: retry later", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn register_order<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    body: Bytes,
+    JsonBody(req): JsonBody<OrderRequest>,
 ) -> Result<Response, ApiError> {
-    let req: OrderRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::Invalid(format!("expected {{\"id\", \"amount\", \"currency\"}}: {e}")))?;
+    let Some(req) = req else {
+        return Err(ApiError::Invalid("a JSON body is required: {\"id\", \"amount\", \"currency\"}".into()));
+    };
     let order = parse_order(req.id, req.amount, &req.currency, now_ms())?;
     let id = order.id.clone();
     let status = match state.store.register_order(order.clone()).await? {

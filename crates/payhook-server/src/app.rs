@@ -1,6 +1,7 @@
 //! Building and running the HTTP application: shared state, routes, the worker, and graceful shutdown.
 
 use crate::auth::AuthGate;
+use crate::body::BodyBudget;
 use crate::dispatcher::Dispatcher;
 use crate::error::ApiError;
 use crate::listener::{ConnectionMetrics, Listener, TlsError, TlsReloader};
@@ -102,6 +103,8 @@ pub struct AppState<S> {
     pub(crate) dispatcher_task: OnceLock<AbortHandle>,
     /// The public listener's connection counters.
     pub(crate) connections: Arc<ConnectionMetrics>,
+    /// The process's budget of request body bytes (`server.body_buffer_bytes`), shared by the listeners.
+    pub(crate) body_budget: Arc<BodyBudget>,
     /// What the retention task removed.
     pub(crate) retention_metrics: Arc<crate::retention::RetentionMetrics>,
 }
@@ -175,9 +178,13 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
     if state.settings.public_openapi {
         public = public.route("/openapi.json", get(openapi_json));
     }
+    // Every extractor that reads a body (the `/v1` JSON bodies, the dashboard's forms) takes at most the limit the
+    // webhook route takes.
+    let body_limit = axum::extract::DefaultBodyLimit::max(state.settings.body_limit_bytes);
     public
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(body_limit)
         .with_state(state)
 }
 
@@ -195,15 +202,31 @@ pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
-/// Readiness: the database answers, the store's writer takes work, and the enabled background tasks run. Each
-/// part is `"ok"` or says what is wrong (`"stopped"`, `"disabled"`, the database error); 503 unless all are well.
-/// `replication` (PostgreSQL; null on SQLite) says whether a 2xx is acknowledged on a synchronous standby; it
-/// makes the answer 503 only when `storage.require_sync_standby` is set and it is not (or cannot be read).
-#[utoipa::path(get, path = "/readyz", tag = "operations", responses(
-    (status = 200, description = "Ready", body = crate::openapi::Readiness),
+/// Readiness: the database answers, the store's writer takes work, and the enabled background tasks run; 503
+/// unless all are well.
+///
+/// Anyone gets only that: `{"status": "ready"}` or `{"status": "not_ready"}`. With the API token (`Authorization:
+/// Bearer`, through the same gate and throttle as `/v1`) the answer also has each part: `"ok"` or what is wrong
+/// (`"stopped"`, `"disabled"`, the database's error). `replication` (PostgreSQL; null on SQLite) says whether a 2xx
+/// is acknowledged on a synchronous standby; it makes the answer 503 only when `storage.require_sync_standby` is set
+/// and it is not (or cannot be read). The database's and the replication's error text is for the operator only.
+#[utoipa::path(get, path = "/readyz", tag = "operations", security((), ("bearer" = [])), responses(
+    (status = 200, description = "Ready: `status` only, and each part with the API token", body = crate::openapi::Readiness),
     (status = 503, description = "The database does not answer, the writer or a background task stopped, or a \
-        synchronous standby is required and a 2xx would not be acknowledged on one", body = crate::openapi::Readiness)))]
-pub(crate) async fn readyz<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
+        synchronous standby is required and a 2xx would not be acknowledged on one (which: with the API token)", body = crate::openapi::Readiness),
+    (status = 401, description = "An `Authorization` header with a wrong token (without one, the answer is `status` only)", body = crate::openapi::ErrorBody),
+    (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn readyz<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    connect: Option<axum::Extension<axum::extract::ConnectInfo<SocketAddr>>>,
+    headers: axum::http::HeaderMap,
+) -> Result<axum::response::Response, ApiError> {
+    // The token is looked at only when one is offered: an orchestrator's probe sends none and gets the status.
+    let detailed = headers.contains_key(axum::http::header::AUTHORIZATION);
+    if detailed {
+        let peer = connect.map(|axum::Extension(axum::extract::ConnectInfo(peer))| peer);
+        api::check_token(&state, &headers, peer)?;
+    }
     let database = match state.store.ping().await {
         Ok(()) => Ok("ok".to_owned()),
         Err(e) => {
@@ -220,15 +243,21 @@ pub(crate) async fn readyz<S: Store>(State(state): State<Arc<AppState<S>>>) -> i
     let (worker, dispatcher) = (task(&state.worker_task), task(&state.dispatcher_task));
     let (replication_ready, replication) = replication_part(&*state.store).await;
     let ready = [&database, &writer, &worker, &dispatcher].iter().all(|p| p.is_ok()) && replication_ready;
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let summary = if ready { "ready" } else { "not_ready" };
+    if !detailed {
+        return Ok((status, axum::Json(serde_json::json!({ "status": summary }))).into_response());
+    }
     let text = |p: Result<String, String>| p.unwrap_or_else(|e| e);
     let body = serde_json::json!({
+        "status": summary,
         "database": text(database),
         "writer": text(writer),
         "worker": text(worker),
         "dispatcher": text(dispatcher),
         "replication": replication,
     });
-    (if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, axum::Json(body))
+    Ok((status, axum::Json(body)).into_response())
 }
 
 /// `/readyz`'s `replication` part: whether it lets the answer be ready, and its JSON (null for a store without
@@ -306,6 +335,7 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
     });
     let mut body = body;
     state.connections.render_into(&mut body);
+    state.body_budget.render_into(&mut body);
     state.retention_metrics.render_into(&mut body);
     state.reload_metrics.render_into(&mut body);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
@@ -367,6 +397,7 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     let dispatcher = Dispatcher::new(Arc::clone(&store), &settings, Arc::clone(&dispatcher_wake));
     let auth = AuthGate::new(&settings.auth);
     let retention_metrics = Arc::new(crate::retention::RetentionMetrics::new(&settings.retention));
+    let settings_body_buffer_bytes = settings.listener.body_buffer_bytes;
     let state = Arc::new(AppState {
         store,
         live: payhook_store::Current::new(Live::first(settings.clone())),
@@ -385,6 +416,7 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         worker_task: OnceLock::new(),
         dispatcher_task: OnceLock::new(),
         connections: Arc::new(ConnectionMetrics::default()),
+        body_budget: Arc::new(BodyBudget::new(settings_body_buffer_bytes)),
         retention_metrics,
     });
     let cancel = CancellationToken::new();
@@ -394,11 +426,14 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
         settings: state.settings.listener.clone(),
         tls: tls.clone(),
         metrics: Arc::clone(&state.connections),
+        body_budget: Arc::clone(&state.body_budget),
+        trusted_proxies: state.settings.auth.trusted_proxies.clone(),
     };
     let server = Task::spawn("listener", public.run(app, cancel.clone()));
     let metrics_server = metrics_listener.map(|tcp| {
         let settings = crate::settings::ListenerSettings { tls: None, ..state.settings.listener.clone() };
-        crate::listener::spawn_plain(tcp, settings, metrics_router(Arc::clone(&state)), cancel.clone())
+        let budget = Arc::clone(&state.body_budget);
+        crate::listener::spawn_plain(tcp, settings, budget, metrics_router(Arc::clone(&state)), cancel.clone())
     });
     let worker_task = state.settings.worker.enabled.then(|| Task::spawn("worker", worker.clone().run(cancel.clone())));
     let dispatcher_task =

@@ -1,7 +1,8 @@
 //! The API token, for both surfaces that take it: the `/v1` bearer token and the dashboard's login form.
 //!
 //! - [`Client`]: which address is asking — the peer's, or, when the peer is a trusted proxy, the right-most
-//!   `X-Forwarded-For` hop that is not itself one ([`client_ip`]).
+//!   `X-Forwarded-For` hop that is not itself one, or the unknown sender behind a trusted proxy that could not name
+//!   it ([`client_ip`]).
 //! - [`token_matches`]: the comparison, of SHA-256 digests in constant time, so neither the content nor the length
 //!   of the configured token shows in how long a refusal takes.
 //! - [`AuthGate`]: the comparison behind a token bucket of failures per client address. An address whose bucket
@@ -170,31 +171,66 @@ fn mask(ip: IpAddr, prefix_len: u8) -> IpAddr {
     }
 }
 
-/// The client's address: `peer`, unless `peer` is a trusted proxy; then the right-most address of
-/// `X-Forwarded-For` (every value of the header, in order, comma-separated) that is not itself a trusted proxy.
+/// Who a request's client is, as far as its connection and trusted proxies tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClientAddr {
+    /// This address.
+    Ip(IpAddr),
+    /// Someone the trusted proxy at this address received the request from and could not name: the entry it wrote
+    /// in `X-Forwarded-For` is not an address (`unknown`, empty, garbled). All such clients of one proxy are one
+    /// client to payhook, never the proxy itself.
+    UnknownBehind(IpAddr),
+}
+
+impl From<IpAddr> for ClientAddr {
+    fn from(ip: IpAddr) -> Self {
+        ClientAddr::Ip(ip)
+    }
+}
+
+impl fmt::Display for ClientAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientAddr::Ip(ip) => write!(f, "{ip}"),
+            ClientAddr::UnknownBehind(proxy) => write!(f, "unknown (behind {proxy})"),
+        }
+    }
+}
+
+/// The client of a request from `peer` with these `X-Forwarded-For` values (every value of the header, in order,
+/// comma-separated): `peer` itself unless it is a trusted proxy; else the header is read from the right, skipping
+/// the trusted proxies, and the first entry that is not one is the client.
 ///
-/// Each proxy appends the address it received the request from, so entries right of the last untrusted one were
-/// written by proxies the operator runs, and entries left of it by whoever sent the request: a client that forges
-/// `X-Forwarded-For: 1.2.3.4` only adds entries that are never read. A header with an entry that is not an address
-/// (`unknown`, an empty entry) is not believed at all: the peer is the client. When every entry is a trusted proxy,
-/// the left-most one is. IPv4-mapped IPv6 addresses are taken as IPv4; an entry may carry a port (`1.2.3.4:5678`,
-/// `[2001:db8::1]:443`).
-pub fn client_ip<'a>(peer: IpAddr, forwarded_for: impl IntoIterator<Item = &'a str>, trusted: &[IpRange]) -> IpAddr {
+/// Each proxy appends the address it received the request from, so the entries right of the client's were written
+/// by proxies the operator runs, and the entries left of it by whoever sent the request: a client that forges
+/// `X-Forwarded-For: 1.2.3.4` (or `unknown`, or garbage) only adds entries that are never read. An entry that is not
+/// an address, reached before any untrusted one, was written by the trusted proxy right of it (the peer, for the
+/// last entry), which received the request from someone it could not name: the client is that unknown sender
+/// ([`ClientAddr::UnknownBehind`] that proxy), neither the proxy itself (whose allowance every client behind it
+/// would then share) nor a guess further left. When every entry is a trusted proxy, the left-most one is the client;
+/// without the header, the peer. IPv4-mapped IPv6 addresses are taken as IPv4; an entry may carry a port
+/// (`1.2.3.4:5678`, `[2001:db8::1]:443`).
+pub fn client_ip<'a>(
+    peer: IpAddr,
+    forwarded_for: impl IntoIterator<Item = &'a str>,
+    trusted: &[IpRange],
+) -> ClientAddr {
     let peer = peer.to_canonical();
     let is_trusted = |ip: IpAddr| trusted.iter().any(|range| range.contains(ip));
     if !is_trusted(peer) {
-        return peer;
+        return ClientAddr::Ip(peer);
     }
-    let mut hops = Vec::new();
-    for value in forwarded_for {
-        for entry in value.split(',') {
-            match parse_hop(entry.trim()) {
-                Some(ip) => hops.push(ip),
-                None => return peer,
-            }
+    let values: Vec<&str> = forwarded_for.into_iter().collect();
+    // The trusted hop that wrote the entry being read.
+    let mut writer = peer;
+    for entry in values.iter().rev().flat_map(|value| value.rsplit(',')) {
+        match parse_hop(entry.trim()) {
+            None => return ClientAddr::UnknownBehind(writer),
+            Some(ip) if is_trusted(ip) => writer = ip,
+            Some(ip) => return ClientAddr::Ip(ip),
         }
     }
-    hops.iter().rev().copied().find(|ip| !is_trusted(*ip)).or_else(|| hops.first().copied()).unwrap_or(peer)
+    ClientAddr::Ip(writer)
 }
 
 fn parse_hop(entry: &str) -> Option<IpAddr> {
@@ -202,33 +238,48 @@ fn parse_hop(entry: &str) -> Option<IpAddr> {
     Some(ip.to_canonical())
 }
 
-/// Who is asking: the client's address as [`client_ip`] decides it, and the connection's peer.
+/// Who is asking: the client as [`client_ip`] decides it, and the connection's peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Client {
-    /// The client's address; `None` when the connection's address is unknown (a router served without
-    /// `ConnectInfo`, as in tests): all such requests share one bucket.
-    pub(crate) addr: Option<IpAddr>,
+    /// The client; `None` when the connection's address is unknown (a router served without `ConnectInfo`, as in
+    /// tests): all such requests share one bucket.
+    pub(crate) addr: Option<ClientAddr>,
     /// The connection's peer, when known.
     pub(crate) peer: Option<IpAddr>,
 }
 
 impl Client {
     /// The client of a request from `peer` (the `ConnectInfo<SocketAddr>` the server attaches to each request;
-    /// `None` without it) and the request's `X-Forwarded-For`, believed only from `trusted` peers.
+    /// `None` without it) and the request's `X-Forwarded-For`, believed only from `trusted` peers. A value that is
+    /// not UTF-8 is read with its invalid bytes replaced, so the entries a proxy appended after them still count.
     pub(crate) fn of(peer: Option<SocketAddr>, headers: &HeaderMap, trusted: &[IpRange]) -> Self {
         let peer = peer.map(|p| p.ip().to_canonical());
-        let forwarded = headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok());
-        let addr = peer.map(|peer| if trusted.is_empty() { peer } else { client_ip(peer, forwarded, trusted) });
+        let addr = peer.map(|peer| {
+            if trusted.is_empty() {
+                return ClientAddr::Ip(peer);
+            }
+            let values: Vec<std::borrow::Cow<'_, str>> =
+                headers.get_all("x-forwarded-for").iter().map(|v| String::from_utf8_lossy(v.as_bytes())).collect();
+            client_ip(peer, values.iter().map(|v| v.as_ref()), trusted)
+        });
         Client { addr, peer }
     }
 }
 
-/// The throttle's key for an address: IPv6 addresses by their /64, since one host commonly holds a whole /64 and
-/// could otherwise try 2^64 addresses' worth of tokens.
-fn bucket_key(addr: Option<IpAddr>) -> Option<IpAddr> {
-    addr.map(|ip| match ip {
-        IpAddr::V4(_) => ip,
+/// The key an address is counted under, by the throttle and by the listener's connections per client: IPv6
+/// addresses by their /64, since one host commonly holds a whole /64 and could otherwise pass for 2^64 clients.
+pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
         IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & (u128::MAX << 64))),
+        v4 => v4,
+    }
+}
+
+/// The throttle's key for a client: an address by [`client_key`]; the unknown clients behind one proxy together.
+fn bucket_key(addr: Option<ClientAddr>) -> Option<ClientAddr> {
+    addr.map(|client| match client {
+        ClientAddr::Ip(ip) => ClientAddr::Ip(client_key(ip)),
+        unknown @ ClientAddr::UnknownBehind(_) => unknown,
     })
 }
 
@@ -269,7 +320,7 @@ pub(crate) struct Throttle {
     per_minute: u64,
     burst_units: u64,
     max_addresses: usize,
-    buckets: Mutex<HashMap<Option<IpAddr>, Bucket>>,
+    buckets: Mutex<HashMap<Option<ClientAddr>, Bucket>>,
 }
 
 impl Throttle {
@@ -291,8 +342,8 @@ impl Throttle {
 
     /// Decides an attempt from `addr` at `now_ms` whose token `matched` (or not), in one step under the lock so
     /// that concurrent attempts from one address cannot spend the same token twice.
-    pub(crate) fn attempt(&self, addr: Option<IpAddr>, matched: bool, now_ms: i64) -> Admission {
-        let key = bucket_key(addr);
+    pub(crate) fn attempt(&self, addr: Option<impl Into<ClientAddr>>, matched: bool, now_ms: i64) -> Admission {
+        let key = bucket_key(addr.map(Into::into));
         let mut buckets = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let current = buckets.get(&key).map(|b| self.refilled(*b, now_ms));
         if let Some(bucket) = current
@@ -319,7 +370,7 @@ impl Throttle {
     /// Frees a place for one more address when the table is full: first the addresses whose buckets have refilled
     /// (they are as good as absent), else the eighth that failed least recently, so that a flood of new addresses
     /// pays for a scan of the table once every `max_addresses / 8` of them rather than every time.
-    fn make_room(&self, buckets: &mut HashMap<Option<IpAddr>, Bucket>, now_ms: i64) {
+    fn make_room(&self, buckets: &mut HashMap<Option<ClientAddr>, Bucket>, now_ms: i64) {
         if buckets.len() < self.max_addresses {
             return;
         }
@@ -398,7 +449,7 @@ fn log_refusal(surface: Surface, client: Client, refusal: Refusal, announce: boo
         Refusal::Throttled { .. } => "authentication refused: too many failures from this address",
         _ => "authentication failed",
     };
-    match (client.peer.filter(|p| Some(*p) != client.addr), announce) {
+    match (client.peer.filter(|p| Some(ClientAddr::Ip(*p)) != client.addr), announce) {
         (Some(peer), true) => tracing::warn!(client = %client_text, %peer, surface, reason, "{message}"),
         (None, true) => tracing::warn!(client = %client_text, surface, reason, "{message}"),
         (Some(peer), false) => tracing::debug!(client = %client_text, %peer, surface, reason, "{message}"),
@@ -519,37 +570,83 @@ mod tests {
         assert!(buckets.values().all(|b| b.at_ms > 900), "an old entry survived: {buckets:?}");
     }
 
+    fn known(s: &str) -> ClientAddr {
+        ClientAddr::Ip(ip(s))
+    }
+
+    fn unknown_behind(s: &str) -> ClientAddr {
+        ClientAddr::UnknownBehind(ip(s))
+    }
+
     #[test]
     fn an_untrusted_peer_is_the_client_whatever_it_forwards() {
         let trusted = ranges(&["10.0.0.0/8"]);
-        assert_eq!(client_ip(ip("203.0.113.9"), ["1.2.3.4"], &trusted), ip("203.0.113.9"));
-        assert_eq!(client_ip(ip("203.0.113.9"), [], &[]), ip("203.0.113.9"));
+        assert_eq!(client_ip(ip("203.0.113.9"), ["1.2.3.4"], &trusted), known("203.0.113.9"));
+        assert_eq!(client_ip(ip("203.0.113.9"), ["unknown"], &trusted), known("203.0.113.9"));
+        assert_eq!(client_ip(ip("203.0.113.9"), [], &[]), known("203.0.113.9"));
     }
 
     #[test]
     fn behind_trusted_proxies_the_right_most_untrusted_hop_is_the_client() {
         let trusted = ranges(&["10.0.0.0/8", "127.0.0.1"]);
         let peer = ip("127.0.0.1");
-        assert_eq!(client_ip(peer, ["203.0.113.9"], &trusted), ip("203.0.113.9"));
+        assert_eq!(client_ip(peer, ["203.0.113.9"], &trusted), known("203.0.113.9"));
         // The client forged the left-most entries; the proxies appended the rest.
-        assert_eq!(client_ip(peer, ["6.6.6.6, 7.7.7.7, 203.0.113.9, 10.1.2.3"], &trusted), ip("203.0.113.9"));
+        assert_eq!(client_ip(peer, ["6.6.6.6, 7.7.7.7, 203.0.113.9, 10.1.2.3"], &trusted), known("203.0.113.9"));
         // Several header lines read as one list, in order.
-        assert_eq!(client_ip(peer, ["6.6.6.6", "203.0.113.9", "10.1.2.3"], &trusted), ip("203.0.113.9"));
+        assert_eq!(client_ip(peer, ["6.6.6.6", "203.0.113.9", "10.1.2.3"], &trusted), known("203.0.113.9"));
         // Ports and IPv4-mapped addresses.
-        assert_eq!(client_ip(peer, ["203.0.113.9:5555, [::ffff:10.0.0.1]:80"], &trusted), ip("203.0.113.9"));
-        assert_eq!(client_ip(ip("::ffff:127.0.0.1"), ["[2001:db8::1]:443"], &trusted), ip("2001:db8::1"));
+        assert_eq!(client_ip(peer, ["203.0.113.9:5555, [::ffff:10.0.0.1]:80"], &trusted), known("203.0.113.9"));
+        assert_eq!(client_ip(ip("::ffff:127.0.0.1"), ["[2001:db8::1]:443"], &trusted), known("2001:db8::1"));
         // Only proxies: the left-most one. No header: the peer.
-        assert_eq!(client_ip(peer, ["10.0.0.5, 10.0.0.6"], &trusted), ip("10.0.0.5"));
-        assert_eq!(client_ip(peer, [], &trusted), peer);
+        assert_eq!(client_ip(peer, ["10.0.0.5, 10.0.0.6"], &trusted), known("10.0.0.5"));
+        assert_eq!(client_ip(peer, [], &trusted), known("127.0.0.1"));
     }
 
     #[test]
-    fn a_malformed_forwarded_for_falls_back_to_the_peer() {
-        let trusted = ranges(&["127.0.0.1"]);
+    fn what_a_client_writes_left_of_its_own_address_is_never_read_however_malformed() {
+        let trusted = ranges(&["10.0.0.0/8", "127.0.0.1"]);
         let peer = ip("127.0.0.1");
-        for header in ["unknown", "", "203.0.113.9,,10.0.0.1", "203.0.113.9, nonsense", "203.0.113.300"] {
-            assert_eq!(client_ip(peer, [header], &trusted), peer, "{header:?}");
+        for forged in ["unknown", "", "nonsense", "203.0.113.300", "1.2.3.4:99999", "[::1"] {
+            let header = format!("{forged}, 198.51.100.7, 10.0.0.2");
+            assert_eq!(client_ip(peer, [header.as_str()], &trusted), known("198.51.100.7"), "{header:?}");
+            // On a line of its own, before the proxies' line.
+            assert_eq!(client_ip(peer, [forged, "198.51.100.7"], &trusted), known("198.51.100.7"), "{forged:?}");
         }
+        // An empty entry between two addresses left of the client's changes nothing either.
+        assert_eq!(client_ip(peer, ["203.0.113.9,,198.51.100.7"], &trusted), known("198.51.100.7"));
+    }
+
+    #[test]
+    fn a_malformed_entry_written_by_a_trusted_proxy_is_that_proxys_unknown_client_never_the_proxy() {
+        let trusted = ranges(&["10.0.0.0/8", "127.0.0.1"]);
+        let peer = ip("127.0.0.1");
+        // The peer itself wrote the last entry: its client is unknown to it.
+        for header in ["unknown", "", "203.0.113.9, nonsense", "203.0.113.300", "203.0.113.9,"] {
+            assert_eq!(client_ip(peer, [header], &trusted), unknown_behind("127.0.0.1"), "{header:?}");
+        }
+        // A proxy further in wrote it: the unknown sender is that proxy's client.
+        assert_eq!(client_ip(peer, ["203.0.113.9, unknown, 10.0.0.5"], &trusted), unknown_behind("10.0.0.5"));
+        assert_eq!(client_ip(peer, ["unknown", "10.0.0.5, 10.0.0.6"], &trusted), unknown_behind("10.0.0.5"));
+        // The unknown clients of one proxy share a bucket, apart from the proxy's and from every known address.
+        let t = Throttle::new(1, 1, 100);
+        assert_eq!(t.attempt(Some(unknown_behind("10.0.0.5")), false, 0), Admission::Failed);
+        assert!(matches!(t.attempt(Some(unknown_behind("10.0.0.5")), true, 0), Admission::Throttled { .. }));
+        assert_eq!(t.attempt(Some(known("10.0.0.5")), true, 0), Admission::Accepted, "the proxy's own bucket");
+        assert_eq!(t.attempt(Some(unknown_behind("10.0.0.6")), true, 0), Admission::Accepted, "another proxy's");
+    }
+
+    #[test]
+    fn a_forwarded_for_value_that_is_not_utf8_still_yields_the_address_a_proxy_appended() {
+        let trusted = ranges(&["127.0.0.1"]);
+        let mut headers = HeaderMap::new();
+        let value = axum::http::HeaderValue::from_bytes(b"\xff\xfe, 198.51.100.7").unwrap();
+        headers.append("x-forwarded-for", value);
+        let client = Client::of(Some("127.0.0.1:4000".parse().unwrap()), &headers, &trusted);
+        assert_eq!(client.addr, Some(known("198.51.100.7")));
+        headers.insert("x-forwarded-for", axum::http::HeaderValue::from_bytes(b"\xff").unwrap());
+        let client = Client::of(Some("127.0.0.1:4000".parse().unwrap()), &headers, &trusted);
+        assert_eq!(client.addr, Some(unknown_behind("127.0.0.1")));
     }
 
     #[test]

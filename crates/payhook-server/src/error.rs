@@ -47,13 +47,26 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
-    /// The client did not send its body in time.
-    #[error("the request body did not arrive within {0} ms")]
+    /// The client did not send its body within `server.body_timeout_ms`: 408, and the connection is closed.
+    #[error("the request body did not arrive within server.body_timeout_ms ({0} ms)")]
     BodyTimeout(u64),
     /// The body could not be read (the client went away).
     #[error("the request body could not be read")]
     BodyUnreadable,
-    /// The request is well-formed but its content is not acceptable.
+    /// Taking the body would have held more request body bytes than `server.body_buffer_bytes`: 503 with
+    /// `Retry-After`, and the connection is closed.
+    #[error("the server holds as many request bodies as server.body_buffer_bytes allows; retry later")]
+    BodyBufferFull,
+    /// The request was not answered within `server.request_timeout_ms` and was stopped: 503, and the connection is
+    /// closed.
+    #[error(
+        "the request took longer than server.request_timeout_ms ({0} ms) and was stopped; retry later (a delivery \
+         that was recorded meanwhile is answered duplicate)"
+    )]
+    RequestTimeout(u64),
+    /// The request's content is not acceptable: a value out of its rules, or a JSON body that is not one object of
+    /// the route's fields (an array, a string, null, an unknown field, a field of the wrong type). 422, before
+    /// anything is done.
     #[error("{0}")]
     Invalid(String),
     /// The request conflicts with what is stored.
@@ -112,6 +125,33 @@ impl From<AdminError> for ApiError {
 }
 
 impl ApiError {
+    /// The error for a body that failed while it was read: the listener's deadline or buffer bound when one of them
+    /// stopped it (the listener answers for those whatever the route does), else the client went away.
+    pub(crate) fn from_body_error(e: &(dyn std::error::Error + 'static)) -> Self {
+        match crate::body::BodyError::find(e) {
+            Some(crate::body::BodyError::Deadline { timeout_ms }) => ApiError::BodyTimeout(*timeout_ms),
+            Some(crate::body::BodyError::Budget) => ApiError::BodyBufferFull,
+            Some(crate::body::BodyError::Read(_)) | None => ApiError::BodyUnreadable,
+        }
+    }
+}
+
+impl ApiError {
+    /// A body an extractor could not read, whose route takes at most `limit` bytes: over it (413), or failed as
+    /// [`ApiError::from_body_error`] says.
+    pub(crate) fn from_bytes_rejection(rejection: axum::extract::rejection::BytesRejection, limit: usize) -> Self {
+        use axum::extract::rejection::BytesRejection;
+        match rejection {
+            BytesRejection::FailedToBufferBody(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                ApiError::TooLarge { limit }
+            }
+            BytesRejection::FailedToBufferBody(e) => ApiError::from_body_error(&e),
+            _ => ApiError::BodyUnreadable,
+        }
+    }
+}
+
+impl ApiError {
     fn parts(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
@@ -122,6 +162,8 @@ impl ApiError {
             ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::BodyUnreadable => (StatusCode::BAD_REQUEST, "body_unreadable"),
+            ApiError::BodyBufferFull => (StatusCode::SERVICE_UNAVAILABLE, "body_buffer_full"),
+            ApiError::RequestTimeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "request_timeout"),
             ApiError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
             ApiError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
             ApiError::WrongState { code, .. } => (StatusCode::CONFLICT, code),

@@ -22,7 +22,7 @@ use payhook_store::{Alert, Delivery, NonceClaim, NonceClaimed, Parsed, ReceivedH
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Headers never stored with a delivery: they carry credentials of their own.
 const UNSTORED_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
@@ -78,9 +78,9 @@ impl Headers for HttpHeaders<'_> {
             `dead_lettered`; Adyen is answered `[accepted]`", body = crate::openapi::WebhookAnswer),
         (status = 401, description = "Missing, malformed, wrong, stale or replayed signature, or one that does not cover the required components; nothing stored", body = crate::openapi::ErrorBody),
         (status = 404, description = "No such source", body = crate::openapi::ErrorBody),
-        (status = 408, description = "The body took too long", body = crate::openapi::ErrorBody),
+        (status = 408, description = "The body was not complete within `server.body_timeout_ms`; the connection is closed", body = crate::openapi::ErrorBody),
         (status = 413, description = "The body is over the limit", body = crate::openapi::ErrorBody),
-        (status = 503, description = "Storage unavailable, queue full or shutting down (`Retry-After`)", body = crate::openapi::ErrorBody)))]
+        (status = 503, description = "Storage unavailable, queue full, shutting down, the server's body buffer full (`body_buffer_full`) or the request past `server.request_timeout_ms` (`request_timeout`; it may have been recorded: the retry is answered `duplicate`); `Retry-After`", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn handle<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     Path(source): Path<String>,
@@ -164,7 +164,7 @@ async fn deliveries<S: Store>(
     // The parts are taken apart rather than extracted, so the header map is read in place, not cloned.
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
-    let body = read_body(headers, body, state.settings.body_limit_bytes, state.settings.body_timeout_ms).await?;
+    let body = read_body(headers, body, state.settings.body_limit_bytes).await?;
     let received_at_ms = now_ms();
     let verified = match src.settings.verifier.verify(&HttpHeaders(&parts), &body, received_at_ms / 1000) {
         Ok(v) => v,
@@ -302,19 +302,19 @@ async fn record_all<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> Resu
     Ok(results)
 }
 
-/// Reads the body, refusing it as soon as it passes the limit (whatever Content-Length claimed) or takes too long.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize, timeout_ms: u64) -> Result<Bytes, ApiError> {
+/// Reads the body, refusing it as soon as it passes the limit (whatever Content-Length claimed). Its deadline and
+/// the process's body buffer bound are the listener's, on every route (`crate::body`): a body they stop fails
+/// here, and the listener answers for it.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::TooLarge { limit });
     }
-    let collect = Limited::new(body, limit).collect();
-    match tokio::time::timeout(Duration::from_millis(timeout_ms), collect).await {
-        Err(_) => Err(ApiError::BodyTimeout(timeout_ms)),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::TooLarge { limit }),
-        Ok(Err(_)) => Err(ApiError::BodyUnreadable),
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::TooLarge { limit }),
+        Err(e) => Err(ApiError::from_body_error(&*e)),
     }
 }
 

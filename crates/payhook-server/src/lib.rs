@@ -2,8 +2,10 @@
 //!
 //! - `app`: state, routes, start and graceful shutdown.
 //! - `ingest`: `POST /webhooks/{source}`, the hot path.
-//! - `listener`: the public listener: connection cap, header and idle timeouts, TLS, shutdown grace.
+//! - `listener`: the public listener: connection caps (global and per client), header and idle timeouts, the body
+//!   and request deadlines and the body buffer bound on every route, TLS, shutdown grace.
 //! - `api`: the `/v1` orders API behind the bearer token.
+//! - `body`: the request body under the listener's bounds (its deadline, the process's body buffer budget).
 //! - `auth`: the API token for `/v1` and the dashboard's login: the client's address, the comparison, the
 //!   throttle on failures.
 //! - [`admin`]: operator actions (list, show, replay, bulk replay, outbox retry, stats), shared with the CLI;
@@ -12,6 +14,7 @@
 //! - [`dispatcher`]: delivers outbox rows to sinks (and alerts), one loop per sink.
 //! - `metrics`: the instruments behind `/metrics`; `openapi`: the document served at `/openapi.json`.
 //! - `error`: [`ApiError`], the one place where failures become status codes.
+//! - `json_body`: `/v1`'s JSON bodies: one object of known fields, or 422 before anything is done.
 //! - `json_int`: integers in request bodies as JSON (and the OpenAPI document) defines them: `5` and `5.0` alike.
 //! - [`reload`]: the configuration in force as a snapshot a request takes once, and reloading it.
 //! - [`retention`]: the pruning task and `prune_all`, shared with `payhook prune`.
@@ -27,11 +30,13 @@ mod admin_api;
 mod api;
 mod app;
 mod auth;
+mod body;
 mod broker;
 mod confirm;
 pub mod dispatcher;
 mod error;
 mod ingest;
+mod json_body;
 mod json_int;
 mod listener;
 mod metrics;

@@ -8,18 +8,33 @@
 //! - *waiting for a request head* (a fresh connection, or bytes of the next request after a response): closed when
 //!   the head is not complete within `header_read_timeout_ms` of its first byte (of the accept for a new one);
 //! - *idle between requests* (keep-alive, no byte received since the last answer): closed after `keep_alive_idle_ms`;
-//! - *serving a request*: the handler's own bounds apply (the body's `body_timeout_ms`, the store's queue).
+//! - *serving a request*: the whole request must be answered within `request_timeout_ms` of its head (503, or 408
+//!   while its body is still arriving), and its body must be complete within `body_timeout_ms` (408), on every route
+//!   (`crate::body`: the body wrapper, which also charges the body's bytes to the process's `body_buffer_bytes`;
+//!   503 with `Retry-After` beyond it). A request stopped by a deadline or the buffer bound is answered by the
+//!   service wrapper here, and its connection is closed.
+//!
+//! A client address holds at most `max_connections_per_client` of the `max_connections` (`clients`); beyond either
+//! cap a new connection is closed at once.
 //!
 //! hyper's own `header_read_timeout` starts counting as soon as the connection waits for a head, idle keep-alive
 //! included, so it cannot give an idle connection longer than a slow head; the phases are therefore tracked here, by
 //! a wrapper around the socket that notes when bytes arrive and a service wrapper that notes when a request starts
 //! and ends.
 
+mod clients;
+
+use crate::auth::IpRange;
+use crate::body::{BodyBudget, BodyState, BodyWatch, GuardedBody};
+use crate::error::ApiError;
 use crate::settings::{ListenerSettings, TlsSettings};
 use axum::Router;
 use axum::extract::ConnectInfo;
+use axum::response::{IntoResponse as _, Response};
+use clients::Clients;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::io;
 use std::net::SocketAddr;
@@ -52,17 +67,41 @@ enum Closed {
     Shutdown,
 }
 
+/// Why a new connection was closed at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// `max_connections` were open.
+    MaxConnections,
+    /// Its client already held `max_connections_per_client`.
+    PerClient,
+}
+
+impl Refused {
+    fn label(self) -> &'static str {
+        match self {
+            Refused::MaxConnections => "max_connections",
+            Refused::PerClient => "max_connections_per_client",
+        }
+    }
+}
+
 /// The listener's instruments, rendered at `/metrics`.
 #[derive(Debug, Default)]
 pub(crate) struct ConnectionMetrics {
     accepted: AtomicU64,
     open: AtomicU64,
-    refused: AtomicU64,
+    refused_max_connections: AtomicU64,
+    refused_per_client: AtomicU64,
     header_timeouts: AtomicU64,
     idle_closed: AtomicU64,
     handshake_failures: AtomicU64,
     shutdown_closed: AtomicU64,
     max: AtomicU64,
+    max_per_client: AtomicU64,
+    /// Client addresses with a connection open (the per-client table's size).
+    clients: Arc<AtomicU64>,
+    body_timeouts: AtomicU64,
+    request_timeouts: AtomicU64,
 }
 
 impl ConnectionMetrics {
@@ -76,9 +115,16 @@ impl ConnectionMetrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    fn refused(&self, why: Refused) -> &AtomicU64 {
+        match why {
+            Refused::MaxConnections => &self.refused_max_connections,
+            Refused::PerClient => &self.refused_per_client,
+        }
+    }
+
     /// Appends the connection families in the Prometheus text format.
     pub(crate) fn render_into(&self, out: &mut String) {
-        let families: [(&str, &str, &str, &AtomicU64); 8] = [
+        let families: [(&str, &str, &str, &AtomicU64); 9] = [
             (
                 "payhook_connections_accepted_total",
                 "counter",
@@ -88,10 +134,16 @@ impl ConnectionMetrics {
             ("payhook_connections_open", "gauge", "Connections open on the public listener.", &self.open),
             ("payhook_connections_max", "gauge", "The connection cap (server.max_connections).", &self.max),
             (
-                "payhook_connections_refused_total",
-                "counter",
-                "Connections closed at once because server.max_connections were open.",
-                &self.refused,
+                "payhook_connections_per_client_max",
+                "gauge",
+                "The connection cap per client address (server.max_connections_per_client).",
+                &self.max_per_client,
+            ),
+            (
+                "payhook_connections_clients",
+                "gauge",
+                "Client addresses with a connection open (IPv6 by /64; trusted proxies not counted).",
+                &self.clients,
             ),
             (
                 "payhook_connections_header_timeout_total",
@@ -122,6 +174,30 @@ impl ConnectionMetrics {
             let _ =
                 writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}", value.load(Ordering::Relaxed));
         }
+        let _ = writeln!(
+            out,
+            "# HELP payhook_connections_refused_total Connections closed at once: server.max_connections were open, \
+             or the client address held server.max_connections_per_client.\n\
+             # TYPE payhook_connections_refused_total counter"
+        );
+        for why in [Refused::MaxConnections, Refused::PerClient] {
+            let _ = writeln!(
+                out,
+                "payhook_connections_refused_total{{reason=\"{}\"}} {}",
+                why.label(),
+                self.refused(why).load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP payhook_requests_timed_out_total Requests answered by a deadline and closed: their body took longer \
+             than server.body_timeout_ms (408), or the whole request longer than server.request_timeout_ms (503).\n\
+             # TYPE payhook_requests_timed_out_total counter\n\
+             payhook_requests_timed_out_total{{deadline=\"body\"}} {}\n\
+             payhook_requests_timed_out_total{{deadline=\"request\"}} {}",
+            self.body_timeouts.load(Ordering::Relaxed),
+            self.request_timeouts.load(Ordering::Relaxed)
+        );
     }
 }
 
@@ -211,6 +287,10 @@ pub(crate) struct Listener {
     pub(crate) settings: ListenerSettings,
     pub(crate) tls: Option<Arc<TlsReloader>>,
     pub(crate) metrics: Arc<ConnectionMetrics>,
+    /// The process's budget of request body bytes, shared by every listener.
+    pub(crate) body_budget: Arc<BodyBudget>,
+    /// Peers not held to `max_connections_per_client` (`server.trusted_proxies`).
+    pub(crate) trusted_proxies: Vec<IpRange>,
 }
 
 impl std::fmt::Debug for Listener {
@@ -223,15 +303,23 @@ impl Listener {
     /// Accepts and serves connections until `stop` is cancelled; then stops accepting, closes the connections
     /// without a request in progress, lets those with one finish for up to `shutdown_grace_ms`, and closes the rest.
     pub(crate) async fn run(self, app: Router, stop: CancellationToken) -> io::Result<()> {
-        let Listener { tcp, settings, tls, metrics } = self;
+        let Listener { tcp, settings, tls, metrics, body_budget, trusted_proxies } = self;
         let settings = Arc::new(settings);
         metrics.max.store(settings.max_connections as u64, Ordering::Relaxed);
+        metrics.max_per_client.store(settings.max_connections_per_client as u64, Ordering::Relaxed);
         let permits = Arc::new(Semaphore::new(settings.max_connections));
+        let clients =
+            Arc::new(Clients::new(settings.max_connections_per_client, trusted_proxies, Arc::clone(&metrics.clients)));
+        let bounds = Arc::new(RequestBounds {
+            body_timeout_ms: settings.body_timeout_ms,
+            request_timeout_ms: settings.request_timeout_ms,
+            budget: body_budget,
+            metrics: Arc::clone(&metrics),
+        });
         // Closed at the end of the grace period: every connection still open is dropped.
         let hard = CancellationToken::new();
         let mut connections = JoinSet::new();
-        let mut refused_since_log: u64 = 0;
-        let mut last_refusal_log: Option<Instant> = None;
+        let mut refusals = RefusalLog::default();
         loop {
             let accepted = tokio::select! {
                 () = stop.cancelled() => break,
@@ -251,21 +339,19 @@ impl Listener {
                     continue;
                 }
             };
-            let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-                drop(stream);
-                metrics.refused.fetch_add(1, Ordering::Relaxed);
-                refused_since_log += 1;
-                if last_refusal_log.is_none_or(|t| t.elapsed() >= REFUSAL_LOG_INTERVAL) {
-                    tracing::warn!(
-                        refused = refused_since_log,
-                        max_connections = settings.max_connections,
-                        last_peer = %peer,
-                        "connections refused: server.max_connections are open"
-                    );
-                    refused_since_log = 0;
-                    last_refusal_log = Some(Instant::now());
+            // The cap first, so that a full listener is counted as such whoever asks; then the client's share.
+            let admitted = match Arc::clone(&permits).try_acquire_owned() {
+                Ok(permit) => clients.admit(peer.ip()).map(|slot| (permit, slot)).map_err(|()| Refused::PerClient),
+                Err(_) => Err(Refused::MaxConnections),
+            };
+            let (permit, client_slot) = match admitted {
+                Ok(admitted) => admitted,
+                Err(why) => {
+                    drop(stream);
+                    metrics.refused(why).fetch_add(1, Ordering::Relaxed);
+                    refusals.refused(why, peer, &settings);
+                    continue;
                 }
-                continue;
             };
             metrics.accepted.fetch_add(1, Ordering::Relaxed);
             metrics.open.fetch_add(1, Ordering::Relaxed);
@@ -275,12 +361,14 @@ impl Listener {
                 peer,
                 settings: Arc::clone(&settings),
                 metrics: Arc::clone(&metrics),
+                bounds: Arc::clone(&bounds),
                 graceful: stop.clone(),
                 hard: hard.clone(),
             };
             let tls = tls.as_ref().and_then(|t| t.acceptor());
             connections.spawn(async move {
                 connection.serve(stream, tls).await;
+                drop(client_slot);
                 drop(permit);
             });
         }
@@ -314,12 +402,103 @@ fn is_connection_error(e: &io::Error) -> bool {
     )
 }
 
+/// Logs refused connections at most every [`REFUSAL_LOG_INTERVAL`], with how many were refused since.
+#[derive(Debug, Default)]
+struct RefusalLog {
+    since_log: [u64; 2],
+    last_log: Option<Instant>,
+}
+
+impl RefusalLog {
+    fn refused(&mut self, why: Refused, peer: SocketAddr, settings: &ListenerSettings) {
+        self.since_log[usize::from(why == Refused::PerClient)] += 1;
+        if self.last_log.is_some_and(|t| t.elapsed() < REFUSAL_LOG_INTERVAL) {
+            return;
+        }
+        let [max_connections, per_client] = self.since_log;
+        tracing::warn!(
+            refused = max_connections + per_client,
+            refused_max_connections = max_connections,
+            refused_per_client = per_client,
+            max_connections = settings.max_connections,
+            max_connections_per_client = settings.max_connections_per_client,
+            last_peer = %peer,
+            "connections refused: {}",
+            match why {
+                Refused::MaxConnections => "server.max_connections are open",
+                Refused::PerClient => "the client address holds server.max_connections_per_client",
+            }
+        );
+        self.since_log = [0, 0];
+        self.last_log = Some(Instant::now());
+    }
+}
+
+/// What every request is held to while it is served: its body's deadline and the budget its bytes are charged to,
+/// and the whole request's deadline.
+#[derive(Debug)]
+struct RequestBounds {
+    body_timeout_ms: u64,
+    request_timeout_ms: u64,
+    budget: Arc<BodyBudget>,
+    metrics: Arc<ConnectionMetrics>,
+}
+
+impl RequestBounds {
+    /// `request` with its body under its deadline and the budget, and the watch that tells how the body ended.
+    fn guard(&self, request: hyper::Request<Incoming>) -> (axum::extract::Request, Arc<BodyWatch>) {
+        let (parts, body) = request.into_parts();
+        let deadline = Instant::now() + Duration::from_millis(self.body_timeout_ms);
+        let (body, watch) = GuardedBody::new(body, Arc::clone(&self.budget), deadline, self.body_timeout_ms);
+        (axum::extract::Request::from_parts(parts, axum::body::Body::new(body)), watch)
+    }
+
+    /// Serves `request` on `app` within the request deadline; the application's answer, unless a bound stopped
+    /// the request: then the bound's own answer, which closes the connection.
+    ///
+    /// Stopping a request drops the handler's future wherever it waits. That is safe on every route because every
+    /// write is a job the store queued when it was called (the writer's bounded queue, `Store::ingest` and the rest)
+    /// and runs to its end without the caller: a webhook stopped after its commit, or with its job still queued,
+    /// is answered 503 and not 2xx (the invariant that a 2xx follows the durable commit holds), and the provider's
+    /// retry finds it recorded (`duplicate`) or records it then; a body stopped by its deadline or the buffer bound
+    /// was never complete, so nothing was verified, stored or done with it. An operator's bulk replay stopped half
+    /// way has replayed each of its events whole or not at all (one store call each); the rest are still dead
+    /// letters for the next call.
+    async fn serve(&self, app: Router, request: axum::extract::Request, watch: &BodyWatch) -> Response {
+        // Kept for the log line of a stopped request: both are cheap clones of what hyper parsed.
+        let (method, uri) = (request.method().clone(), request.uri().clone());
+        let answered = tokio::time::timeout(Duration::from_millis(self.request_timeout_ms), app.oneshot(request)).await;
+        let stopped = match (answered, watch.state()) {
+            (Ok(Ok(response)), BodyState::Reading | BodyState::Complete) => return response,
+            (Ok(Err(never)), _) => match never {},
+            (_, BodyState::Refused) => ApiError::BodyBufferFull,
+            (Ok(Ok(_)), BodyState::TimedOut) | (Err(_), BodyState::Reading | BodyState::TimedOut) => {
+                self.metrics.body_timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%method, path = uri.path(), timeout_ms = self.body_timeout_ms, "request body timed out");
+                ApiError::BodyTimeout(self.body_timeout_ms)
+            }
+            (Err(_), BodyState::Complete) => {
+                self.metrics.request_timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    %method, path = uri.path(), timeout_ms = self.request_timeout_ms,
+                    "request stopped: it took longer than server.request_timeout_ms"
+                );
+                ApiError::RequestTimeout(self.request_timeout_ms)
+            }
+        };
+        let mut response = stopped.into_response();
+        response.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+        response
+    }
+}
+
 /// One accepted connection and what it needs to serve itself.
 struct Connection {
     app: Router,
     peer: SocketAddr,
     settings: Arc<ListenerSettings>,
     metrics: Arc<ConnectionMetrics>,
+    bounds: Arc<RequestBounds>,
     graceful: CancellationToken,
     hard: CancellationToken,
 }
@@ -357,17 +536,19 @@ impl Connection {
         let app = self.app.clone();
         let peer = self.peer;
         let service_clock = Arc::clone(&clock);
+        let bounds = Arc::clone(&self.bounds);
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
             if https {
                 request.headers_mut().insert("x-forwarded-proto", hyper::header::HeaderValue::from_static("https"));
             }
             let in_request = InRequest::start(Arc::clone(&service_clock));
-            let app = app.clone();
+            let (request, watch) = bounds.guard(request);
+            let (app, bounds) = (app.clone(), Arc::clone(&bounds));
             async move {
-                let response = app.oneshot(request.map(axum::body::Body::new)).await;
+                let response = bounds.serve(app, request, &watch).await;
                 drop(in_request);
-                response
+                Ok::<_, Infallible>(response)
             }
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
@@ -564,9 +745,17 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
 pub(crate) fn spawn_plain(
     tcp: TcpListener,
     settings: ListenerSettings,
+    body_budget: Arc<BodyBudget>,
     app: Router,
     stop: CancellationToken,
 ) -> crate::task::Task<io::Result<()>> {
-    let listener = Listener { tcp, settings, tls: None, metrics: Arc::new(ConnectionMetrics::default()) };
+    let listener = Listener {
+        tcp,
+        settings,
+        tls: None,
+        metrics: Arc::new(ConnectionMetrics::default()),
+        body_budget,
+        trusted_proxies: Vec::new(),
+    };
     crate::task::Task::spawn("metrics listener", listener.run(app, stop))
 }

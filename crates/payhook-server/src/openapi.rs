@@ -105,18 +105,21 @@ pub(crate) struct BatchAnswer {
     pub(crate) status: &'static str,
 }
 
-/// `/readyz`: each part `ok`, or what is wrong with it.
+/// `/readyz`: `status` for anyone; each part, `ok` or what is wrong with it, only with the API token.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Readiness {
-    /// `ok`, or the error the database answered.
-    database: String,
-    /// `ok`, or `stopped`: writes are refused.
-    writer: String,
-    /// `ok`, `disabled` or `stopped`.
-    worker: String,
-    /// `ok`, `disabled` or `stopped`.
-    dispatcher: String,
-    /// The database's replication (PostgreSQL); null for SQLite.
+    /// `ready` or `not_ready`, as the status code says.
+    #[schema(pattern = "^(ready|not_ready)$")]
+    status: String,
+    /// With the API token: `ok`, or the error the database answered.
+    database: Option<String>,
+    /// With the API token: `ok`, or `stopped`: writes are refused.
+    writer: Option<String>,
+    /// With the API token: `ok`, `disabled` or `stopped`.
+    worker: Option<String>,
+    /// With the API token: `ok`, `disabled` or `stopped`.
+    dispatcher: Option<String>,
+    /// With the API token: the database's replication (PostgreSQL); null for SQLite.
     replication: Option<ReplicationPart>,
 }
 

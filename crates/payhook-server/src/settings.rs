@@ -9,10 +9,8 @@ use payhook_core::signature::{Secret, Verifier};
 pub struct Settings {
     /// The configured sources, each served at `POST /webhooks/{name}`.
     pub sources: Vec<SourceSettings>,
-    /// Largest accepted webhook body, in bytes; larger ones are answered 413 while streaming.
+    /// Largest accepted request body, in bytes (webhooks and `/v1`); larger ones are answered 413 while streaming.
     pub body_limit_bytes: usize,
-    /// How long a client may take to send its body, in milliseconds; slower ones are answered 408.
-    pub body_timeout_ms: u64,
     /// Bearer token for `/v1` and the dashboard's login, compared with surrounding whitespace trimmed; without one
     /// (or with an empty one) both answer 401 to everyone.
     pub api_token: Option<Secret>,
@@ -53,6 +51,18 @@ pub struct ListenerSettings {
     pub max_header_bytes: usize,
     /// Most headers in a request; more are answered 431.
     pub max_headers: usize,
+    /// A request's body, on any route, must be complete within this many milliseconds of its head; a slower one is
+    /// answered 408 and its connection closed.
+    pub body_timeout_ms: u64,
+    /// A request must be answered within this many milliseconds of its head; a longer one is stopped, answered 503
+    /// (408 while its body is still arriving) and its connection closed.
+    pub request_timeout_ms: u64,
+    /// Connections one client address (IPv6: its /64) may hold at once; beyond it a new one is closed at once.
+    /// Trusted proxies are not held to it.
+    pub max_connections_per_client: usize,
+    /// Request body bytes all requests in progress may hold at once; a body that would go beyond is answered 503
+    /// with `Retry-After`.
+    pub body_buffer_bytes: u64,
     /// On shutdown, requests in progress get this many milliseconds to finish; then what is left is closed.
     pub shutdown_grace_ms: u64,
     /// Serve HTTPS with this certificate and key instead of plain HTTP.
@@ -67,6 +77,10 @@ impl Default for ListenerSettings {
             max_connections: 2_048,
             max_header_bytes: 65_536,
             max_headers: 100,
+            body_timeout_ms: 10_000,
+            request_timeout_ms: 60_000,
+            max_connections_per_client: 1_024,
+            body_buffer_bytes: 64 * 1024 * 1024,
             shutdown_grace_ms: 30_000,
             tls: None,
         }
@@ -341,7 +355,6 @@ impl Settings {
         Self {
             sources,
             body_limit_bytes: 1024 * 1024,
-            body_timeout_ms: 10_000,
             api_token: None,
             worker: WorkerSettings::default(),
             sinks: Vec::new(),

@@ -569,9 +569,7 @@ fn resolve(
     }
     let mut settings = Settings::new(sources);
     settings.body_limit_bytes = raw.server.body_limit_bytes;
-    settings.body_timeout_ms = raw.server.body_timeout_ms;
     settings.api_token = api_token;
-    settings.listener = resolve_listener(&raw.server)?;
     settings.public_openapi = raw.server.public_openapi;
     settings.metrics_listen = match raw.server.metrics_listen.trim() {
         "" => None,
@@ -596,6 +594,7 @@ fn resolve(
     };
     settings.replay =
         ReplaySettings { max_per_call: raw.replay.max_per_call.max(1), per_second: raw.replay.per_second.max(1) };
+    settings.listener = resolve_listener(&raw.server, &settings.replay)?;
     settings.retention = resolve_retention(&raw.retention)?;
     for (i, sink) in raw.sinks.into_iter().enumerate() {
         let label = format!("sinks[{i}] ({})", sink.name);

@@ -36,6 +36,7 @@ use crate::admin::{self, EventQuery, OutboxQuery, ReplayFilter};
 use crate::admin_api::{replay_many, replay_one, retry_one_outbox};
 use crate::app::{AppState, now_ms};
 use crate::auth::{Client, Refusal, Surface};
+use crate::body::BodyError;
 use crate::error::ApiError;
 use axum::Router;
 use axum::body::Body;
@@ -157,9 +158,19 @@ async fn require_session<S: Store>(State(state): State<Arc<AppState<S>>>, reques
         request
     } else {
         let (parts, body) = request.into_parts();
-        let Ok(bytes) = axum::body::to_bytes(body, FORM_LIMIT_BYTES).await else {
-            return UiError::new(StatusCode::PAYLOAD_TOO_LARGE, "the form is larger than the dashboard reads")
+        let bytes = match axum::body::to_bytes(body, FORM_LIMIT_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(e) if BodyError::find(&e).is_some() => {
+                // Past its deadline or the body buffer bound: the listener answers for it.
+                return UiError::from(ApiError::from_body_error(&e)).into_response();
+            }
+            Err(_) => {
+                return UiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the form is larger than the dashboard reads, or did not arrive whole",
+                )
                 .into_response();
+            }
         };
         let given = form_urlencoded::parse(&bytes).find(|(k, _)| k == "csrf").map(|(_, v)| v.into_owned());
         if !session.csrf_matches(given.as_deref().unwrap_or("")) {

@@ -589,3 +589,67 @@ async fn the_dead_letter_listing_takes_only_the_dead_lettered_status() {
     assert_eq!(get(&app, "/v1/dead-letters?status=processed").await.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(get(&app, "/v1/dead-letters?limit=0").await.status, StatusCode::UNPROCESSABLE_ENTITY);
 }
+
+#[tokio::test]
+async fn every_json_route_refuses_a_body_that_is_not_one_object_of_its_fields_with_422_and_does_nothing() {
+    let app = TestApp::spawn_with(|settings, _| settings.sinks = vec![shop_sink()]).await;
+    // A dead letter, and a dead outbox row: what the replay and retry routes would change.
+    let dead_letter = unparseable(&app, 1).await;
+    app.register_order("ord_j1", 1999, "usd").await;
+    let (_, body) = app.deliver("payments", &event("evt_j1", Pay, "ord_j1", 1999)).await;
+    assert_eq!(body["status"], "processed", "{body}");
+    let claim = Claim { now_ms: now_ms(), lease_ms: 60_000, limit: 10, owner: "test".into() };
+    let jobs = app.store.claim_outbox("shop", claim).await.unwrap();
+    let dead = Dispatched::Dead { status: Some(500), error: "the sink answered 500".into() };
+    assert!(app.store.finish_outbox(&jobs[0], dead, now_ms()).await.unwrap());
+    let outbox_id = jobs[0].id;
+
+    let routes = [
+        "/v1/orders".to_owned(),
+        "/v1/dead-letters/replay".to_owned(),
+        format!("/v1/events/payments/{dead_letter}/replay"),
+        format!("/v1/outbox/{outbox_id}/retry"),
+        "/v1/reload".to_owned(),
+    ];
+    let refused = [
+        ("[]", "not an array"),
+        ("\"x\"", "not a string"),
+        ("null", "not null"),
+        ("{\"unknown\": 1}", "unknown field `unknown`"),
+    ];
+    for route in &routes {
+        for (body, says) in refused {
+            let reply = app.api_post(route, body.to_owned()).await;
+            assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY, "{route} {body}: {}", reply.json);
+            assert_eq!(reply.json["error"], "invalid_request", "{route} {body}: {}", reply.json);
+            let message = reply.json["message"].as_str().unwrap_or_default();
+            assert!(message.contains(says), "{route} {body}: {message:?} does not say {says:?}");
+        }
+    }
+    // What serde would read from an array of fields, or a filter of the wrong type, is refused as well.
+    for (route, body) in [
+        ("/v1/orders", r#"["ord_j2", 1999, "usd"]"#),
+        ("/v1/orders", r#"{"id": "ord_j2", "amount": 1999, "currency": "usd", "note": "x"}"#),
+        ("/v1/dead-letters/replay", r#"{"filter": []}"#),
+        ("/v1/dead-letters/replay", r#"{"filter": {"source": "payments", "unknown": 1}}"#),
+        ("/v1/dead-letters/replay", r#"{"dry_run": "yes"}"#),
+    ] {
+        let reply = app.api_post(route, body.to_owned()).await;
+        assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY, "{route} {body}: {}", reply.json);
+    }
+
+    // Nothing happened: the dead letter and the outbox row are still dead, no order was registered.
+    assert_eq!(status_of(&app, &dead_letter).await, Outcome::DeadLettered);
+    let row = get(&app, "/v1/outbox?status=dead&order_id=ord_j1").await.json;
+    assert_eq!(row["outbox"][0]["id"], json!(outbox_id), "{row}");
+    assert_eq!(get(&app, "/v1/orders/ord_j2").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(app.stats().await.orders.iter().map(|(_, n)| n).sum::<u64>(), 1);
+
+    // The routes without a body take none, or `{}`, as before.
+    let reply = app.client.post(app.url(&format!("/v1/outbox/{outbox_id}/retry"))).bearer_auth(API_TOKEN).send();
+    assert_eq!(read_json(reply.await.unwrap()).await.status, StatusCode::OK);
+    let reply = post(&app, &format!("/v1/events/payments/{dead_letter}/replay"), json!({})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
+    let reply = post(&app, "/v1/reload", json!({})).await;
+    assert_eq!((reply.status, &reply.json["error"]), (StatusCode::CONFLICT, &json!("reload_unavailable")));
+}

@@ -245,3 +245,77 @@ async fn a_forged_x_forwarded_for_from_an_untrusted_peer_does_not_escape_the_thr
     assert_throttled(resp.unwrap()).await;
     assert_eq!(other.get(&url).bearer_auth(API_TOKEN).send().await.unwrap().status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_malformed_forwarded_entry_spends_the_unknown_clients_allowance_never_the_proxys() {
+    let logs = Logs::capture();
+    let app = TestApp::spawn_with(|settings, _| {
+        settings.auth.trusted_proxies = vec![IpRange::parse("127.0.0.1").unwrap()];
+    })
+    .await;
+    let proxy = client_from([127, 0, 0, 1]);
+    let get = |forwarded: Option<&str>, token: &str| {
+        let req = proxy.get(app.url("/v1/stats")).bearer_auth(token);
+        match forwarded {
+            Some(f) => req.header("x-forwarded-for", f),
+            None => req,
+        }
+    };
+    // A client writes garbage left of the address the proxy appended: it is that address that fails.
+    for _ in 0..10 {
+        assert_eq!(get(Some("unknown, 203.0.113.7"), "wrong").send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    }
+    assert_throttled(get(Some("203.0.113.7"), API_TOKEN).send().await.unwrap()).await;
+    assert_eq!(get(None, API_TOKEN).send().await.unwrap().status(), StatusCode::OK, "the proxy's own allowance");
+    // The proxy itself could not name its client (`unknown`): that unknown client fails, and only it is throttled.
+    for _ in 0..10 {
+        assert_eq!(get(Some("unknown"), "wrong").send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    }
+    assert_throttled(get(Some("not-an-address"), API_TOKEN).send().await.unwrap()).await;
+    assert_eq!(get(None, API_TOKEN).send().await.unwrap().status(), StatusCode::OK, "the proxy is not throttled");
+    assert_eq!(get(Some("203.0.113.8"), API_TOKEN).send().await.unwrap().status(), StatusCode::OK);
+
+    let lines = logs.lines();
+    let clients: std::collections::BTreeSet<&str> =
+        lines.iter().filter(|l| l["reason"] == "wrong").filter_map(|l| l["client"].as_str()).collect();
+    assert_eq!(clients, ["203.0.113.7", "unknown (behind 127.0.0.1)"].into(), "{}", logs.text());
+}
+
+#[tokio::test]
+async fn readyz_tells_anyone_only_whether_it_is_ready_and_its_parts_only_with_the_token() {
+    let app = TestApp::spawn().await;
+    let (anyone, operator) = (client_from([127, 0, 0, 2]), client_from([127, 0, 0, 1]));
+    let resp = anyone.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(json(resp).await, serde_json::json!({ "status": "ready" }));
+    let resp = operator.get(app.url("/readyz")).bearer_auth(API_TOKEN).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let detail = json(resp).await;
+    assert_eq!(detail["status"], "ready", "{detail}");
+    for part in ["database", "writer"] {
+        assert_eq!(detail[part], "ok", "{detail}");
+    }
+    assert_eq!((&detail["worker"], &detail["dispatcher"]), (&"disabled".into(), &"disabled".into()), "{detail}");
+    assert!(detail.get("replication").is_some_and(Value::is_null), "{detail}");
+
+    // A wrong token goes through the gate like /v1's: 401, then 429 for that address, probe or not.
+    for _ in 0..10 {
+        let resp = anyone.get(app.url("/readyz")).bearer_auth("wrong-token").send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(json(resp).await["error"], "missing_token");
+    }
+    assert_throttled(anyone.get(app.url("/readyz")).bearer_auth(API_TOKEN).send().await.unwrap()).await;
+    assert_eq!(metric(&app, "payhook_auth_failures_total{surface=\"api\"}").await, 10);
+    // Without a token the probe still gets its answer.
+    assert_eq!(anyone.get(app.url("/readyz")).send().await.unwrap().status(), StatusCode::OK);
+
+    // Not ready: anyone learns only that; the operator learns which part.
+    app.store.shutdown().await;
+    let resp = anyone.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(json(resp).await, serde_json::json!({ "status": "not_ready" }));
+    let resp = operator.get(app.url("/readyz")).bearer_auth(API_TOKEN).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let detail = json(resp).await;
+    assert_eq!((&detail["status"], &detail["writer"]), (&"not_ready".into(), &"stopped".into()), "{detail}");
+}

@@ -391,3 +391,51 @@ pub fn chunked(body: &[u8], chunk: usize) -> Vec<u8> {
     out.extend_from_slice(b"0\r\n\r\n");
     out
 }
+
+/// A request sent from the loopback address `from` whose head arrives whole and whose body stops after `sent` of
+/// the `declared` bytes (the connection stays open, keep-alive): the answer, and how long after the head the server
+/// answered and closed the connection.
+pub async fn slow_body(
+    addr: SocketAddr,
+    from: std::net::Ipv4Addr,
+    method_and_path: &str,
+    headers: &[(String, String)],
+    declared: usize,
+    sent: &[u8],
+) -> (Duration, RawReply) {
+    let mut stream = connect_from(from, addr).await;
+    let mut head = format!("{method_and_path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {declared}\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.expect("write the head");
+    let started = std::time::Instant::now();
+    stream.write_all(sent).await.expect("write part of the body");
+    let reply = read_raw_reply(&mut stream).await;
+    (started.elapsed(), reply)
+}
+
+/// A connection to `addr` from the loopback address `from` (Linux routes all of 127.0.0.0/8 to `lo`, so 127.0.0.2
+/// is another client of a server on 127.0.0.1).
+pub async fn connect_from(from: std::net::Ipv4Addr, addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind(SocketAddr::from((from, 0))).expect("bind the client's address");
+    socket.connect(addr).await.expect("connect")
+}
+
+/// The value of `series` (`name` or `name{labels}`) in a `/metrics` text.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in the metrics:\n{text}"))
+}
+
+/// `/metrics` on a fresh connection (a pooled one may have been closed by the bounds under test).
+pub async fn fresh_metrics(app: &TestApp) -> String {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client");
+    let resp = client.get(app.url("/metrics")).bearer_auth(API_TOKEN).send().await.expect("GET /metrics");
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.text().await.expect("metrics text")
+}

@@ -1,6 +1,6 @@
 //! Health, metrics and graceful shutdown.
 
-use crate::helpers::{TestApp, event, now_secs, read_json, read_raw_reply, request_head, stored_event};
+use crate::helpers::{API_TOKEN, TestApp, event, now_secs, read_json, read_raw_reply, request_head, stored_event};
 use payhook_core::event::OrderAction::Pay;
 use reqwest::StatusCode;
 use std::time::Duration;
@@ -131,21 +131,23 @@ async fn readiness_names_each_part_and_fails_once_the_writer_has_stopped() {
         s.dispatcher.enabled = true;
     })
     .await;
-    let reply = read_json(app.client.get(app.url("/readyz")).send().await.unwrap()).await;
+    // Each part is named to the operator (the API token); anyone else learns only whether it is ready.
+    let readyz = || app.client.get(app.url("/readyz")).bearer_auth(API_TOKEN).send();
+    let reply = read_json(readyz().await.unwrap()).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
     // SQLite has no replication: the part is null, and never what makes it not ready.
     assert_eq!(
         reply.json,
         serde_json::json!({
-            "database": "ok", "writer": "ok", "worker": "ok", "dispatcher": "ok", "replication": null
+            "status": "ready", "database": "ok", "writer": "ok", "worker": "ok", "dispatcher": "ok", "replication": null
         })
     );
 
     // The writer stops (as at the end of a shutdown, or if its thread died): writes would be refused.
     app.store.shutdown().await;
-    let reply = read_json(app.client.get(app.url("/readyz")).send().await.unwrap()).await;
+    let reply = read_json(readyz().await.unwrap()).await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{}", reply.json);
-    assert_eq!(reply.json["writer"], "stopped");
+    assert_eq!((&reply.json["status"], &reply.json["writer"]), (&"not_ready".into(), &"stopped".into()));
     assert_eq!(reply.json["database"], "ok");
     // The process is still up.
     assert_eq!(app.get_text("/healthz").await, (StatusCode::OK, "ok".to_owned()));

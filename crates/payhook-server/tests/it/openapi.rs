@@ -93,3 +93,24 @@ async fn the_outbox_filters_patterns_list_exactly_the_statuses_and_kinds_there_a
     assert_eq!(alternatives("status"), payhook_store::OutboxStatus::NAMES);
     assert_eq!(alternatives("kind"), payhook_store::OutboxKind::NAMES);
 }
+
+/// Every `POST` under `/v1` refuses a body that is not one object of its fields with 422, and says so; `/readyz`
+/// takes the token optionally, and documents what a wrong one is answered.
+#[tokio::test]
+async fn the_document_describes_the_422_of_every_v1_post_and_the_optional_token_of_readyz() {
+    let app = TestApp::spawn().await;
+    let doc =
+        read_json(app.client.get(app.url("/openapi.json")).bearer_auth(API_TOKEN).send().await.unwrap()).await.json;
+    for (_, path) in ROUTES.iter().filter(|(m, p)| *m == "POST" && p.starts_with("/v1/")) {
+        let refused = &doc["paths"][*path]["post"]["responses"]["422"];
+        let text = refused["description"].as_str().unwrap_or_default();
+        assert!(text.contains("body"), "POST {path} does not document its refused bodies: {refused}");
+    }
+    let readyz = &doc["paths"]["/readyz"]["get"];
+    assert_eq!(readyz["security"], serde_json::json!([{}, { "bearer": [] }]), "{readyz}");
+    for status in ["200", "503", "401", "429"] {
+        assert!(readyz["responses"][status].is_object(), "/readyz does not document {status}: {readyz}");
+    }
+    let readiness = &doc["components"]["schemas"]["Readiness"];
+    assert_eq!(readiness["required"], serde_json::json!(["status"]), "only the status is always there: {readiness}");
+}

@@ -148,7 +148,7 @@ async fn a_body_over_the_default_one_mebibyte_limit_gets_413() {
 
 #[tokio::test]
 async fn a_body_that_does_not_arrive_in_time_gets_408_and_nothing_is_stored() {
-    let app = TestApp::spawn_with(|settings, _| settings.body_timeout_ms = 200).await;
+    let app = TestApp::spawn_with(|settings, _| settings.listener.body_timeout_ms = 200).await;
     let body = app.encode("payments", &event("evt_slow", Pay, "ord_slow", 1));
     let headers = app.sign("payments", &body, now_secs());
     let head = request_head(app.addr, "payments", &headers, &format!("Content-Length: {}", body.len()));

@@ -13,7 +13,11 @@ pub(super) struct RawServer {
     pub(super) body_timeout_ms: u64,
     pub(super) header_read_timeout_ms: u64,
     pub(super) keep_alive_idle_ms: u64,
+    pub(super) request_timeout_ms: u64,
     pub(super) max_connections: usize,
+    /// Unset: half of `max_connections`.
+    pub(super) max_connections_per_client: Option<usize>,
+    pub(super) body_buffer_bytes: u64,
     pub(super) max_header_bytes: usize,
     pub(super) max_headers: usize,
     pub(super) shutdown_grace_ms: u64,
@@ -50,22 +54,61 @@ pub enum TokenOrigin {
     Unset(Option<String>),
 }
 
-/// The public listener's bounds; each must be positive, and the header limit at least hyper's minimum buffer.
-pub(super) fn resolve_listener(raw: &RawServer) -> Result<ListenerSettings> {
+/// The public listener's bounds; each must be positive, the header limit at least hyper's minimum buffer, and the
+/// bounds must fit one another: a client's share within the cap, a body of the limit within the buffer, a body's
+/// deadline and a bulk replay within the request's.
+pub(super) fn resolve_listener(raw: &RawServer, replay: &ReplaySettings) -> Result<ListenerSettings> {
     for (key, value) in [
         ("header_read_timeout_ms", raw.header_read_timeout_ms),
         ("keep_alive_idle_ms", raw.keep_alive_idle_ms),
+        ("body_timeout_ms", raw.body_timeout_ms),
+        ("request_timeout_ms", raw.request_timeout_ms),
         ("max_connections", raw.max_connections as u64),
         ("max_headers", raw.max_headers as u64),
+        ("body_buffer_bytes", raw.body_buffer_bytes),
     ] {
         if value == 0 {
-            bail!("server.{key} must be positive");
+            bail!("server.{key}: must be positive");
         }
     }
     if raw.max_header_bytes < 8192 {
         bail!(
             "server.max_header_bytes must be at least 8192 (a request head needs room), not {}",
             raw.max_header_bytes
+        );
+    }
+    let max_connections_per_client = match raw.max_connections_per_client {
+        None => (raw.max_connections / 2).max(1),
+        Some(0) => bail!("server.max_connections_per_client: must be positive"),
+        Some(n) if n > raw.max_connections => bail!(
+            "server.max_connections_per_client ({n}) must not exceed server.max_connections ({})",
+            raw.max_connections
+        ),
+        Some(n) => n,
+    };
+    if raw.body_buffer_bytes < raw.body_limit_bytes as u64 {
+        bail!(
+            "server.body_buffer_bytes ({}) must be at least server.body_limit_bytes ({}), or a body of the limit \
+             could never be read",
+            raw.body_buffer_bytes,
+            raw.body_limit_bytes
+        );
+    }
+    if raw.request_timeout_ms < raw.body_timeout_ms {
+        bail!(
+            "server.request_timeout_ms ({}) must be at least server.body_timeout_ms ({}): a request's deadline \
+             includes reading its body",
+            raw.request_timeout_ms,
+            raw.body_timeout_ms
+        );
+    }
+    // A bulk replay paces itself at replay.per_second for up to replay.max_per_call events.
+    let replay_ms = u64::from(replay.max_per_call) * 1000 / u64::from(replay.per_second.max(1));
+    if raw.request_timeout_ms <= replay_ms {
+        bail!(
+            "server.request_timeout_ms ({}) must be longer than a bulk replay of replay.max_per_call events at \
+             replay.per_second ({replay_ms} ms), or a full bulk replay would always be stopped",
+            raw.request_timeout_ms
         );
     }
     let tls = match &raw.tls {
@@ -85,6 +128,10 @@ pub(super) fn resolve_listener(raw: &RawServer) -> Result<ListenerSettings> {
         max_connections: raw.max_connections,
         max_header_bytes: raw.max_header_bytes,
         max_headers: raw.max_headers,
+        body_timeout_ms: raw.body_timeout_ms,
+        request_timeout_ms: raw.request_timeout_ms,
+        max_connections_per_client,
+        body_buffer_bytes: raw.body_buffer_bytes,
         shutdown_grace_ms: raw.shutdown_grace_ms,
         tls,
     })

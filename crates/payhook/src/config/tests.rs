@@ -352,6 +352,40 @@ fn trusted_proxies_and_the_throttle_are_resolved_and_checked() {
 }
 
 #[test]
+fn the_request_bounds_resolve_with_their_defaults_and_are_checked_against_one_another() {
+    let listener = with_env("", &[]).unwrap().settings.listener;
+    assert_eq!((listener.body_timeout_ms, listener.request_timeout_ms), (10_000, 60_000));
+    assert_eq!((listener.max_connections, listener.max_connections_per_client), (2_048, 1_024));
+    assert_eq!(listener.body_buffer_bytes, 64 * 1024 * 1024);
+    // The per-client share follows the cap unless set.
+    let listener = with_env("[server]\nmax_connections = 300\n", &[]).unwrap().settings.listener;
+    assert_eq!(listener.max_connections_per_client, 150);
+    let text = "[server]\nmax_connections = 300\nmax_connections_per_client = 300\nrequest_timeout_ms = 20000\n\
+                body_buffer_bytes = 2097152\n";
+    let listener = with_env(text, &[]).unwrap().settings.listener;
+    assert_eq!((listener.max_connections_per_client, listener.request_timeout_ms), (300, 20_000));
+    assert_eq!(listener.body_buffer_bytes, 2 * 1024 * 1024);
+
+    let refused = |text: &str| format!("{:#}", with_env(text, &[]).unwrap_err());
+    for key in ["body_timeout_ms", "request_timeout_ms", "max_connections_per_client", "body_buffer_bytes"] {
+        let err = refused(&format!("[server]\n{key} = 0\n"));
+        assert!(err.starts_with(&format!("f.toml:2: server.{key}: must be positive")), "{err}");
+    }
+    let err = refused("[server]\nmax_connections = 10\nmax_connections_per_client = 11\n");
+    assert!(err.starts_with("f.toml:3: server.max_connections_per_client (11) must not exceed"), "{err}");
+    let err = refused("[server]\nbody_buffer_bytes = 1048575\n");
+    assert!(err.starts_with("f.toml:2: server.body_buffer_bytes (1048575) must be at least server.body_limit_bytes"));
+    let err = refused("[server]\nbody_timeout_ms = 30000\nrequest_timeout_ms = 20000\n");
+    assert!(err.contains("server.request_timeout_ms (20000) must be at least server.body_timeout_ms"), "{err}");
+    // A bulk replay of replay.max_per_call at replay.per_second must fit in the request's deadline.
+    let err = refused("[server]\nrequest_timeout_ms = 15000\n[replay]\nmax_per_call = 2000\n");
+    assert!(
+        err.contains("server.request_timeout_ms (15000) must be longer than a bulk replay") && err.contains("20000 ms")
+    );
+    assert!(with_env("[server]\nrequest_timeout_ms = 15000\n", &[]).is_ok(), "10 s of replay fit in 15 s");
+}
+
+#[test]
 fn broker_sinks_resolve_with_their_templates_and_show_their_urls_redacted() {
     let text = "[[sinks]]\ntype = \"nats\"\nname = \"bus\"\nurl = \"nats://payhook:n4ts-PLANTED@nats.internal:4222\"\n\
                 subject = \"payhook.{kind}.{order_id}\"\nkinds = [\"order.paid\"]\n\n\

@@ -1,13 +1,15 @@
-//! The public listener under a hostile network, on the real binary: idle sockets, slowloris heads, header floods
-//! and the connection cap, while a legitimate provider keeps delivering; and SIGTERM with half-sent requests open.
+//! The public listener under a hostile network, on the real binary: idle sockets, slowloris heads, header floods,
+//! slow bodies on every route that reads one, the connection cap and the share of it one address may hold, while a
+//! legitimate provider keeps delivering; and SIGTERM with half-sent requests open.
 //!
 //! The timeouts are shortened in the configuration so that the short version runs in seconds;
-//! `PAYHOOK_TEST_HOSTILE_LONG=1` multiplies the attack (connections and duration) for a longer run.
+//! `PAYHOOK_TEST_HOSTILE_LONG=1` multiplies the attack (connections and duration) for a longer run, and runs the
+//! slow-body attack at full size: 300 sockets against `max_connections = 300`.
 
 use crate::helpers::*;
 use reqwest::StatusCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -83,7 +85,8 @@ async fn idle_sockets_slowloris_and_header_floods_do_not_keep_legitimate_deliver
             c,
             &format!(
                 "header_read_timeout_ms = {HEADER_TIMEOUT_MS}\nkeep_alive_idle_ms = {IDLE_TIMEOUT_MS}\n\
-                 max_connections = {MAX_CONNECTIONS}\nmax_headers = 100\nmax_header_bytes = 16384"
+                 max_connections = {MAX_CONNECTIONS}\nmax_connections_per_client = {MAX_CONNECTIONS}\n\
+                 max_headers = 100\nmax_header_bytes = 16384"
             ),
         )
     })
@@ -277,7 +280,14 @@ async fn connections_beyond_the_cap_are_closed_at_once_counted_and_logged_once()
     raise_fd_limit(16_384);
     let dir = TestDir::new();
     let server = Server::start_edited(&dir, |c| {
-        with_server_keys(c, &format!("max_connections = {MAX_CONNECTIONS}\nheader_read_timeout_ms = 60000"))
+        // Every connection from 127.0.0.1: the address may hold the whole cap, so that the cap is what refuses.
+        with_server_keys(
+            c,
+            &format!(
+                "max_connections = {MAX_CONNECTIONS}\nmax_connections_per_client = {MAX_CONNECTIONS}\n\
+                 header_read_timeout_ms = 60000"
+            ),
+        )
     })
     .await;
     let addr = format!("127.0.0.1:{}", server.port);
@@ -315,7 +325,8 @@ async fn connections_beyond_the_cap_are_closed_at_once_counted_and_logged_once()
             other => panic!("GET /metrics after the flood: {other:?}"),
         }
     };
-    assert!(metric(&text, "payhook_connections_refused_total") >= 2 * MAX_CONNECTIONS as u64, "{text}");
+    let refused = metric(&text, "payhook_connections_refused_total{reason=\"max_connections\"}");
+    assert!(refused >= 2 * MAX_CONNECTIONS as u64, "{text}");
     assert_eq!(metric(&text, "payhook_connections_max"), MAX_CONNECTIONS as u64);
     let log = server.log();
     assert_eq!(log.matches("connections refused").count(), 1, "refusals are logged at most every 10 s:\n{log}");
@@ -380,4 +391,151 @@ async fn sigterm_with_100_half_sent_requests_exits_0_within_the_grace_period_and
     let checked = check_store(&dir, &acked).await;
     let db = dir.open_db();
     assert_eq!(count(&db, "SELECT COUNT(*) FROM inbox WHERE event_id LIKE 'evt-cut-%'"), 0, "{checked:?}");
+}
+
+/// A connection to `addr` from the loopback address `from`: Linux routes all of 127.0.0.0/8 to `lo`, so a socket
+/// bound to 127.0.0.2 is another client of a server on 127.0.0.1.
+async fn connect_from(from: std::net::Ipv4Addr, addr: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(std::net::SocketAddr::from((from, 0)))?;
+    socket.connect(addr).await
+}
+
+/// A dashboard session: `POST /ui/login` with the API token, and the cookie it sets.
+async fn dashboard_cookie(server: &Server) -> String {
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let resp = client.post(server.url("/ui/login")).form(&[("token", API_TOKEN)]).send().await.expect("log in");
+    let set_cookie = resp.headers().get("set-cookie").expect("a session cookie").to_str().unwrap().to_owned();
+    set_cookie.split(';').next().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_on_every_route_holding_the_connection_cap_are_closed_in_time_and_deliveries_keep_flowing() {
+    const BODY_TIMEOUT_MS: u64 = 2_000;
+    const LEGIT: usize = 100;
+    // The cap and as many slow bodies: the full-size scenario is 300 against 300.
+    let n = if scale() > 1 { 300 } else { 40 };
+    raise_fd_limit(16_384);
+    let dir = TestDir::new();
+    // max_connections_per_client is left to its default: half of max_connections.
+    let server = Server::start_edited(&dir, |c| {
+        with_server_keys(c, &format!("max_connections = {n}\nbody_timeout_ms = {BODY_TIMEOUT_MS}"))
+    })
+    .await;
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", server.port).parse().unwrap();
+    let cookie = dashboard_cookie(&server).await;
+    let bearer = format!("Authorization: Bearer {API_TOKEN}\r\n");
+    let form = "Content-Type: application/x-www-form-urlencoded\r\n".to_owned();
+    let session = format!("{form}Cookie: {cookie}\r\n");
+    // Every route that reads a body, with what it takes to get that far (the token, a session).
+    let routes: Arc<Vec<(String, String)>> = Arc::new(vec![
+        ("POST /webhooks/payments".into(), String::new()),
+        ("POST /ui/login".into(), form.clone()),
+        ("POST /v1/orders".into(), bearer.clone()),
+        ("POST /v1/dead-letters/replay".into(), bearer.clone()),
+        ("POST /v1/events/payments/evt_none/replay".into(), bearer.clone()),
+        ("POST /v1/outbox/1/retry".into(), bearer.clone()),
+        ("POST /v1/reload".into(), bearer.clone()),
+        ("POST /ui/logout".into(), session.clone()),
+        ("POST /ui/events/payments/evt_none/replay".into(), session.clone()),
+        ("POST /ui/dead-letters/replay".into(), session.clone()),
+        ("POST /ui/outbox/1/retry".into(), session.clone()),
+    ]);
+
+    // N sockets from 127.0.0.2, each sending a head and 10 of its 100 body bytes, round the routes, opening again
+    // as soon as they are closed, for as long as the deliveries go on.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut attackers = JoinSet::new();
+    for i in 0..n {
+        let (routes, stop) = (Arc::clone(&routes), Arc::clone(&stop));
+        attackers.spawn(async move {
+            let mut outcomes = Vec::new();
+            let mut k = i;
+            while !stop.load(Ordering::Relaxed) {
+                let (route, headers) = &routes[k % routes.len()];
+                k += 1;
+                let Ok(mut stream) = connect_from(std::net::Ipv4Addr::new(127, 0, 0, 2), addr).await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let head =
+                    format!("{route} HTTP/1.1\r\nHost: payhook\r\n{headers}Content-Length: 100\r\n\r\ncsrf=abcde");
+                let _ = stream.write_all(head.as_bytes()).await;
+                let (closed, received) = until_closed(stream, Duration::from_millis(BODY_TIMEOUT_MS * 3)).await;
+                let answered = String::from_utf8_lossy(&received).lines().next().unwrap_or("").to_owned();
+                if received.is_empty() {
+                    // Refused at once: try again a little later, as a flood does.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                outcomes.push((route.clone(), closed, answered));
+            }
+            outcomes
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Meanwhile the provider, from 127.0.0.1, delivers on connections of its own, each delivery retried on
+    // refusal for up to 30 s.
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).pool_max_idle_per_host(0).build().unwrap();
+    let mut legit = JoinSet::new();
+    for i in 0..LEGIT {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (client, url) = (client.clone(), server.webhook_url());
+        let d = payment(&format!("evt-slowbody-{i}"), &format!("slowbody-{i}"));
+        legit.spawn(async move {
+            let first = Instant::now();
+            for attempt in 1.. {
+                if let Ok((status, _)) = post(&client, &url, &d).await
+                    && status.is_success()
+                {
+                    return Some((d.event_id, first.elapsed(), attempt));
+                }
+                if first.elapsed() >= Duration::from_secs(30) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            None
+        });
+    }
+    let mut acked = Vec::new();
+    let mut at_once = 0;
+    while let Some(joined) = legit.join_next().await {
+        if let Some((event_id, took, attempt)) = joined.unwrap()
+            && took <= Duration::from_secs(30)
+        {
+            at_once += usize::from(attempt == 1);
+            acked.push(event_id);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (mut held, mut refused) = (0u64, 0u64);
+    while let Some(joined) = attackers.join_next().await {
+        for (route, closed, answered) in joined.unwrap() {
+            let closed = closed.unwrap_or_else(|| panic!("a slow body on {route} was still open after 6 s"));
+            if answered.is_empty() {
+                assert!(closed < Duration::from_millis(500), "{route}: refused only after {closed:?}");
+                refused += 1;
+                continue;
+            }
+            assert!(answered.starts_with("HTTP/1.1 408"), "{route}: answered {answered:?}");
+            assert!(closed >= Duration::from_millis(BODY_TIMEOUT_MS - 50), "{route}: closed after {closed:?}");
+            assert!(closed <= Duration::from_millis(BODY_TIMEOUT_MS + 1_500), "{route}: closed after {closed:?}");
+            held += 1;
+        }
+    }
+    eprintln!(
+        "slow bodies: {n} sockets against max_connections {n}: {held} held and answered 408 at the deadline, \
+         {refused} refused at once; {}/{LEGIT} deliveries acked within 30 s, {at_once} at their first attempt",
+        acked.len()
+    );
+    assert!(acked.len() * 100 >= LEGIT * 95, "only {} of {LEGIT} deliveries acked within 30 s", acked.len());
+    assert!(at_once * 100 >= LEGIT * 95, "only {at_once} of {LEGIT} deliveries acked at their first attempt");
+    assert!(held >= n as u64 / 2 && refused > 0, "the attack did not hold its share: {held} held, {refused} refused");
+    let text = metrics(&server).await;
+    assert!(metric(&text, "payhook_connections_refused_total{reason=\"max_connections_per_client\"}") > 0, "{text}");
+    assert_eq!(metric(&text, "payhook_connections_per_client_max"), n as u64 / 2, "the default: half the cap");
+    assert!(metric(&text, "payhook_requests_timed_out_total{deadline=\"body\"}") >= held, "{text}");
+    server.stop();
+    check_store(&dir, &acked).await;
 }

@@ -215,9 +215,9 @@ impl PgServer {
         self.readyz_body().await.0
     }
 
-    /// `/readyz` with its JSON answer (`database`, `writer`, `worker`, `dispatcher`).
+    /// `/readyz` with the API token and its JSON answer (`status`, `database`, `writer`, `worker`, `dispatcher`).
     pub(crate) async fn readyz_body(&self) -> (StatusCode, serde_json::Value) {
-        let resp = self.client.get(self.url("/readyz")).send().await.expect("GET /readyz");
+        let resp = self.client.get(self.url("/readyz")).bearer_auth(API_TOKEN).send().await.expect("GET /readyz");
         let status = resp.status();
         (status, resp.json().await.expect("/readyz answers JSON"))
     }

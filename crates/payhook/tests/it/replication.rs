@@ -15,8 +15,9 @@ async fn serve(dir: &TestDir, db: &TestDb, required: bool) -> Server {
     Server::start_edited(dir, |config| config.replace(&format!("url = \"sqlite://{DB_FILE}\""), &storage)).await
 }
 
+/// `/readyz` with the API token: with its parts, not only the status.
 async fn readyz(server: &Server) -> (StatusCode, Value) {
-    let resp = server.client.get(server.url("/readyz")).send().await.expect("GET /readyz");
+    let resp = server.client.get(server.url("/readyz")).bearer_auth(API_TOKEN).send().await.expect("GET /readyz");
     let status = resp.status();
     (status, resp.json().await.expect("/readyz answers JSON"))
 }
