@@ -55,15 +55,15 @@ run() { # label binary round port
     local schema="payhook_ab_$$_${label,,}_$round"
     schemas+=("$schema")
     psql -q "$db" -c "CREATE SCHEMA $schema" >/dev/null
-    bench_config "$file.toml" "$port" "url = \"$db${sep}options=-csearch_path%3D$schema\""
+    bench_config "$file.toml" "$port" "url = \"$db${sep}options=-csearch_path%3D$schema\"" "$bin"
   elif [[ -n ${PAYHOOK_BENCH_AB_SQLITE_FILE:-} ]]; then
     local grown=$PAYHOOK_BENCH_AB_SQLITE_FILE
     [[ $label == B ]] && grown=${PAYHOOK_BENCH_AB_SQLITE_FILE_B:-$grown}
     bench_config "$file.toml" "$port" "url = \"sqlite://$grown\"
 [retention]
-enabled = false"
+enabled = false" "$bin"
   else
-    bench_config "$file.toml" "$port" "url = \"sqlite://$file.db\""
+    bench_config "$file.toml" "$port" "url = \"sqlite://$file.db\"" "$bin"
   fi
   "$bin" --config "$file.toml" serve 2>"$file.log" &
   local pid=$!

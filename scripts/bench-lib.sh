@@ -20,14 +20,20 @@ scenario_args() {
   printf '%s\n' "${args[@]}"
 }
 
-# bench_config FILE PORT STORAGE: a server configuration with the benchmarks' one source (hmac, generic format).
-# STORAGE is the body of [storage] (its url and options); it may open further tables after it ("[retention]…").
-# The load generator is one address standing in for many providers: it may hold the whole connection cap.
+# bench_config FILE PORT STORAGE [BINARY]: a server configuration with the benchmarks' one source (hmac, generic
+# format). STORAGE is the body of [storage] (its url and options); it may open further tables after it
+# ("[retention]…"). The load generator is one address standing in for many providers: it may hold the whole
+# connection cap, where BINARY (default: any) knows max_connections_per_client (an older build, compared by
+# bench-ab.sh, does not).
 bench_config() {
+  local per_client="max_connections_per_client = 2048"
+  if [[ -n ${4:-} ]] && ! "$4" config print-default | grep -q '^# *max_connections_per_client'; then
+    per_client=""
+  fi
   cat > "$1" <<TOML
 [server]
 listen = "127.0.0.1:$2"
-max_connections_per_client = 2048
+$per_client
 [storage]
 $3
 [[sources]]
