@@ -30,6 +30,12 @@ pub const DB_FILE: &str = "payhook.db";
 
 const BIN: &str = env!("CARGO_BIN_EXE_payhook");
 
+/// The binary the tests run: this build's, or `$PAYHOOK_TEST_BINARY` (a release build, to replay the suite's attacks
+/// against what ships).
+fn binary() -> String {
+    std::env::var("PAYHOOK_TEST_BINARY").ok().filter(|b| !b.is_empty()).unwrap_or_else(|| BIN.to_owned())
+}
+
 /// A temp dir for one test: configs, the database and logs.
 #[derive(Debug)]
 pub struct TestDir {
@@ -59,7 +65,7 @@ impl TestDir {
 
     /// A `payhook` command with the dir as its working directory.
     pub fn payhook(&self) -> Command {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(binary());
         cmd.current_dir(self.path()).env_remove("PAYHOOK_CONFIG").env_remove("PAYHOOK_API_TOKEN");
         cmd
     }
