@@ -23,11 +23,11 @@ scenario_args() {
 # bench_config FILE PORT STORAGE [BINARY]: a server configuration with the benchmarks' one source (hmac, generic
 # format). STORAGE is the body of [storage] (its url and options); it may open further tables after it
 # ("[retention]…"). The load generator is one address standing in for many providers: it may hold the whole
-# connection cap, where BINARY (default: any) knows max_connections_per_client (an older build, compared by
-# bench-ab.sh, does not).
+# connection cap, where BINARY (default: the caller's $bin) knows max_connections_per_client (an older build,
+# compared by bench-ab.sh or instructions.sh, does not).
 bench_config() {
-  local per_client="max_connections_per_client = 2048"
-  if [[ -n ${4:-} ]] && ! "$4" config print-default | grep -q '^# *max_connections_per_client'; then
+  local per_client="max_connections_per_client = 2048" binary=${4:-${bin:-}}
+  if [[ -n $binary ]] && ! "$binary" config print-default | grep -q '^# *max_connections_per_client'; then
     per_client=""
   fi
   cat > "$1" <<TOML
