@@ -68,7 +68,8 @@ fn known() -> Vec<&'static str> {
 fn provider(name: &str) -> Result<Provider> {
     let preset = Preset::get(name).transpose().with_context(|| format!("the {name} preset does not parse"))?;
     let built_in = BUILT_IN_SCHEMES.contains(&name);
-    if !built_in && !preset.as_ref().is_some_and(|p| p.signature.is_some()) {
+    let preset_signs = preset.as_ref().is_some_and(|p| p.signature.is_some());
+    if !built_in && !preset_signs {
         return Err(UsageError(format!("unknown provider {name:?}; known providers: {}", known().join(", "))).into());
     }
     let format = if Format::built_in(name).is_some() || preset.as_ref().is_some_and(|p| p.format.is_some()) {
