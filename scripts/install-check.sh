@@ -131,7 +131,7 @@ check_cargo() {
   CARGO_HOME=${CARGO_HOME:-$HOME/.cargo} RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup} HOME=$dir/home \
     CARGO_INSTALL_ROOT=$dir/root PATH=$dir/root/bin:$PATH run_block README.md cargo "$root" > "$work/cargo.log"
   grep -q '"status":"processed"' "$work/cargo.log" || { cat "$work/cargo.log" >&2; fail "no delivery processed"; }
-  say "cargo: $(tail -1 "$work/cargo.log")"
+  say "cargo: $(grep '"status":"processed"' "$work/cargo.log" | tail -1)"
   [[ $(stat -c %a "$dir/home/payhook/payhook.env") == 600 ]] || fail "payhook init's payhook.env is not mode 0600"
   ! grep -q PAYHOOK_API_TOKEN= "$dir/home/payhook/payhook.toml" || fail "payhook.toml holds the token"
 }
@@ -211,7 +211,7 @@ check_deb() {
     dpkg --purge payhook >/dev/null
   fi
   local deb
-  deb=$(cargo deb -p payhook --no-build --locked --fast --output "$work/deb/" 2>"$work/cargo-deb.log" | tail -1) ||
+  deb=$(cargo deb -p payhook --no-build --strip --locked --fast --output "$work/deb/" 2>"$work/cargo-deb.log" | tail -1) ||
     { cat "$work/cargo-deb.log" >&2; fail "cargo deb"; }
   say "package: $(basename "$deb"), $(stat -c %s "$deb") bytes"
   dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qx /etc/payhook/payhook.toml ||
@@ -220,16 +220,17 @@ check_deb() {
   mkdir -p "$root/target/debian" && cp "$deb" "$root/target/debian/"
 
   deb_installed=1
-  # Run as written, but with cargo-deb's build already done: `cargo deb -p payhook` with --no-build
-  # would be the same package; the block's own `cargo install cargo-deb` and `cargo deb` lines are skipped.
+  # Run as written, with cargo-deb's package already made from the release build (--no-build): the block's own
+  # `cargo install cargo-deb` and `cargo deb` lines are skipped.
   local readme_block
   readme_block=$(block README.md deb | grep -v '^cargo ')
   printf '<!-- install-check: deb -->\n```sh\n%s\n```\n' "$readme_block" > "$work/deb-block.md"
   run_block "$work/deb-block.md" deb "$root" > "$work/deb.log"
   grep -q ' 200 OK ' "$work/deb.log" || { cat "$work/deb.log" >&2; fail "no delivery accepted"; }
-  say "deb: $(tail -1 "$work/deb.log")"
+  say "deb: $(grep ' 200 OK ' "$work/deb.log" | tail -1)"
 
   # What the package left, and how the service ran.
+  ! readelf -S /usr/bin/payhook | grep -Eq '\.debug_(info|line)' || fail "/usr/bin/payhook carries debug sections: not stripped"
   getent passwd payhook >/dev/null || fail "no payhook user"
   [[ $(stat -c '%U:%G %a' /etc/payhook) == 'root:payhook 750' ]] || fail "/etc/payhook is $(stat -c '%U:%G %a' /etc/payhook)"
   for f in /etc/payhook/payhook.toml /etc/payhook/payhook.env; do
@@ -376,7 +377,7 @@ TOML
   port_free 8080 || fail "port 8080 is taken: the docs' block uses it"
   run_block docs/install.md image-rootfs "$docs" > "$work/image-rootfs.log"
   grep -q ' 200 OK ' "$work/image-rootfs.log" || { cat "$work/image-rootfs.log" >&2; fail "no delivery accepted"; }
-  say "image: $(tail -1 "$work/image-send.log"); the docs' block: $(tail -1 "$work/image-rootfs.log")"
+  say "image: $(tail -1 "$work/image-send.log"); the docs' block: $(grep ' 200 OK ' "$work/image-rootfs.log" | tail -1)"
   "${podman[@]}" system reset --force >/dev/null 2>&1
   podman_root=
 }
