@@ -338,6 +338,7 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
     state.body_budget.render_into(&mut body);
     state.retention_metrics.render_into(&mut body);
     state.reload_metrics.render_into(&mut body);
+    metrics::render_build_info(&mut body, &state.settings.build);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 

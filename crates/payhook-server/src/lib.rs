@@ -58,6 +58,6 @@ pub use metrics::SourceMetrics;
 pub use reload::{Live, Loader, ReloadError, ReloadReport, Reloaded};
 pub use secret_url::SecretUrl;
 pub use settings::{
-    AuthSettings, ListenerSettings, RetentionSettings, Settings, SinkTransport, SourceSettings, TlsSettings,
+    AuthSettings, BuildInfo, ListenerSettings, RetentionSettings, Settings, SinkTransport, SourceSettings, TlsSettings,
     WorkerSettings,
 };

@@ -732,6 +732,14 @@ fn render_page_cache(out: &mut String, cache: &payhook_store::metrics::PageCache
     sample(out, "payhook_sqlite_writer_cache_misses_total", "", cache.misses);
 }
 
+/// `payhook_build_info{version, commit} 1`: which build answers, to join with any other series (the Prometheus
+/// convention for build information).
+pub(crate) fn render_build_info(out: &mut String, build: &crate::settings::BuildInfo) {
+    family(out, "payhook_build_info", "gauge", "The running build: its version and commit, always 1.");
+    let labels = format!("version=\"{}\",commit=\"{}\"", escape(&build.version), escape(&build.commit));
+    sample(out, "payhook_build_info", &labels, 1);
+}
+
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }

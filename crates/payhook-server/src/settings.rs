@@ -35,6 +35,24 @@ pub struct Settings {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Who the client of a request is, and how often a client may fail to give the API token.
     pub auth: AuthSettings,
+    /// The build that serves, shown on `/metrics` as `payhook_build_info`.
+    pub build: BuildInfo,
+}
+
+/// Which build of payhook is running: what `payhook --version` prints, for `payhook_build_info`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildInfo {
+    /// The release version.
+    pub version: String,
+    /// The commit it was built from (12 hex digits), or `unknown`.
+    pub commit: String,
+}
+
+impl Default for BuildInfo {
+    /// This crate's version (the workspace's), from an unknown commit: the binary sets the real one.
+    fn default() -> Self {
+        Self { version: env!("CARGO_PKG_VERSION").to_owned(), commit: "unknown".to_owned() }
+    }
 }
 
 /// The public listener's bounds: what an idle, slow or flooding client can hold, and for how long.
@@ -366,6 +384,7 @@ impl Settings {
             public_openapi: false,
             metrics_listen: None,
             auth: AuthSettings::default(),
+            build: BuildInfo::default(),
         }
     }
 }

@@ -180,7 +180,7 @@ enum RawFormat {
 }
 
 /// The names `scheme = …` takes besides the presets.
-const BUILT_IN_SCHEMES: [&str; 9] = [
+pub const BUILT_IN_SCHEMES: [&str; 9] = [
     "stripe",
     "standard-webhooks",
     "github",

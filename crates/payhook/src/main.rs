@@ -1,5 +1,6 @@
-//! The `payhook` binary: `serve`, `reload`, `demo`, `send`, `bench`, `orders import`, `config check|print-default`, and
-//! the admin commands `events`, `dlq`, `replay`, `outbox`, `stats`, `prune`, and `compact`.
+//! The `payhook` binary: `serve`, `init`, `healthcheck`, `reload`, `demo`, `send`, `bench`, `orders import`,
+//! `config check|print-default`, and the admin commands `events`, `dlq`, `replay`, `outbox`, `stats`, `prune`, and
+//! `compact`.
 //!
 //! Boundary: the only crate that knows clap, TOML and anyhow; it resolves configuration and hands typed settings
 //! to the server and the store.
@@ -11,6 +12,8 @@ mod admin_cli;
 mod bench;
 use payhook::config;
 mod demo;
+mod healthcheck;
+mod init;
 mod orders;
 mod prefill;
 mod reload;
@@ -22,15 +25,36 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use config::{Config, LogFormat, StorageConfig, TokenOrigin};
 use payhook_postgres::PgStore;
-use payhook_server::{Settings, SinkTransport};
+use payhook_server::{BuildInfo, Settings, SinkTransport};
 use payhook_sqlite::SqliteStore;
 use payhook_store::Store;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// What `--version` prints after the name: the release and the commit it was built from (`build.rs`).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("PAYHOOK_COMMIT"), ")");
+
+/// This build, for the `payhook_build_info` metric.
+fn build_info() -> BuildInfo {
+    BuildInfo { version: env!("CARGO_PKG_VERSION").to_owned(), commit: env!("PAYHOOK_COMMIT").to_owned() }
+}
+
+/// A command used wrongly (an unknown provider, a file it will not overwrite): exit status 2, as for clap's own
+/// usage errors, so that a script can tell it from a failure of the work.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
 #[derive(Debug, Parser)]
-#[command(name = "payhook", version, about = "Payment webhooks, applied exactly once.")]
+#[command(name = "payhook", version = VERSION, about = "Payment webhooks, applied exactly once.")]
 struct Cli {
     /// Configuration file (default: ./payhook.toml when present, else the built-in defaults).
     #[arg(long, short, global = true, env = "PAYHOOK_CONFIG")]
@@ -43,6 +67,11 @@ struct Cli {
 enum Command {
     /// Receive webhooks: verify, record, deduplicate, apply, answer.
     Serve,
+    /// Write a starter configuration for PROVIDER… (payhook.toml) and an environment file beside it (payhook.env,
+    /// mode 0600) with a new API token and a line for each provider's secret. Never overwrites a file.
+    Init(init::InitArgs),
+    /// Exit 0 when the payhook of this configuration answers GET /healthz, 1 otherwise (a container's health check).
+    Healthcheck(healthcheck::HealthcheckArgs),
     /// Make the running server read its configuration file again (POST /v1/reload, with the API token): sources,
     /// secrets, sinks and alerts change without a restart; a file that does not pass `config check`, or that
     /// changes a setting needing a restart, is refused and the configuration in force stays. SIGHUP does the same.
@@ -91,6 +120,10 @@ fn main() -> std::process::ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
+            eprintln!("payhook: {e:#}");
+            std::process::ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("payhook: {e:#}");
             std::process::ExitCode::FAILURE
@@ -115,6 +148,8 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve => {}
         Command::Demo(_) => init_tracing(LogFormat::Text, "error"),
+        // A health check runs every few seconds and says what it found in its exit status: no log lines.
+        Command::Healthcheck(_) => init_tracing(LogFormat::Text, "error"),
         _ => init_tracing(LogFormat::Text, "info"),
     }
     match cli.command {
@@ -161,6 +196,8 @@ async fn run(cli: Cli) -> Result<()> {
             init_tracing(config.log_format, "info");
             serve(config).await
         }
+        Command::Init(args) => init::run(cli.config.as_deref(), args),
+        Command::Healthcheck(args) => healthcheck::run(&Config::load(cli.config.as_deref())?, args).await,
         Command::Reload(args) => reload::run(&Config::load(cli.config.as_deref())?, args).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Send(args) => send::run(Config::load(cli.config.as_deref())?, args).await,
@@ -263,6 +300,8 @@ async fn serve_with<S: Store>(
 ) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let https = settings.listener.tls.is_some();
+    let mut settings = settings;
+    settings.build = build_info();
     let running = payhook_server::start(listener, settings, store)?;
     running.state.set_loader(loader);
     tracing::info!(

@@ -103,3 +103,12 @@ fn a_histogram_is_rendered_cumulative_in_its_unit() {
          x_seconds_bucket{s=\"a\",le=\"+Inf\"} 2\nx_seconds_sum{s=\"a\"} 2.0004\nx_seconds_count{s=\"a\"} 2\n"
     );
 }
+
+#[test]
+fn the_build_is_rendered_as_an_info_gauge_with_its_version_and_commit() {
+    let mut out = String::new();
+    let build = crate::settings::BuildInfo { version: "1.2.3".into(), commit: "0123456789ab".into() };
+    render_build_info(&mut out, &build);
+    assert!(out.contains("# TYPE payhook_build_info gauge\n"), "{out}");
+    assert!(out.ends_with("payhook_build_info{version=\"1.2.3\",commit=\"0123456789ab\"} 1\n"), "{out}");
+}

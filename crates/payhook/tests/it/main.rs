@@ -9,6 +9,7 @@ mod declared;
 mod failover;
 mod helpers;
 mod hostile;
+mod install;
 mod interop;
 mod postgres;
 mod powercut;
