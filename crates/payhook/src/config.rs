@@ -6,13 +6,8 @@
 //! - `server`: the `[server]` table (listener bounds and TLS, the API token and its throttle).
 
 use anyhow::{Context, Result, bail};
-use payhook_core::event::SourceName;
-use payhook_core::format::{DeclaredFormat, Format, FormatSpec};
-use payhook_core::preset::Preset;
 use payhook_core::retry::RetryPolicy;
-use payhook_core::signature::{
-    DEFAULT_REQUIRED_COMPONENTS, DeclaredScheme, Encoding, HmacAlgorithm, Scheme, Secret, SignatureSpec, Verifier,
-};
+use payhook_core::signature::{Scheme, Secret, Verifier};
 use payhook_postgres::PgOptions;
 use payhook_server::settings::{AlertSettings, DispatcherSettings, ReplaySettings};
 use payhook_server::{
@@ -24,19 +19,20 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-mod reload;
 mod confirm;
+mod reload;
 mod retention;
-mod sources;
 mod server;
 mod sinks;
+mod sources;
 mod storage;
 
 use retention::{RawRetention, resolve_retention};
-use sources::{RawSource, resolve_source};
 pub use server::TokenOrigin;
 use server::{RawServer, resolve_api_token, resolve_auth, resolve_listener};
 use sinks::{RawSink, resolve_sink};
+pub use sources::BUILT_IN_SCHEMES;
+use sources::{RawSource, resolve_source};
 use storage::{RawStorage, resolve_storage};
 
 /// The compiled-in defaults, printed by `payhook config print-default`.

@@ -2,6 +2,8 @@
 
 use super::server::DEFAULT_TOKEN_ENV;
 use super::*;
+use payhook_core::format::Format;
+use payhook_core::signature::DEFAULT_REQUIRED_COMPONENTS;
 use payhook_server::SinkTransport;
 
 mod postgres_storage;
