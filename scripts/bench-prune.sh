@@ -51,7 +51,7 @@ window() { # label index
 window base 1
 window base 2
 started=$(date +%s.%N)
-PAYHOOK_LOG=payhook_server::retention=debug "$bin" --config "$work/payhook.toml" prune --json \
+PAYHOOK_LOG=payhook_server::runtime::retention=debug "$bin" --config "$work/payhook.toml" prune --json \
   > "$work/prune.json" 2> "$work/prune.log" &
 prune=$!
 pids+=("$prune")

@@ -1,120 +1,32 @@
-//! Building and running the HTTP application: shared state, routes, the worker, and graceful shutdown.
+//! The top layer: the router over every route, and starting and stopping the server (the listeners, the retry
+//! worker, the dispatcher, retention; graceful shutdown).
 
-use crate::auth::AuthGate;
-use crate::body::BodyBudget;
-use crate::dispatcher::Dispatcher;
-use crate::error::ApiError;
-use crate::listener::{ConnectionMetrics, Listener, TlsError, TlsReloader};
-use crate::metrics::{self, DispatchMetrics, SourceMetrics};
-use crate::reload::{Live, LoaderSlot};
-use crate::settings::{Settings, SourceSettings};
-use crate::task::{Panicked, Task};
-use crate::worker::RetryWorker;
-use crate::{admin_api, api, ingest, ui};
+use crate::base::clock::Clock;
+use crate::base::metrics;
+use crate::base::settings::Settings;
+use crate::base::task::{Panicked, Task};
+use crate::http::error::ApiError;
+use crate::http::listener::{Listener, TlsError, TlsReloader};
+use crate::http::openapi::openapi_json;
+use crate::http::operations::{healthz, metrics_text, readyz};
+use crate::http::{admin_api, api, ingest, ui};
+use crate::runtime::auth::AuthGate;
+use crate::runtime::body::BodyBudget;
+use crate::runtime::connections::ConnectionMetrics;
+use crate::runtime::dispatcher::Dispatcher;
+use crate::runtime::live::Live;
+use crate::runtime::retention::RetentionMetrics;
+use crate::runtime::session::Sessions;
+use crate::runtime::worker::RetryWorker;
+use crate::state::AppState;
 use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use payhook_store::Store;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// A source with its counters.
-#[derive(Debug)]
-pub struct SourceRuntime {
-    /// Its settings.
-    pub settings: SourceSettings,
-    /// Its counters, shared by every definition of the source across reloads.
-    pub metrics: Arc<SourceMetrics>,
-    /// Verification failures in the current alert window: (window start, count); kept across reloads too.
-    pub(crate) failing: Arc<std::sync::Mutex<(i64, u32)>>,
-    /// Its confirmations from the provider's API, with `confirm = "api"`.
-    pub(crate) confirmer: Option<Arc<crate::confirm::Confirmer>>,
-}
-
-impl SourceRuntime {
-    /// A source served for the first time, with fresh counters.
-    pub(crate) fn new(settings: SourceSettings) -> Self {
-        let confirmer = settings.confirm.clone().map(|c| Arc::new(crate::confirm::Confirmer::new(c)));
-        Self { settings, metrics: Arc::default(), failing: Arc::new(std::sync::Mutex::new((0, 0))), confirmer }
-    }
-
-    /// The same source under a new definition (a reload), keeping its counters.
-    pub(crate) fn redefined(&self, settings: SourceSettings) -> Self {
-        let confirmer = settings.confirm.clone().map(|c| Arc::new(crate::confirm::Confirmer::new(c)));
-        Self { settings, metrics: Arc::clone(&self.metrics), failing: Arc::clone(&self.failing), confirmer }
-    }
-
-    /// Counts a verification failure at `now_ms`; true exactly when the count within the window reaches
-    /// `threshold` (the moment to raise an alert: once per window, the store collapses the rest).
-    pub(crate) fn verification_failure_reaches(&self, now_ms: i64, window_ms: i64, threshold: u32) -> bool {
-        let Ok(mut w) = self.failing.lock() else { return false };
-        if now_ms - w.0 >= window_ms {
-            *w = (now_ms, 0);
-        }
-        w.1 += 1;
-        w.1 == threshold.max(1)
-    }
-}
-
-/// State shared by every request.
-#[derive(Debug)]
-pub struct AppState<S> {
-    pub(crate) store: Arc<S>,
-    /// The settings as started. Read from here only what a reload cannot change (listener, token, auth, limits,
-    /// worker, retention); sources, sinks and alerts are read from [`AppState::live`].
-    pub(crate) settings: Settings,
-    /// The reloadable configuration in force (see `reload`).
-    pub(crate) live: payhook_store::Current<Live>,
-    /// Reads the configuration file again, when the binary gave one.
-    pub(crate) loader: OnceLock<LoaderSlot>,
-    /// Held while a reload runs, so that reloads apply one at a time.
-    pub(crate) reloading: tokio::sync::Mutex<()>,
-    pub(crate) reload_metrics: metrics::ReloadMetrics,
-    /// The dispatcher, whose sinks a reload replaces.
-    pub(crate) dispatcher: Dispatcher<S>,
-    pub(crate) worker_wake: Arc<Notify>,
-    /// Wakes the dispatcher's sink loops (an outbox row was re-queued).
-    pub(crate) dispatcher_wake: Arc<Notify>,
-    /// Held while a bulk replay runs, so that this process runs one at a time.
-    pub(crate) bulk_replay: tokio::sync::Mutex<()>,
-    /// Deliveries per minute over the last hour, for the dashboard's chart.
-    pub(crate) throughput: metrics::Throughput,
-    /// The dashboard's logged-in sessions.
-    pub(crate) ui_sessions: ui::Sessions,
-    /// The API token's gate for `/v1` and the dashboard's login, with the throttle on failures.
-    pub(crate) auth: AuthGate,
-    /// The dispatcher's send latencies.
-    pub(crate) dispatch_metrics: Arc<DispatchMetrics>,
-    /// The background tasks, for `/readyz`: unset while disabled.
-    pub(crate) worker_task: OnceLock<AbortHandle>,
-    pub(crate) dispatcher_task: OnceLock<AbortHandle>,
-    /// The public listener's connection counters.
-    pub(crate) connections: Arc<ConnectionMetrics>,
-    /// The process's budget of request body bytes (`server.body_buffer_bytes`), shared by the listeners.
-    pub(crate) body_budget: Arc<BodyBudget>,
-    /// What the retention task removed.
-    pub(crate) retention_metrics: Arc<crate::retention::RetentionMetrics>,
-}
-
-impl<S: Store> AppState<S> {
-    /// A source's runtime in the configuration in force, by name.
-    pub fn source(&self, name: &str) -> Option<Arc<SourceRuntime>> {
-        self.live().source(name).cloned()
-    }
-}
 
 /// Every route [`router`] registers, as (method, path), `/v1` ones in full: the OpenAPI document must describe
 /// each (a test checks it), and a route added to the router belongs here too.
@@ -196,161 +108,6 @@ fn metrics_router<S: Store>(state: Arc<AppState<S>>) -> Router {
         .with_state(state)
 }
 
-/// Liveness: the process is up and serving HTTP.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "`ok`")))]
-pub(crate) async fn healthz() -> &'static str {
-    "ok"
-}
-
-/// Readiness: the database answers, the store's writer takes work, and the enabled background tasks run; 503
-/// unless all are well.
-///
-/// Anyone gets only that: `{"status": "ready"}` or `{"status": "not_ready"}`. With the API token (`Authorization:
-/// Bearer`, through the same gate and throttle as `/v1`) the answer also has each part: `"ok"` or what is wrong
-/// (`"stopped"`, `"disabled"`, the database's error). `replication` (PostgreSQL; null on SQLite) says whether a 2xx
-/// is acknowledged on a synchronous standby; it makes the answer 503 only when `storage.require_sync_standby` is set
-/// and it is not (or cannot be read). The database's and the replication's error text is for the operator only.
-#[utoipa::path(get, path = "/readyz", tag = "operations", security((), ("bearer" = [])), responses(
-    (status = 200, description = "Ready: `status` only, and each part with the API token", body = crate::openapi::Readiness),
-    (status = 503, description = "The database does not answer, the writer or a background task stopped, or a \
-        synchronous standby is required and a 2xx would not be acknowledged on one (which: with the API token)", body = crate::openapi::Readiness),
-    (status = 401, description = "An `Authorization` header with a wrong token (without one, the answer is `status` only)", body = crate::openapi::ErrorBody),
-    (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody)))]
-pub(crate) async fn readyz<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
-    connect: Option<axum::Extension<axum::extract::ConnectInfo<SocketAddr>>>,
-    headers: axum::http::HeaderMap,
-) -> Result<axum::response::Response, ApiError> {
-    // The token is looked at only when one is offered: an orchestrator's probe sends none and gets the status.
-    let detailed = headers.contains_key(axum::http::header::AUTHORIZATION);
-    if detailed {
-        let peer = connect.map(|axum::Extension(axum::extract::ConnectInfo(peer))| peer);
-        api::check_token(&state, &headers, peer)?;
-    }
-    let database = match state.store.ping().await {
-        Ok(()) => Ok("ok".to_owned()),
-        Err(e) => {
-            tracing::warn!(error = %e, cause = ?std::error::Error::source(&e), "readiness: the database does not answer");
-            Err(e.to_string())
-        }
-    };
-    let writer = if state.store.writer_metrics().running { Ok("ok".to_owned()) } else { Err("stopped".to_owned()) };
-    let task = |handle: &OnceLock<AbortHandle>| match handle.get() {
-        None => Ok("disabled".to_owned()),
-        Some(h) if h.is_finished() => Err("stopped".to_owned()),
-        Some(_) => Ok("ok".to_owned()),
-    };
-    let (worker, dispatcher) = (task(&state.worker_task), task(&state.dispatcher_task));
-    let (replication_ready, replication) = replication_part(&*state.store).await;
-    let ready = [&database, &writer, &worker, &dispatcher].iter().all(|p| p.is_ok()) && replication_ready;
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    let summary = if ready { "ready" } else { "not_ready" };
-    if !detailed {
-        return Ok((status, axum::Json(serde_json::json!({ "status": summary }))).into_response());
-    }
-    let text = |p: Result<String, String>| p.unwrap_or_else(|e| e);
-    let body = serde_json::json!({
-        "status": summary,
-        "database": text(database),
-        "writer": text(writer),
-        "worker": text(worker),
-        "dispatcher": text(dispatcher),
-        "replication": replication,
-    });
-    Ok((status, axum::Json(body)).into_response())
-}
-
-/// `/readyz`'s `replication` part: whether it lets the answer be ready, and its JSON (null for a store without
-/// replication). Not being able to read it is not-ready only when a synchronous standby is required; otherwise it
-/// is logged and shown, and readiness is left to the other parts.
-async fn replication_part<S: Store>(store: &S) -> (bool, serde_json::Value) {
-    let required = store.requires_sync_standby();
-    match store.replication().await {
-        Ok(None) => (true, serde_json::Value::Null),
-        Ok(Some(r)) => {
-            let ready = r.ready();
-            if !ready {
-                tracing::warn!(problem = ?r.problem(), "readiness: a synchronous standby is required");
-            }
-            let body = serde_json::json!({
-                "synchronous_commit": r.synchronous_commit,
-                "synchronous_standby_names": r.synchronous_standby_names,
-                "sync_standbys": r.sync_standbys,
-                "streaming_standbys": r.streaming_standbys,
-                "in_recovery": r.in_recovery,
-                "acknowledged_on_standby": r.acknowledged_on_standby(),
-                "required": r.required,
-                // Only what makes this part not ready is a problem; with no standby required, the fields above
-                // say it all.
-                "problem": if ready { None } else { r.problem() },
-            });
-            (ready, body)
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, cause = ?std::error::Error::source(&e), required,
-                "readiness: the database's replication could not be read");
-            let problem = format!("the replication state could not be read: {e}");
-            let body = serde_json::json!({
-                "required": required,
-                "error": e.to_string(),
-                "problem": required.then_some(problem),
-            });
-            (!required, body)
-        }
-    }
-}
-
-#[utoipa::path(get, path = "/metrics", tag = "operations", security(("bearer" = [])), responses(
-    (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain; version=0.0.4", body = String),
-    (status = 401, description = "Missing or wrong bearer token (no token on the separate `server.metrics_listen` listener)", body = crate::openapi::ErrorBody),
-    (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody)))]
-pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>) -> impl IntoResponse {
-    let stats = match state.store.stats().await {
-        Ok(stats) => Some(stats),
-        Err(e) => {
-            tracing::warn!(error = %e, "metrics: the database's row counts could not be read");
-            None
-        }
-    };
-    // Read at every scrape (one round trip on the probe's connection), so the gauge is never older than the scrape.
-    let replication = match state.store.replication().await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(error = %e, "metrics: the database's replication could not be read");
-            None
-        }
-    };
-    let live = state.live();
-    let mut names: Vec<&String> = live.sources.keys().collect();
-    names.sort();
-    let body = metrics::render(metrics::Scrape {
-        sources: names.into_iter().map(|n| (n.as_str(), &*live.sources[n].metrics)),
-        dispatch: &state.dispatch_metrics,
-        writer: state.store.writer_metrics(),
-        reads: state.store.read_metrics(),
-        auth: state.auth.snapshot(),
-        stats,
-        replication,
-        now_ms: now_ms(),
-    });
-    let mut body = body;
-    state.connections.render_into(&mut body);
-    state.body_budget.render_into(&mut body);
-    state.retention_metrics.render_into(&mut body);
-    state.reload_metrics.render_into(&mut body);
-    metrics::render_build_info(&mut body, &state.settings.build);
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
-}
-
-/// This API's OpenAPI 3.1 document.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations", security(("bearer" = [])), responses(
-    (status = 200, description = "This document", content_type = "application/json"),
-    (status = 401, description = "Missing or wrong bearer token (unless `server.public_openapi = true`)", body = crate::openapi::ErrorBody),
-    (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::openapi::ErrorBody)))]
-pub(crate) async fn openapi_json() -> impl IntoResponse {
-    ([(axum::http::header::CONTENT_TYPE, "application/json")], crate::openapi::json())
-}
-
 /// A running payhook: its address, its worker and the means to stop it.
 #[derive(Debug)]
 pub struct Running<S> {
@@ -376,6 +133,16 @@ pub struct Running<S> {
 /// Starts serving on `listener` (HTTPS when `settings.listener.tls` is set), with the retry worker unless the
 /// settings disable it, and the metrics listener when `settings.metrics_listen` is set.
 pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>) -> std::io::Result<Running<S>> {
+    start_with_clock(listener, settings, store, Clock::system())
+}
+
+/// [`start`], reading `clock` instead of the system's: a test holds a [`Clock::manual`] and moves it.
+pub fn start_with_clock<S: Store>(
+    listener: TcpListener,
+    settings: Settings,
+    store: Arc<S>,
+    clock: Clock,
+) -> std::io::Result<Running<S>> {
     let addr = listener.local_addr()?;
     let tls = match settings.listener.tls.clone() {
         Some(tls) => Some(Arc::new(
@@ -393,25 +160,29 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     };
     let metrics_addr = metrics_listener.as_ref().map(TcpListener::local_addr).transpose()?;
     let worker_wake = Arc::new(Notify::new());
-    let worker = RetryWorker::new(Arc::clone(&store), settings.worker.clone(), Arc::clone(&worker_wake));
+    let worker = RetryWorker::new(Arc::clone(&store), settings.worker.clone(), Arc::clone(&worker_wake))
+        .with_clock(clock.clone());
     let dispatcher_wake = Arc::new(Notify::new());
-    let dispatcher = Dispatcher::new(Arc::clone(&store), &settings, Arc::clone(&dispatcher_wake));
+    let dispatcher =
+        Dispatcher::new(Arc::clone(&store), &settings, Arc::clone(&dispatcher_wake)).with_clock(clock.clone());
     let auth = AuthGate::new(&settings.auth);
-    let retention_metrics = Arc::new(crate::retention::RetentionMetrics::new(&settings.retention));
+    let retention_metrics = Arc::new(RetentionMetrics::new(&settings.retention));
     let settings_body_buffer_bytes = settings.listener.body_buffer_bytes;
+    let started_ms = clock.now_ms();
     let state = Arc::new(AppState {
         store,
+        clock,
         live: payhook_store::Current::new(Live::first(settings.clone())),
         settings,
         loader: OnceLock::new(),
         reloading: tokio::sync::Mutex::new(()),
-        reload_metrics: metrics::ReloadMetrics::new(now_ms()),
+        reload_metrics: metrics::ReloadMetrics::new(started_ms),
         dispatcher: dispatcher.clone(),
         worker_wake,
         dispatcher_wake,
         bulk_replay: tokio::sync::Mutex::new(()),
         throughput: metrics::Throughput::default(),
-        ui_sessions: ui::Sessions::default(),
+        ui_sessions: Sessions::default(),
         auth,
         dispatch_metrics: Arc::clone(dispatcher.metrics()),
         worker_task: OnceLock::new(),
@@ -432,9 +203,9 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     };
     let server = Task::spawn("listener", public.run(app, cancel.clone()));
     let metrics_server = metrics_listener.map(|tcp| {
-        let settings = crate::settings::ListenerSettings { tls: None, ..state.settings.listener.clone() };
+        let settings = crate::base::settings::ListenerSettings { tls: None, ..state.settings.listener.clone() };
         let budget = Arc::clone(&state.body_budget);
-        crate::listener::spawn_plain(tcp, settings, budget, metrics_router(Arc::clone(&state)), cancel.clone())
+        crate::http::listener::spawn_plain(tcp, settings, budget, metrics_router(Arc::clone(&state)), cancel.clone())
     });
     let worker_task = state.settings.worker.enabled.then(|| Task::spawn("worker", worker.clone().run(cancel.clone())));
     let dispatcher_task =
@@ -448,10 +219,11 @@ pub fn start<S: Store>(listener: TcpListener, settings: Settings, store: Arc<S>)
     let prune_task = state.settings.retention.enabled.then(|| {
         Task::spawn(
             "retention",
-            crate::retention::run(
+            crate::runtime::retention::run(
                 Arc::clone(&state.store),
                 state.settings.retention.clone(),
                 Arc::clone(&state.retention_metrics),
+                state.clock.clone(),
                 cancel.clone(),
             ),
         )

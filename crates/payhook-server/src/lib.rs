@@ -1,63 +1,41 @@
-//! payhook-server: the HTTP runtime.
+//! payhook-server: the HTTP runtime, in layers. Each layer imports only from the layers below it (a test,
+//! `tests/it/layers.rs`, fails on an import that points up or a cycle between modules):
 //!
-//! - `app`: state, routes, start and graceful shutdown.
-//! - `ingest`: `POST /webhooks/{source}`, the hot path.
-//! - `listener`: the public listener: connection caps (global and per client), header and idle timeouts, the body
-//!   and request deadlines and the body buffer bound on every route, TLS, shutdown grace.
-//! - `api`: the `/v1` orders API behind the bearer token.
-//! - `body`: the request body under the listener's bounds (its deadline, the process's body buffer budget).
-//! - `auth`: the API token for `/v1` and the dashboard's login: the client's address, the comparison, the
-//!   throttle on failures.
-//! - [`admin`]: operator actions (list, show, replay, bulk replay, outbox retry, stats), shared with the CLI;
-//!   `admin_api` serves them under `/v1`.
-//! - [`worker`]: the retry worker for deferred events.
-//! - [`dispatcher`]: delivers outbox rows to sinks (and alerts), one loop per sink.
-//! - `metrics`: the instruments behind `/metrics`; `openapi`: the document served at `/openapi.json`.
-//! - `error`: [`ApiError`], the one place where failures become status codes.
-//! - `json_body`: `/v1`'s JSON bodies: one object of known fields, or 422 before anything is done.
-//! - `json_int`: integers in request bodies as JSON (and the OpenAPI document) defines them: `5` and `5.0` alike.
-//! - [`reload`]: the configuration in force as a snapshot a request takes once, and reloading it.
-//! - [`retention`]: the pruning task and `prune_all`, shared with `payhook prune`.
-//! - `ui`: the operator dashboard under `/ui`, server-rendered behind the API token.
-//! - [`settings`]: the resolved settings the binary hands over.
-//! - `task`: background tasks whose panics are logged when they happen and fail the shutdown.
-//! - [`secret_url`]: [`SecretUrl`], a sink's or the alerts' URL, shown everywhere only in its redacted form.
+//! 1. [`base`]: settings, the [`Clock`], the metrics' instruments, the API's schema types, small vocabulary.
+//! 2. `runtime`: the components the state holds and the background loops — the token gate, the body budget,
+//!    the configuration snapshot ([`Live`]), the provider confirmations, the retry [`worker`], the outbox
+//!    [`dispatcher`] and its broker clients, [`retention`].
+//! 3. `state`: [`AppState`], shared by every request, task and action.
+//! 4. `service`: operator actions shared by the API, the dashboard and the command line ([`admin`], replay and
+//!    outbox retry on the running state, [`reload`]).
+//! 5. `http`: the listener and its bounds, `POST /webhooks/{source}` (the hot path), the `/v1` API, the
+//!    operations routes, the dashboard, the OpenAPI document, and [`ApiError`], where failures become status codes.
+//! 6. `app`: the router and startup ([`start`], [`Running`]).
 //!
 //! Boundary: this is the only crate that knows axum; it talks to storage only through [`payhook_store::Store`].
 
-pub mod admin;
-mod admin_api;
-mod api;
 mod app;
-mod auth;
-mod body;
-mod broker;
-mod confirm;
-pub mod dispatcher;
-mod error;
-mod ingest;
-mod json_body;
-mod json_int;
-mod listener;
-mod metrics;
-mod openapi;
-pub mod reload;
-pub mod retention;
-pub mod secret_url;
-pub mod settings;
-mod task;
-mod ui;
-pub mod worker;
+pub mod base;
+mod http;
+mod runtime;
+mod service;
+mod state;
 
-pub use api::parse_order;
-pub use app::{AppState, ROUTES, Running, SourceRuntime, now_ms, router, start};
-pub use auth::{InvalidIpRange, IpRange};
-pub use error::ApiError;
-pub use listener::TlsError;
-pub use metrics::SourceMetrics;
-pub use reload::{Live, Loader, ReloadError, ReloadReport, Reloaded};
-pub use secret_url::SecretUrl;
-pub use settings::{
+pub use app::{ROUTES, Running, router, start, start_with_clock};
+pub use base::clock::{Clock, system_now_ms as now_ms};
+pub use base::ip_range::{InvalidIpRange, IpRange};
+pub use base::metrics::SourceMetrics;
+pub use base::secret_url::SecretUrl;
+pub use base::settings::{
     AuthSettings, BuildInfo, ListenerSettings, RetentionSettings, Settings, SinkTransport, SourceSettings, TlsSettings,
     WorkerSettings,
 };
+pub use base::{secret_url, settings};
+pub use http::api::parse_order;
+pub use http::error::ApiError;
+pub use http::listener::TlsError;
+pub use runtime::live::{Live, Loader, Reloaded, SourceRuntime};
+pub use runtime::{dispatcher, retention, worker};
+pub use service::reload::{ReloadError, ReloadReport};
+pub use service::{admin, reload};
+pub use state::AppState;

@@ -62,7 +62,7 @@ async fn spawn_with_short_budget(configure: impl FnOnce(&mut payhook_server::Set
 async fn dead_letter_for_missing_order(app: &TestApp, event_id: &str, order_id: &str) {
     let (status, body) = app.deliver("payments", &event(event_id, Pay, order_id, 1999)).await;
     assert_eq!((status, &body["status"]), (StatusCode::OK, &json!("deferred")), "{body}");
-    app.running.worker.run_until_idle(now_ms() + 60_000).await.unwrap();
+    app.running.worker.run_until_idle(app.clock.advance(60_000)).await.unwrap();
     let stored = app.event("payments", event_id).await.unwrap();
     assert_eq!(stored.status, Outcome::DeadLettered, "{stored:?}");
 }
@@ -250,7 +250,7 @@ async fn a_dead_letter_whose_order_never_appeared_is_processed_once_when_replaye
 
     assert_eq!(app.register_order("ord_late", 1999, "usd").await.0, StatusCode::CREATED);
     // Registering the order does not revive a dead letter by itself.
-    assert_eq!(app.running.worker.run_until_idle(now_ms() + 60_000).await.unwrap().retried, 0);
+    assert_eq!(app.running.worker.run_until_idle(app.clock.advance(60_000)).await.unwrap().retried, 0);
     assert_eq!(status_of(&app, "evt_late").await, Outcome::DeadLettered);
 
     let reply = post(&app, replay, json!({})).await;

@@ -24,7 +24,7 @@ fn client_from(local: [u8; 4]) -> reqwest::Client {
         .expect("client")
 }
 
-/// The log lines of `payhook_server::auth` (DEBUG and up) written on this thread while it lives, as JSON objects.
+/// The log lines of `payhook_server::runtime::auth` (DEBUG and up) written on this thread while it lives, as JSON objects.
 /// A `#[tokio::test]` runs on one thread, the server's tasks included, so they are all here.
 ///
 /// Captures are taken one at a time, and the callsites' interest is rebuilt once the subscriber is in place: a
@@ -56,7 +56,7 @@ impl Logs {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let sink = Sink(Arc::clone(&buf));
         let subscriber = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("payhook_server::auth=debug"))
+            .with_env_filter(tracing_subscriber::EnvFilter::new("payhook_server::runtime::auth=debug"))
             .json()
             .flatten_event(true)
             .with_current_span(false)

@@ -159,7 +159,10 @@ async fn each_receipt_is_delivered_exactly_once_signed_with_the_sinks_secret() {
     }
     let pass = app.running.dispatcher.run_until_idle(now_ms()).await.expect("dispatch");
     assert_eq!(pass.delivered, 3, "{pass:?}");
-    assert_eq!(app.running.dispatcher.run_until_idle(now_ms() + 3_600_000).await.expect("dispatch").delivered, 0);
+    assert_eq!(
+        app.running.dispatcher.run_until_idle(app.clock.advance(3_600_000)).await.expect("dispatch").delivered,
+        0
+    );
 
     let seen = sink_server.seen("/shop");
     assert_eq!(seen.len(), 3, "each receipt once");
@@ -239,7 +242,7 @@ async fn a_400_is_permanent_and_a_spent_budget_is_dead_with_the_last_error_and_a
     assert!(crm_row.last_error.as_deref().is_some_and(|e| e.contains("budget spent")), "{crm_row:?}");
 
     // Each dead row raised an alert, delivered as Slack-compatible JSON.
-    app.running.dispatcher.run_until_idle(now_ms() + 3_600_000).await.expect("dispatch");
+    app.running.dispatcher.run_until_idle(app.clock.advance(3_600_000)).await.expect("dispatch");
     let seen = sink_server.seen("/alerts");
     assert_eq!(seen.len(), 2, "one alert per dead sink: {seen:?}");
     for s in &seen {
@@ -259,7 +262,7 @@ async fn retry_after_is_honoured() {
     })
     .await;
     paid_order(&app, "ord_ra").await;
-    let before = now_ms();
+    let before = app.clock.now_ms();
     app.running.dispatcher.run_once(before).await.expect("dispatch");
     let row = rows(&app, "shop").await.remove(0);
     assert!(row.next_attempt_at_ms.unwrap() >= before + 120_000, "{row:?}");
@@ -334,7 +337,7 @@ async fn a_source_that_keeps_failing_verification_raises_one_alert() {
         let reply = app.post_raw("payments", &[("x-webhook-signature".into(), "00".repeat(32))], "{}").await;
         assert_eq!(reply.status.as_u16(), 401);
     }
-    app.running.dispatcher.run_until_idle(now_ms() + 1).await.expect("dispatch");
+    app.running.dispatcher.run_until_idle(app.clock.advance(1)).await.expect("dispatch");
     let seen = sink_server.seen("/alerts");
     assert_eq!(seen.len(), 1, "{seen:?}");
     let v: serde_json::Value = serde_json::from_slice(&seen[0].body).unwrap();
@@ -369,7 +372,7 @@ async fn a_verification_alert_carries_the_error_code_and_none_of_the_requests_te
     let alerts = app.store.list_outbox(filter).await.expect("outbox").rows;
     assert_eq!(alerts.len(), 1, "{alerts:?}");
     let stored = alerts[0].payload.to_string();
-    app.running.dispatcher.run_until_idle(now_ms() + 1).await.expect("dispatch");
+    app.running.dispatcher.run_until_idle(app.clock.advance(1)).await.expect("dispatch");
     let seen = sink_server.seen("/alerts");
     assert_eq!(seen.len(), 1, "{seen:?}");
     let sent = String::from_utf8_lossy(&seen[0].body).into_owned();
@@ -478,7 +481,7 @@ async fn secrets_in_sink_and_alert_urls_reach_no_stored_error_answer_page_or_ale
     }
 
     // The alerts reach the alert endpoint, name the sinks' redacted URLs and nothing more.
-    app.running.dispatcher.run_until_idle(now_ms() + 3_600_000).await.expect("dispatch");
+    app.running.dispatcher.run_until_idle(app.clock.advance(3_600_000)).await.expect("dispatch");
     let seen = sink_server.seen(&format!("/alerts/{PLANTED}"));
     assert_eq!(seen.len(), 3, "one alert per dead row: {seen:?}");
     let alert_texts: Vec<String> = seen.iter().map(|s| String::from_utf8_lossy(&s.body).into_owned()).collect();
@@ -508,13 +511,13 @@ async fn an_alert_endpoint_that_fails_keeps_its_secret_out_of_its_own_error() {
     app.running.dispatcher.run_once(now_ms()).await.expect("dispatch");
     // The dead row raises its alert; passes a minute ahead find it due whatever the machine's load did to the clock
     // between them, until its attempt fails (a few passes; up to 10 s on a loaded machine).
-    let mut pass = app.running.dispatcher.run_once(now_ms() + 60_000).await.expect("dispatch");
+    let mut pass = app.running.dispatcher.run_once(app.clock.advance(60_000)).await.expect("dispatch");
     for _ in 0..100 {
         if pass.retried > 0 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        pass = app.running.dispatcher.run_once(now_ms() + 60_000).await.expect("dispatch");
+        pass = app.running.dispatcher.run_once(app.clock.advance(60_000)).await.expect("dispatch");
     }
     assert_eq!(pass.retried, 1, "the alert could not be sent: {pass:?}");
     let alert = rows(&app, "_alerts").await.remove(0);

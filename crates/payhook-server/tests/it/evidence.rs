@@ -245,7 +245,7 @@ async fn a_shopify_dead_letter_replays_from_its_stored_headers_taking_the_first_
     let extra =
         [("X-Shopify-Topic", "orders/paid"), ("X-Shopify-Event-Id", event_id), ("X-Shopify-Topic", "refunds/create")];
     assert_eq!(post(&app, "shopify", SHOPIFY_PAID.as_bytes(), &extra).await, event_id);
-    app.running.worker.run_until_idle(now_ms() + 60_000).await.unwrap();
+    app.running.worker.run_until_idle(app.clock.advance(60_000)).await.unwrap();
     let stored = app.event("shopify", event_id).await.unwrap();
     assert_eq!((stored.status, stored.event_type.as_deref()), (Outcome::DeadLettered, Some("orders/paid")));
     assert_eq!(stored.headers.get_all("x-shopify-topic"), ["orders/paid", "refunds/create"]);

@@ -4,7 +4,7 @@
 use payhook_core::event::{EventId, OrderAction, SourceName};
 use payhook_core::format::{Format, Outgoing};
 use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
-use payhook_server::{Running, Settings, SourceSettings, now_ms};
+use payhook_server::{Clock, Running, Settings, SourceSettings, now_ms};
 use payhook_sqlite::{SqliteOptions, SqliteStore};
 use payhook_store::{EventView, Stats, Store};
 use reqwest::StatusCode;
@@ -89,7 +89,7 @@ fn source_settings(name: &str, format: Format) -> SourceSettings {
     }
 }
 
-/// Now, unix seconds, on the server's clock.
+/// Now, unix seconds, on the system clock (where a test app's manual clock starts).
 pub fn now_secs() -> i64 {
     now_ms() / 1000
 }
@@ -138,6 +138,8 @@ pub struct TestApp {
     pub base_url: String,
     pub db_path: PathBuf,
     pub settings: Settings,
+    /// The server's clock: manual, started at the time of day. A test moves it to make time pass.
+    pub clock: Clock,
     _dir: TempDir,
 }
 
@@ -170,10 +172,12 @@ impl TestApp {
         options.routing = settings.routing();
         let store = Arc::new(SqliteStore::open(options).expect("open the store"));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let running = payhook_server::start(listener, settings.clone(), Arc::clone(&store)).expect("start");
+        let clock = Clock::manual(now_ms());
+        let running = payhook_server::start_with_clock(listener, settings.clone(), Arc::clone(&store), clock.clone())
+            .expect("start");
         let addr = running.addr;
         let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
-        Self { running, store, client, addr, base_url: format!("http://{addr}"), db_path, settings, _dir: dir }
+        Self { running, store, client, addr, base_url: format!("http://{addr}"), db_path, settings, clock, _dir: dir }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -207,7 +211,7 @@ impl TestApp {
 
     /// Like [`TestApp::deliver_bytes`], with the headers of the answer.
     pub async fn deliver_reply(&self, source: &str, body: Vec<u8>) -> Reply {
-        let headers = self.sign(source, &body, now_secs());
+        let headers = self.sign(source, &body, self.clock.now_ms() / 1000);
         self.post_raw(source, &headers, body).await
     }
 

@@ -13,6 +13,7 @@ mod forgeries;
 mod helpers;
 mod hostile;
 mod ingest;
+mod layers;
 mod lifecycle;
 mod listener;
 mod listings;

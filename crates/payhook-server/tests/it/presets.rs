@@ -102,7 +102,7 @@ async fn check_order_preset(preset: &Preset, format: &payhook_core::format::Decl
         let (status, answer) = post(&app, delivery).await;
         assert_eq!((status, answer["status"].as_str()), (StatusCode::OK, Some("duplicate")), "{name}: {answer}");
     }
-    app.running.worker.run_until_idle(payhook_server::now_ms() + 3_600_000).await.expect("the worker");
+    app.running.worker.run_until_idle(app.clock.now_ms() + 3_600_000).await.expect("the worker");
     let order = app.order(order_id.as_str()).await;
     assert_eq!(order["status"], final_state(second_effect), "{name}: {order}");
     // A payment applied once is one receipt; a refund that came first leaves the later payment nothing to apply.
@@ -151,7 +151,7 @@ async fn check_subscription_preset(preset: &Preset, format: &payhook_core::forma
         let (status, answer) = post(&app, delivery).await;
         assert_eq!((status, answer["status"].as_str()), (StatusCode::OK, Some("duplicate")), "{name}: {answer}");
     }
-    app.running.worker.run_until_idle(payhook_server::now_ms() + 3_600_000).await.expect("the worker");
+    app.running.worker.run_until_idle(app.clock.now_ms() + 3_600_000).await.expect("the worker");
     let path = format!("/v1/subscriptions/{}", change.subscription_id);
     let reply = read_json(app.client.get(app.url(&path)).bearer_auth(API_TOKEN).send().await.expect("GET")).await;
     assert_eq!(reply.status, StatusCode::OK, "{name}: {}", reply.json);

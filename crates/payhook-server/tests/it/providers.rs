@@ -308,7 +308,7 @@ async fn braintree_notifications_pay_and_dispute_orders_and_other_keys_are_refus
     let (status, outcome, json) =
         answer(app.post_raw("braintree", &form, signed(event("txn_7", Pay, "ord_bt_2", 2_500))).await);
     assert_eq!((status, outcome.as_deref()), (StatusCode::OK, Some("processed")), "{json}");
-    app.running.worker.run_until_idle(payhook_server::now_ms() + 3_600_000).await.expect("worker pass");
+    app.running.worker.run_until_idle(app.clock.now_ms() + 3_600_000).await.expect("worker pass");
     assert_eq!(app.order("ord_bt_2").await["status"], "disputed");
     assert_eq!(outbox_count(&app, "order.disputed").await, 1);
 

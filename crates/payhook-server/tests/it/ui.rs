@@ -5,7 +5,6 @@ use crate::helpers::{API_TOKEN, TestApp, event};
 use crate::webdriver::{Browser, ChromeDriver, chromedriver_path};
 use payhook_core::event::OrderAction::Pay;
 use payhook_core::retry::RetryPolicy;
-use payhook_server::now_ms;
 use payhook_store::Outcome;
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
@@ -20,7 +19,7 @@ async fn app_with_a_dead_letter() -> TestApp {
     .await;
     let (status, body) = app.deliver("payments", &event("evt_late", Pay, "ord_late", 1999)).await;
     assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("deferred")), "{body}");
-    app.running.worker.run_until_idle(now_ms() + 60_000).await.unwrap();
+    app.running.worker.run_until_idle(app.clock.advance(60_000)).await.unwrap();
     assert_eq!(app.event("payments", "evt_late").await.unwrap().status, Outcome::DeadLettered);
     app
 }

@@ -167,7 +167,7 @@ impl Server {
             .arg(&config)
             .arg("serve")
             // Every delivery's own line too (debug), so tests can read what was recorded.
-            .env("PAYHOOK_LOG", "info,payhook_server::ingest=debug")
+            .env("PAYHOOK_LOG", "info,payhook_server::http::ingest=debug")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("clone log handle"))

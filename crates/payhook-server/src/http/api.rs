@@ -1,0 +1,201 @@
+//! The `/v1` API: orders (register, show), subscriptions and customers' entitlements. Every route requires the
+//! bearer token.
+
+use crate::http::error::ApiError;
+use crate::http::json_body::JsonBody;
+use crate::runtime::auth::{Client, Refusal, Surface};
+use crate::state::AppState;
+use axum::Json;
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use payhook_core::event::{Currency, CustomerId, Money, OrderId, SubscriptionId};
+use payhook_store::{NewOrder, OrderView, Registered, Store};
+use serde::Deserialize;
+use serde_json::json;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Lets through requests with the right `Authorization: Bearer <token>`, through [`crate::runtime::auth::AuthGate`]: compared in
+/// constant time, and refused with 429 for a client address that failed too often, whatever it sends.
+pub(crate) async fn require_token<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    check_token(&state, request.headers(), peer)?;
+    Ok(next.run(request).await)
+}
+
+/// Checks the request's bearer token through [`crate::runtime::auth::AuthGate`] (the throttle included): `/v1`'s check, and
+/// `/readyz`'s when a caller asks for its detail.
+pub(crate) fn check_token<S: Store>(
+    state: &AppState<S>,
+    headers: &HeaderMap,
+    peer: Option<SocketAddr>,
+) -> Result<(), ApiError> {
+    // An empty token would match a request without any Authorization header: treat it as no token at all.
+    let Some(expected) = state.settings.api_token.as_ref().filter(|t| !t.expose().trim().is_empty()) else {
+        return Err(ApiError::TokenRequired {
+            reason: "api_disabled",
+            message: "no API token is configured (set server.api_token_env or server.api_token)".into(),
+        });
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token);
+    let client = Client::of(peer, headers, &state.settings.auth.trusted_proxies);
+    match state.auth.authenticate(Surface::Api, client, expected, given, state.clock.now_ms()) {
+        Ok(()) => Ok(()),
+        Err(Refusal::Throttled { retry_after_secs }) => Err(ApiError::TooManyAuthFailures { retry_after_secs }),
+        Err(Refusal::Missing | Refusal::Wrong) => {
+            Err(ApiError::TokenRequired { reason: "missing_token", message: "a valid bearer token is required".into() })
+        }
+    }
+}
+
+/// An order to register before its customer pays.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OrderRequest {
+    /// The order id the provider's events will carry.
+    #[schema(value_type = crate::base::schema::Id)]
+    id: String,
+    /// Amount in minor units (cents), from 0 to 2^53 - 1 (so that every JSON reader, JavaScript's too, reads the
+    /// amounts payhook sends back exactly).
+    #[serde(deserialize_with = "crate::base::json_int::i64")]
+    #[schema(minimum = 0, maximum = 9007199254740991_i64)]
+    amount: i64,
+    /// ISO 4217 code: three letters, lower or upper case.
+    #[schema(pattern = "^[A-Za-z]{3}$")]
+    currency: String,
+}
+
+/// The largest amount an order may have: 2^53 - 1 minor units, the largest integer every JSON reader (JavaScript's
+/// numbers are doubles) reads exactly.
+pub const MAX_AMOUNT: i64 = crate::base::json_int::MAX_SAFE;
+
+/// Checks an order as the API and the importer receive it.
+pub fn parse_order(id: String, amount: i64, currency: &str, now_ms: i64) -> Result<NewOrder, ApiError> {
+    let invalid = |e: payhook_core::event::InvalidValue| ApiError::Invalid(e.to_string());
+    let id = OrderId::parse(id).map_err(invalid)?;
+    if amount > MAX_AMOUNT {
+        return Err(ApiError::Invalid(format!("amount: must be at most {MAX_AMOUNT} (2^53 - 1) minor units")));
+    }
+    let money = Money::new(amount, Currency::parse(currency).map_err(invalid)?).map_err(invalid)?;
+    Ok(NewOrder { id, money, now_ms })
+}
+
+#[utoipa::path(post, path = "/v1/orders", tag = "orders", request_body = OrderRequest, security(("bearer" = [])),
+    responses((status = 201, description = "Registered"),
+        (status = 200, description = "The identical order was already registered"),
+        (status = 409, description = "Same id with another amount or currency", body = crate::base::schema::ErrorBody),
+        (status = 413, description = "The body is over `server.body_limit_bytes`", body = crate::base::schema::ErrorBody),
+        (status = 422, description = "Invalid order, or a body that is not one JSON object of the documented fields \
+            (an array, a string, null, an unknown field, a field of the wrong type); nothing is registered", body = crate::base::schema::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::base::schema::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::base::schema::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::base::schema::ErrorBody)))]
+pub(crate) async fn register_order<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    JsonBody(req): JsonBody<OrderRequest>,
+) -> Result<Response, ApiError> {
+    let Some(req) = req else {
+        return Err(ApiError::Invalid("a JSON body is required: {\"id\", \"amount\", \"currency\"}".into()));
+    };
+    let order = parse_order(req.id, req.amount, &req.currency, state.clock.now_ms())?;
+    let id = order.id.clone();
+    let status = match state.store.register_order(order.clone()).await? {
+        Registered::Created => {
+            // Events that arrived before this order can be applied now.
+            state.worker_wake.notify_one();
+            StatusCode::CREATED
+        }
+        Registered::AlreadyExists => StatusCode::OK,
+        Registered::Conflict { existing } => {
+            return Err(ApiError::Conflict {
+                message: format!("order {id} is already registered with another amount or currency"),
+                existing: json!({ "amount": existing.amount_minor, "currency": existing.currency.as_str() }),
+            });
+        }
+    };
+    let view = state.store.order(&id).await?.ok_or_else(|| ApiError::NotFound(format!("order {id}")))?;
+    Ok((status, Json(order_json(&view))).into_response())
+}
+
+#[utoipa::path(get, path = "/v1/orders/{id}", tag = "orders", security(("bearer" = [])),
+    params(("id" = crate::base::schema::Id, Path, description = "Order id")),
+    responses((status = 200, description = "Status, amount, currency, timestamps, audit history, outbox rows"),
+        (status = 422, description = "Not a valid id (see the `Id` schema)", body = crate::base::schema::ErrorBody),
+        (status = 404, description = "No such order", body = crate::base::schema::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::base::schema::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::base::schema::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::base::schema::ErrorBody)))]
+pub(crate) async fn get_order<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = OrderId::parse(id).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    match state.store.order(&id).await? {
+        Some(view) => Ok(Json(order_json(&view)).into_response()),
+        None => Err(ApiError::NotFound(format!("no order {id}"))),
+    }
+}
+
+fn order_json(v: &OrderView) -> serde_json::Value {
+    json!({
+        "id": v.id.as_str(),
+        "status": v.status.as_str(),
+        "amount": v.money.amount_minor,
+        "currency": v.money.currency.as_str(),
+        "created_at_ms": v.created_at_ms,
+        "updated_at_ms": v.updated_at_ms,
+        "history": v.history.iter().map(|h| json!({
+            "source": h.source,
+            "event_id": h.event_id,
+            "type": h.event_type,
+            "from": h.from.as_str(),
+            "to": h.to.as_str(),
+            "at_ms": h.at_ms,
+        })).collect::<Vec<_>>(),
+        "outbox": v.outbox.iter().cloned().map(|mut row| { crate::service::admin::redact_outbox_row(&mut row); row }).collect::<Vec<_>>(),
+    })
+}
+
+#[utoipa::path(get, path = "/v1/subscriptions/{id}", tag = "billing", security(("bearer" = [])),
+    params(("id" = crate::base::schema::Id, Path, description = "The provider's subscription id")),
+    responses((status = 200, description = "Provider status, period end, history, the entitlements of its invoices"),
+        (status = 422, description = "Not a valid id (see the `Id` schema)", body = crate::base::schema::ErrorBody),
+        (status = 404, description = "No such subscription", body = crate::base::schema::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::base::schema::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::base::schema::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::base::schema::ErrorBody)))]
+pub(crate) async fn get_subscription<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = SubscriptionId::parse(id).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    match state.store.subscription(&id).await? {
+        Some(view) => Ok(Json(view).into_response()),
+        None => Err(ApiError::NotFound(format!("no subscription {id}"))),
+    }
+}
+
+/// A customer's entitlements; a customer payhook has never heard of simply has none.
+#[utoipa::path(get, path = "/v1/customers/{id}/entitlements", tag = "billing", security(("bearer" = [])),
+    params(("id" = crate::base::schema::Id, Path, description = "The provider's customer id")),
+    responses((status = 200, description = "The customer's entitlements with their history, and how many are granted"),
+        (status = 422, description = "Not a valid id (see the `Id` schema)", body = crate::base::schema::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::base::schema::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::base::schema::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::base::schema::ErrorBody)))]
+pub(crate) async fn get_entitlements<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = CustomerId::parse(id).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    let entitlements = state.store.entitlements(&id).await?;
+    let granted = entitlements.iter().filter(|e| e.status == payhook_core::billing::EntitlementStatus::Granted).count();
+    Ok(Json(json!({ "customer_id": id.as_str(), "granted": granted, "entitlements": entitlements })).into_response())
+}
