@@ -236,9 +236,10 @@ mod tests {
     fn docs_sinks_lists_every_document_s_keys_in_the_order_they_are_sent() {
         use payhook_core::billing::{SubscriptionAction, SubscriptionStatus};
         use payhook_core::event::{Currency, InvoiceId, OrderId, SubscriptionId};
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sinks.md")).expect("docs/sinks.md");
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sinks.md"))
+            .expect("docs/sinks.md");
         let listed = |kind: &str| -> Vec<String> {
-            let row = readme
+            let row = doc
                 .lines()
                 .find(|l| {
                     l.starts_with("| `") && l.split(" | ").next().is_some_and(|k| k.contains(&format!("`{kind}`")))
