@@ -3,9 +3,9 @@
 //!
 //! Each preset is one file, `presets/NAME.toml`, compiled into the crate (see `build.rs`): its `[signature]` is a
 //! [`SignatureSpec`], its `[format]` a [`FormatSpec`], its `[[examples]]` deliveries shaped like the provider's
-//! documented ones (what `payhook trigger` sends and the tests deliver), and four lines of prose for the README's
-//! table (the provider, its documentation, where its secret is, where its order id is). A preset is parsed when it
-//! is asked for; a test parses and compiles them all.
+//! documented ones (what `payhook trigger` sends and the tests deliver), and four lines of prose for the preset
+//! table of docs/providers.md (the provider, its documentation, where its secret is, where its order id is). A preset
+//! is parsed when it is asked for; a test parses and compiles them all.
 
 use std::sync::Arc;
 

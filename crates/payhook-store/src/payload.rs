@@ -231,19 +231,20 @@ mod tests {
         assert_eq!(canonical(OutboxKind::OrderPaid, &ours).as_deref(), Some(ours.as_str()));
     }
 
-    /// README.md lists each document's keys in the order they are sent; the list must be what is rendered.
+    /// docs/sinks.md lists each document's keys in the order they are sent; the list must be what is rendered.
     #[test]
-    fn the_readme_lists_every_document_s_keys_in_the_order_they_are_sent() {
+    fn docs_sinks_lists_every_document_s_keys_in_the_order_they_are_sent() {
         use payhook_core::billing::{SubscriptionAction, SubscriptionStatus};
         use payhook_core::event::{Currency, InvoiceId, OrderId, SubscriptionId};
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README");
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sinks.md"))
+            .expect("docs/sinks.md");
         let listed = |kind: &str| -> Vec<String> {
-            let row = readme
+            let row = doc
                 .lines()
                 .find(|l| {
                     l.starts_with("| `") && l.split(" | ").next().is_some_and(|k| k.contains(&format!("`{kind}`")))
                 })
-                .unwrap_or_else(|| panic!("README lists no row for {kind}"));
+                .unwrap_or_else(|| panic!("docs/sinks.md lists no row for {kind}"));
             let keys = row.trim_end_matches(" |").rsplit(" | ").next().expect("a keys column");
             keys.split(", ").map(|k| k.trim_matches('`').to_owned()).collect()
         };

@@ -143,7 +143,7 @@ fn config_text(providers: &[Provider], args: &InitArgs, env_file: &Path) -> Stri
 # {env_name} holds them (systemd: EnvironmentFile=; podman and docker: --env-file; a shell: set -a; . ./{env_name}; set +a).
 
 [server]
-# Where payhook listens. Providers reach it through your HTTPS reverse proxy (or [server.tls], OPERATIONS.md).
+# Where payhook listens. Providers reach it through your HTTPS reverse proxy (or [server.tls], docs/operations.md).
 listen = "{listen}"
 # The bearer token of the /v1 API and of the dashboard's login (at least 24 characters).
 api_token_env = "PAYHOOK_API_TOKEN"

@@ -1,4 +1,4 @@
-//! The README's worked example of a provider declared in configuration (`examples/declared-provider.toml`), run as
+//! The worked example of docs/providers.md of a provider declared in configuration (`examples/declared-provider.toml`), run as
 //! written: its deliveries, signed by hand the way the made-up provider documents it, are processed, deduplicated
 //! and refunded; a stale or tampered one is refused.
 
@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 const EXAMPLE: &str = include_str!("../../../../examples/declared-provider.toml");
-const README: &str = include_str!("../../../../README.md");
+const PROVIDERS: &str = include_str!("../../../../docs/providers.md");
 /// The endpoint secret, as the provider's dashboard shows it: 64 hex digits.
 const SECRET: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 const NOTIFICATION_URL: &str = "https://pay.example.com/webhooks/acme";
@@ -55,9 +55,9 @@ async fn deliver(server: &Server, body: &str, signature: &str) -> (StatusCode, V
 }
 
 #[test]
-fn the_readme_shows_the_example_as_it_is() {
+fn docs_providers_shows_the_example_as_it_is() {
     let start = EXAMPLE.find("[[sources]]").expect("the example declares a source");
-    assert!(README.contains(EXAMPLE[start..].trim()), "README.md's guide must show examples/declared-provider.toml");
+    assert!(PROVIDERS.contains(EXAMPLE[start..].trim()), "docs/providers.md must show examples/declared-provider.toml");
 }
 
 #[tokio::test]
@@ -103,11 +103,11 @@ async fn a_provider_declared_in_configuration_is_verified_recorded_and_applied()
 }
 
 #[test]
-fn the_readme_lists_every_preset_with_a_format() {
+fn docs_providers_lists_every_preset_with_a_format() {
     for name in payhook_core::preset::Preset::names() {
         let preset = payhook_core::preset::Preset::get(name).expect("listed").expect("parses");
         if preset.format.is_some() {
-            assert!(README.contains(&format!(" / `{name}` |")), "README.md's preset table lacks {name}");
+            assert!(PROVIDERS.contains(&format!(" / `{name}` |")), "docs/providers.md's preset table lacks {name}");
         }
     }
 }

@@ -6,6 +6,7 @@ mod allocator;
 mod cli;
 mod crash;
 mod declared;
+mod docs;
 mod failover;
 mod helpers;
 mod hostile;
