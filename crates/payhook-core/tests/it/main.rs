@@ -14,6 +14,7 @@
 //! * `forgery`: every part of a valid delivery changed one at a time, for every scheme, format and preset:
 //!   refused, unreadable, ignored or the same effect, never another order, amount, type or status.
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
+//! * `layers`: `signature` never imports `format`; `request` and `template` import neither.
 
 mod adyen;
 mod candidates;
@@ -23,6 +24,7 @@ mod forgery;
 mod fuzz;
 mod http_signatures;
 mod json_pointer;
+mod layers;
 mod named;
 mod not_after;
 mod props;
