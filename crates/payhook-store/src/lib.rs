@@ -5,6 +5,8 @@
 //! `payhook-postgres`) owns its SQL, its migrations and its group commit; nothing above this crate speaks SQL.
 //!
 //! - [`model`]: what goes in and what comes out (`Delivery`, `Recorded`, `OrderView`, …).
+//! - `delivery`: [`Delivery`], a verified delivery to record: made only from payhook-core's `Verified` (or, for
+//!   tests, with the `contract` feature).
 //! - `headers`: [`ReceivedHeaders`], a delivery's headers with every value of a repeated one, and their stored
 //!   JSON form (read in its older form too).
 //! - [`metrics`]: the writer's queue and batch sizes, the read connections' use, read by the server's `/metrics`
@@ -22,6 +24,7 @@ pub mod checker;
 #[cfg(feature = "contract")]
 pub mod contract;
 mod current;
+mod delivery;
 mod headers;
 pub mod listing;
 pub mod metrics;

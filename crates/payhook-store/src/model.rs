@@ -4,28 +4,11 @@
 //! what comes out, filters and counts), nearly all documentation; split, every backend would import from many
 //! files for one contract.
 
+pub use crate::delivery::{Delivery, DeliveryParts};
 pub use crate::headers::ReceivedHeaders;
 use payhook_core::event::{Effect, Event, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
 use serde::{Deserialize, Serialize};
-
-/// A delivery whose signature verified, ready to be recorded. Constructing one is the proof that verification
-/// happened: the pipeline builds it only from a `Verified` result.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    /// The source it arrived on.
-    pub source: SourceName,
-    /// When payhook received it, unix milliseconds.
-    pub received_at_ms: i64,
-    /// What the payload format made of the body.
-    pub parsed: Parsed,
-    /// The exact bytes that were verified.
-    pub raw_body: Vec<u8>,
-    /// The request's headers (credentials left out), every value of a repeated one in arrival order.
-    pub headers: ReceivedHeaders,
-    /// How the delivery verified (scheme and which secret), for the audit trail.
-    pub verification: String,
-}
 
 /// The payload format's verdict on a verified body.
 #[derive(Debug, Clone)]

@@ -83,25 +83,52 @@ fn check_candidates(count: usize, what: &str) -> Result<(), VerifyError> {
     Ok(())
 }
 
-/// What a successful verification tells the pipeline.
+/// What a successful verification tells the pipeline, and the proof that it happened.
+///
+/// Only a [`Verifier`] makes one (its fields are private to this module), so a value of this type means a
+/// delivery's signature was checked: the store's `Delivery` is built from it, which is how the type system keeps
+/// an unverified body out of the inbox.
+///
+/// ```compile_fail
+/// // Outside payhook-core a `Verified` cannot be written by hand.
+/// let forged = payhook_core::signature::Verified { secret_index: 0, delivery_id: None, timestamp: None, nonce: None };
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
+    secret_index: usize,
+    delivery_id: Option<String>,
+    timestamp: Option<i64>,
+    nonce: Option<Nonce>,
+}
+
+impl Verified {
     /// Index into the verifier's secrets of the secret that matched, so that
     /// operators can see when a rotated-out secret is no longer in use.
-    pub secret_index: usize,
+    pub fn secret_index(&self) -> usize {
+        self.secret_index
+    }
+
     /// The provider's delivery/message id when the scheme carries one, else
     /// `None`. Standard Webhooks' `webhook-id` / `svix-id` is covered by the
     /// signature and therefore safe to deduplicate on; GitHub's
     /// `X-GitHub-Delivery` and Shopify's `X-Shopify-Webhook-Id` are not signed
     /// by those providers, so they only label the delivery.
-    pub delivery_id: Option<String>,
+    pub fn delivery_id(&self) -> Option<&str> {
+        self.delivery_id.as_deref()
+    }
+
     /// The signed timestamp (unix seconds) when the scheme has one (RFC 9421:
     /// `created`).
-    pub timestamp: Option<i64>,
+    pub fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
+
     /// The signer's nonce (RFC 9421 `nonce` parameter), for the server to
     /// claim once; `None` for every other scheme and for RFC 9421 signatures
     /// that carry none.
-    pub nonce: Option<Nonce>,
+    pub fn nonce(&self) -> Option<&Nonce> {
+        self.nonce.as_ref()
+    }
 }
 
 /// A signed, single-use value that a server claims in its nonce table to

@@ -31,7 +31,27 @@ mod props;
 mod units;
 mod vectors;
 
-use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
+use payhook_core::signature::{Encoding, HmacAlgorithm, Nonce, Scheme, Secret, Verified, Verifier, VerifyError};
+
+/// What a verification reported, as plain data a test can write out: a [`Verified`] itself only comes from a
+/// verifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub secret_index: usize,
+    pub delivery_id: Option<String>,
+    pub timestamp: Option<i64>,
+    pub nonce: Option<Nonce>,
+}
+
+/// A verification's result as [`Seen`].
+pub fn seen(result: Result<Verified, VerifyError>) -> Result<Seen, VerifyError> {
+    result.map(|v| Seen {
+        secret_index: v.secret_index(),
+        delivery_id: v.delivery_id().map(str::to_owned),
+        timestamp: v.timestamp(),
+        nonce: v.nonce().cloned(),
+    })
+}
 
 /// GitHub's `X-Hub-Signature-256: sha256=<hex>` configuration.
 pub fn github_scheme() -> Scheme {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 /// A delivery of an already-normalized event, as any payload format would produce it.
 pub fn event_delivery(id: &str, event_type: &str, occurred_at: i64, business_key: String, effect: Effect) -> Delivery {
-    Delivery {
+    Delivery::unverified_for_tests(crate::DeliveryParts {
         source: source(),
         received_at_ms: T0 + occurred_at,
         parsed: Parsed::Event(Event {
@@ -26,7 +26,7 @@ pub fn event_delivery(id: &str, event_type: &str, occurred_at: i64, business_key
         raw_body: format!("{{\"id\":\"{id}\"}}").into_bytes(),
         headers: super::headers(),
         verification: super::VERIFICATION.to_owned(),
-    }
+    })
 }
 
 /// A subscription event for `sub` (customer `cus_1`) with `status`, at `occurred_at` unix seconds; `full_object`
@@ -155,7 +155,7 @@ pub async fn two_events_for_one_paid_invoice_grant_one_entitlement<S: Store>(sto
     assert_eq!(count(&results, Outcome::Duplicate), 15, "{results:?}");
 
     let mut other_key = invoice_event("evt_inv_x", "in_1", None, InvoiceAction::Paid, 101);
-    if let Parsed::Event(e) = &mut other_key.parsed {
+    if let Parsed::Event(e) = &mut other_key.parts_mut().parsed {
         e.business_key = "invoice.payment_succeeded:in_1".into();
     }
     let again = ingest(&*store, other_key).await;
