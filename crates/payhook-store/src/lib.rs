@@ -5,6 +5,7 @@
 //! `payhook-postgres`) owns its SQL, its migrations and its group commit; nothing above this crate speaks SQL.
 //!
 //! - [`model`]: what goes in and what comes out (`Delivery`, `Recorded`, `OrderView`, …).
+//! - `counts`: the row counters' keys ([`CounterKey`]), the [`Stats`] read from them and a recount's [`Recounted`].
 //! - `delivery`: [`Delivery`], a verified delivery to record: made only from payhook-core's `Verified` (or, for
 //!   tests, with the `contract` feature).
 //! - `headers`: [`ReceivedHeaders`], a delivery's headers with every value of a repeated one, and their stored
@@ -23,6 +24,7 @@ use std::future::Future;
 pub mod checker;
 #[cfg(feature = "contract")]
 pub mod contract;
+mod counts;
 mod current;
 mod delivery;
 mod headers;

@@ -223,7 +223,7 @@ pub async fn the_end_of_a_subscription_revokes_its_entitlements<S: Store>(store:
             .await
             .billing_changes
             .into_iter()
-            .map(|c| (c.object, c.object_id, c.from, c.to))
+            .map(|c| (c.object.as_str().to_owned(), c.object_id, c.from, c.to))
             .collect()
     };
     let change = |object: &str, id: &str, from: Option<&str>, to: &str| {
