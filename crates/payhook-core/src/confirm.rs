@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::event::Event;
 use crate::format::{DeclaredFormat, Format, FormatSpec, FormatSpecError, ParseError};
-use crate::signature::Headers;
+use crate::request::Headers;
 
 /// A preset's `[confirm]` table as written.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -93,7 +93,7 @@ impl Confirm {
         if !(spec.base_url.starts_with("https://") || spec.base_url.starts_with("http://")) {
             return Err(err("base_url", "must be an http(s) URL".into()));
         }
-        let pieces = crate::signature::split_template(&spec.path).map_err(|e| err("path", e))?;
+        let pieces = crate::template::split_template(&spec.path).map_err(|e| err("path", e))?;
         let path = pieces
             .into_iter()
             .map(|(placeholder, t)| if placeholder { compile_part(&t) } else { Ok(PathPart::Text(t)) })

@@ -13,6 +13,8 @@
 //! - [`preset`]: providers' signature rules, formats and example deliveries, written as data (`presets/*.toml`).
 //! - [`confirm`]: effects read from the provider's API about the signed resource, for providers that do not sign the
 //!   body.
+//! - [`request`]: what a received request offers its readers: [`request::Headers`], and the parts its signature
+//!   covers ([`request::SignedParts`]); below both [`signature`] and [`mod@format`].
 //! - [`retry`]: the retry policy, a pure function from attempt count to the next attempt or a dead letter.
 //! - [`mod@time`]: calendar time, providers' date-times to unix seconds and back.
 
@@ -23,6 +25,8 @@ pub mod format;
 pub mod json_pointer;
 pub mod ledger;
 pub mod preset;
+pub mod request;
 pub mod retry;
 pub mod signature;
+mod template;
 pub mod time;

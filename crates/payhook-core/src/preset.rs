@@ -228,13 +228,13 @@ mod tests {
         )
         .expect("a format");
         let format = DeclaredFormat::new("declared", &spec).expect("compiles");
-        let body_only = crate::format::SignedParts { body: true, headers: Vec::new() };
+        let body_only = crate::request::SignedParts { body: true, headers: Vec::new() };
         let err = format.check_signed(&body_only).expect_err("the topic header is not signed");
         assert_eq!(err.key, "event_type");
         assert!(err.reason.contains("header:x-topic"), "{err}");
-        let signed_topic = crate::format::SignedParts { body: true, headers: vec!["x-topic".into()] };
+        let signed_topic = crate::request::SignedParts { body: true, headers: vec!["x-topic".into()] };
         format.check_signed(&signed_topic).expect("a signed header is fine");
-        let no_body = crate::format::SignedParts { body: false, headers: vec!["x-topic".into()] };
+        let no_body = crate::request::SignedParts { body: false, headers: vec!["x-topic".into()] };
         assert_eq!(format.check_signed(&no_body).expect_err("the body is not signed").key, "event_id");
         let named = crate::format::FormatSpec { unsigned: vec!["event_type".into()], ..spec };
         DeclaredFormat::new("declared", &named).expect("compiles").check_signed(&body_only).expect("named");

@@ -44,12 +44,8 @@ pub(crate) fn counts(rows: &[Row]) -> Result<Counts, StoreError> {
     let mut counts = Counts::new();
     for r in rows {
         let field = |e| StoreError::corrupt("a counter row", e);
-        let key = CounterKey {
-            table: r.try_get(0).map_err(field)?,
-            group: r.try_get(1).map_err(field)?,
-            kind: r.try_get(2).map_err(field)?,
-            status: r.try_get(3).map_err(field)?,
-        };
+        let text = |i| r.try_get::<_, String>(i).map_err(field);
+        let key = CounterKey::parse(&text(0)?, text(1)?, &text(2)?, &text(3)?)?;
         *counts.entry(key).or_insert(0) += r.try_get::<_, i64>(4).map_err(field)?;
     }
     Ok(counts)
@@ -95,7 +91,12 @@ pub(crate) async fn recount(pool: &Pool) -> Result<Recounted, StoreError> {
                 let add = client.prepare_cached("INSERT INTO counter_deltas VALUES ($1, $2, $3, $4, $5)").await?;
                 for d in &drift {
                     let k = &d.key;
-                    client.execute(&add, &[&k.table, &k.group, &k.kind, &k.status, &(d.counted - d.kept)]).await?;
+                    client
+                        .execute(
+                            &add,
+                            &[&k.table().as_str(), &k.group(), &k.kind(), &k.status(), &(d.counted - d.kept)],
+                        )
+                        .await?;
                 }
                 client.batch_execute("COMMIT").await?;
                 Ok::<_, Failure>((counted, drift))

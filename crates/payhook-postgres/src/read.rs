@@ -8,8 +8,8 @@ use crate::pool;
 use crate::pool::{Object, Pool};
 use payhook_core::event::{Effect, EventId, OrderId, SourceName};
 use payhook_store::{
-    AttemptEntry, AuditEntry, BillingChange, EventView, OrderView, OutboxKind, OutboxStatus, OutboxView, Outcome,
-    ReceivedHeaders, Stats, StoreError,
+    AttemptEntry, AuditEntry, BillingChange, BillingObject, EventView, OrderView, OutboxKind, OutboxStatus, OutboxView,
+    Outcome, ReceivedHeaders, Stats, StoreError,
 };
 use std::time::Duration;
 use tokio_postgres::Row;
@@ -231,7 +231,10 @@ pub(crate) async fn event(pool: &Pool, source: &SourceName, id: &EventId) -> Res
     let mut billing_changes = Vec::with_capacity(billing.len());
     for b in &billing {
         billing_changes.push(BillingChange {
-            object: get(b, 0, "changed object")?,
+            object: {
+                let o: String = get(b, 0, "changed object")?;
+                BillingObject::parse(&o).ok_or_else(|| StoreError::inconsistent(format!("billing change of {o:?}")))?
+            },
             object_id: get(b, 1, "changed object id")?,
             from: get(b, 2, "billing change from")?,
             to: get(b, 3, "billing change to")?,

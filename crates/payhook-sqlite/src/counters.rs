@@ -26,14 +26,12 @@ pub(crate) enum Step {
 pub(crate) fn read_counts(conn: &Connection, sql: &str, params: impl Params) -> Result<Counts> {
     let mut stmt = conn.prepare_cached(sql).map_err(unavailable)?;
     let rows = stmt
-        .query_map(params, |r| {
-            let key = CounterKey { table: r.get(0)?, group: r.get(1)?, kind: r.get(2)?, status: r.get(3)? };
-            Ok((key, r.get::<_, i64>(4)?))
-        })
+        .query_map(params, |r| Ok(([r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get(3)?], r.get::<_, i64>(4)?)))
         .map_err(unavailable)?;
     let mut counts = Counts::new();
     for row in rows {
-        let (key, n) = row.map_err(unavailable)?;
+        let ([table, group, kind, status], n) = row.map_err(unavailable)?;
+        let key = CounterKey::parse(&table, group, &kind, &status)?;
         *counts.entry(key).or_insert(0) += n;
     }
     Ok(counts)
@@ -92,7 +90,8 @@ pub(crate) fn correct(conn: &Connection, drift: &[Drift]) -> Result<()> {
         .map_err(unavailable)?;
     for d in drift {
         let k = &d.key;
-        add.execute(rusqlite::params![k.table, k.group, k.kind, k.status, d.counted - d.kept]).map_err(unavailable)?;
+        let texts = rusqlite::params![k.table().as_str(), k.group(), k.kind(), k.status(), d.counted - d.kept];
+        add.execute(texts).map_err(unavailable)?;
     }
     Ok(())
 }

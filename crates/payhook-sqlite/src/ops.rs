@@ -16,8 +16,8 @@ use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Plan, Unapplied};
 use payhook_core::retry::Next;
 use payhook_store::payload;
 use payhook_store::{
-    Alert, Claim, Claimed, Delivery, FORWARD_KIND, NewOrder, Outcome, Parsed, Recorded, Registered, Replayed, Retried,
-    Routing, StoreError,
+    Alert, Claim, Claimed, Delivery, DeliveryParts, FORWARD_KIND, NewOrder, Outcome, Parsed, Recorded, Registered,
+    Replayed, Retried, Routing, StoreError,
 };
 use rusqlite::{OptionalExtension, params};
 use std::borrow::Cow;
@@ -31,6 +31,7 @@ pub(crate) struct Encoded {
 
 impl Encoded {
     pub(crate) fn of(d: &Delivery) -> Encoded {
+        let d = d.parts();
         let effect_json = match &d.parsed {
             Parsed::Event(e) if e.effect != Effect::Ignored => serde_json::to_string(&e.effect).map(Some),
             _ => Ok(None),
@@ -41,6 +42,7 @@ impl Encoded {
 
 /// Records a verified delivery and applies its effect (see [`payhook_store::Store::ingest`]).
 pub(crate) fn ingest(conn: &WriterConn<'_>, d: &Delivery, encoded: Encoded, ctx: &Ctx) -> Result<Recorded> {
+    let d = d.parts();
     let (event, initial, reason) = match &d.parsed {
         Parsed::Event(e) if e.effect == Effect::Ignored => (Some(e), Outcome::Ignored, None),
         Parsed::Event(e) => (Some(e), Outcome::Processed, None),
@@ -114,7 +116,7 @@ pub(crate) fn ingest(conn: &WriterConn<'_>, d: &Delivery, encoded: Encoded, ctx:
 /// Writes one `event.received` row per forwarding sink: the event in payhook's normalized JSON.
 fn forward(
     conn: &WriterConn<'_>,
-    d: &Delivery,
+    d: &DeliveryParts,
     event: Option<&Event>,
     recorded: &Recorded,
     sinks: &[String],

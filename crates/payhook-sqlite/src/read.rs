@@ -5,8 +5,8 @@ use crate::writer::unavailable;
 use payhook_core::event::{Currency, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
 use payhook_store::{
-    AttemptEntry, AuditEntry, BillingChange, EventView, OrderView, OutboxStatus, OutboxView, Outcome, ReceivedHeaders,
-    Stats, StoreError,
+    AttemptEntry, AuditEntry, BillingChange, BillingObject, EventView, OrderView, OutboxStatus, OutboxView, Outcome,
+    ReceivedHeaders, Stats, StoreError,
 };
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 
@@ -270,7 +270,13 @@ fn event_in(conn: &Connection, src: &SourceName, id: &EventId) -> Result<Option<
         .map_err(unavailable)?
         .query_map([src.as_str(), id.as_str()], |r| {
             Ok(BillingChange {
-                object: r.get(0)?,
+                object: {
+                    let o: String = r.get(0)?;
+                    BillingObject::parse(&o).ok_or_else(|| {
+                        let what = format!("billing change of {o:?}");
+                        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, what.into())
+                    })?
+                },
                 object_id: r.get(1)?,
                 from: r.get(2)?,
                 to: r.get(3)?,

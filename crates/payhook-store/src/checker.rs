@@ -14,7 +14,7 @@
 //!
 //! [`check`] returns every violation it finds, not just the first, so a failing test says what went wrong.
 
-use crate::{EventFilter, OrderView, OutboxFilter, Outcome, Store};
+use crate::{EventFilter, OrderView, OutboxFilter, OutboxKind, OutboxStatus, Outcome, Store};
 use payhook_core::event::{Effect, EventId, Money, OrderAction, OrderId, SourceName};
 use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Unapplied};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -70,7 +70,7 @@ pub enum Violation {
         /// The order.
         order: String,
         /// The outbox kind (`order.paid`).
-        kind: String,
+        kind: OutboxKind,
         /// The sink (empty: unrouted).
         sink: String,
         /// How many rows.
@@ -90,7 +90,7 @@ pub enum Violation {
         /// The row.
         id: i64,
         /// Its status.
-        status: String,
+        status: OutboxStatus,
     },
     /// A row is marked delivered but the sink never received it.
     DeliveredUnseen(i64),
@@ -248,12 +248,12 @@ pub async fn check<S: Store>(store: &S, evidence: &Evidence) -> Result<Checked, 
             };
             for row in &page.rows {
                 checked.outbox += 1;
-                match row.status.as_str() {
-                    "delivered" if !payloads.contains_key(row.id.to_string().as_str()) => {
+                match row.status {
+                    OutboxStatus::Delivered if !payloads.contains_key(row.id.to_string().as_str()) => {
                         found.push(Violation::DeliveredUnseen(row.id));
                     }
-                    "delivered" | "dead" | "unrouted" => {}
-                    other => found.push(Violation::Unsettled { id: row.id, status: other.to_owned() }),
+                    OutboxStatus::Delivered | OutboxStatus::Dead | OutboxStatus::Unrouted => {}
+                    OutboxStatus::Pending => found.push(Violation::Unsettled { id: row.id, status: row.status }),
                 }
             }
             before = page.next_before(500, |r| r.id);
@@ -274,21 +274,16 @@ fn check_effects(view: &OrderView, found: &mut Vec<Violation>) {
         .iter()
         .filter_map(|t| OrderAction::ALL.into_iter().find(|a| a.target() == t.to).map(|a| a.outbox_kind().to_owned()))
         .collect();
-    let mut rows: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    let mut rows: BTreeMap<(OutboxKind, &str), usize> = BTreeMap::new();
     for row in view.outbox.iter().filter(|r| r.kind.as_str().starts_with("order.")) {
-        *rows.entry((row.kind.as_str(), row.sink.as_deref().unwrap_or(""))).or_default() += 1;
+        *rows.entry((row.kind, row.sink.as_deref().unwrap_or(""))).or_default() += 1;
     }
     for ((kind, sink), n) in &rows {
         if *n > 1 {
-            found.push(Violation::DoubleEffect {
-                order: order.clone(),
-                kind: (*kind).into(),
-                sink: (*sink).into(),
-                rows: *n,
-            });
+            found.push(Violation::DoubleEffect { order: order.clone(), kind: *kind, sink: (*sink).into(), rows: *n });
         }
     }
-    let outbox: BTreeSet<String> = rows.keys().map(|(kind, _)| (*kind).to_owned()).collect();
+    let outbox: BTreeSet<String> = rows.keys().map(|(kind, _)| kind.as_str().to_owned()).collect();
     let paid_without_receipt = view.status == OrderStatus::Paid && !outbox.contains("order.paid");
     if transitions != outbox || paid_without_receipt || view.history.len() != transitions.len() {
         found.push(Violation::EffectMismatch {

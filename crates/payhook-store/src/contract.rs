@@ -457,14 +457,14 @@ pub const VERIFICATION: &str = "hmac-sha256 (secret #0)";
 /// A delivery of `body`, parsed by the generic payload format as the pipeline would.
 pub fn generic_delivery(body: Vec<u8>, received_at_ms: i64) -> Delivery {
     let event = Format::Generic.parse(&body).expect("the fixture body parses");
-    Delivery {
+    Delivery::unverified_for_tests(crate::DeliveryParts {
         source: source(),
         received_at_ms,
         parsed: Parsed::Event(event),
         raw_body: body,
         headers: headers(),
         verification: VERIFICATION.to_owned(),
-    }
+    })
 }
 
 /// A generic-format event (`payment.succeeded`, …) about `order` for `amount` in `currency`.
@@ -525,19 +525,19 @@ pub fn ignored(event_id: &str, event_type: &str, received_at_ms: i64) -> Deliver
 
 /// A verified body that no format understands, kept under `event_id`.
 pub fn unparseable(event_id: &str, body: &[u8], reason: &str, received_at_ms: i64) -> Delivery {
-    Delivery {
+    Delivery::unverified_for_tests(crate::DeliveryParts {
         source: source(),
         received_at_ms,
         parsed: Parsed::Unparseable { event_id: self::event_id(event_id), reason: reason.to_owned() },
         raw_body: body.to_vec(),
         headers: headers(),
         verification: VERIFICATION.to_owned(),
-    }
+    })
 }
 
 /// The business key the payload format gave a delivery.
 pub fn business_key(delivery: &Delivery) -> String {
-    match &delivery.parsed {
+    match delivery.parsed() {
         Parsed::Event(e) => e.business_key.clone(),
         Parsed::Unparseable { .. } => panic!("an unparseable delivery has no business key"),
     }
@@ -559,7 +559,7 @@ pub fn processed() -> Recorded {
 
 /// Ingests `delivery`, failing the test on a store error.
 pub async fn ingest<S: Store>(store: &S, delivery: Delivery) -> Recorded {
-    let id = delivery.parsed.event_id().clone();
+    let id = delivery.parsed().event_id().clone();
     match store.ingest(delivery).await {
         Ok(recorded) => recorded,
         Err(e) => panic!("ingest of {id} failed: {e} ({e:?})"),
@@ -659,8 +659,8 @@ pub async fn a_delivery_seen_twice_is_recorded_once<S: Store>(store: S) {
     register_new(&store, new_order("ord_1", 1999, T0)).await;
     let first = pay("evt_1", "ord_1", 1999, T0 + 1);
     let mut again = first.clone();
-    again.received_at_ms = T0 + 2;
-    again.headers = [("retry", "1")].into_iter().collect();
+    again.parts_mut().received_at_ms = T0 + 2;
+    again.parts_mut().headers = [("retry", "1")].into_iter().collect();
 
     assert_eq!(ingest(&store, first.clone()).await, processed());
     let second = ingest(&store, again).await;
@@ -696,8 +696,8 @@ pub async fn a_delivery_seen_twice_is_recorded_once<S: Store>(store: S) {
     assert_eq!(event.event_type.as_deref(), Some("payment.succeeded"));
     assert_eq!(event.business_key, Some(business_key(&first)));
     assert_eq!((&event.headers, event.verification.as_str()), (&headers(), VERIFICATION));
-    assert_eq!(event.raw_body, first.raw_body);
-    let Parsed::Event(parsed) = &first.parsed else { unreachable!() };
+    assert_eq!(event.raw_body, first.raw_body());
+    let Parsed::Event(parsed) = first.parsed() else { unreachable!() };
     assert_eq!(event.effect.as_ref(), Some(&parsed.effect));
 }
 
@@ -929,7 +929,7 @@ pub async fn an_event_of_an_ignored_type_is_recorded_as_ignored<S: Store>(store:
     let event = event_view(&store, "evt_11").await;
     assert_eq!(event.status, Outcome::Ignored);
     assert_eq!(event.event_type.as_deref(), Some("customer.created"));
-    assert_eq!(event.raw_body, delivery.raw_body);
+    assert_eq!(event.raw_body, delivery.raw_body());
     assert_eq!(ingest(&store, delivery).await.outcome, Outcome::Duplicate);
 
     let s = stats(&store).await;
@@ -1247,7 +1247,7 @@ pub async fn a_dead_outbox_row_raises_an_alert_and_an_alert_row_never_alerts<S: 
 /// A forwarded source sends each new event once per forwarding sink; a redelivery forwards nothing.
 pub async fn forwarded_sources_write_one_event_row_per_sink_for_new_events_only<S: Store>(store: S) {
     let mut d = ignored("evt_f1", "customer.created", T0);
-    d.source = SourceName::parse("fwd").expect("source");
+    d.parts_mut().source = SourceName::parse("fwd").expect("source");
     assert_eq!(ingest(&store, d.clone()).await.outcome, Outcome::Ignored);
     assert_eq!(ingest(&store, d).await.outcome, Outcome::Duplicate);
     let rows =
@@ -1273,7 +1273,7 @@ pub async fn forwarded_sources_write_one_event_row_per_sink_for_new_events_only<
 /// again, or replaying a processed event, changes nothing.
 pub async fn a_dead_letter_is_replayed_once_its_order_exists_and_a_second_replay_changes_nothing<S: Store>(store: S) {
     let d = pay("evt_r1", "ord_r1", 100, T0);
-    let parsed = d.parsed.clone();
+    let parsed = d.parsed().clone();
     register_new(&store, new_order("ord_r1", 999, T0)).await; // the merchant registered the wrong amount
     assert_eq!(ingest(&store, d).await.outcome, Outcome::DeadLettered);
     let view = event_view(&store, "evt_r1").await;
@@ -1288,7 +1288,7 @@ pub async fn a_dead_letter_is_replayed_once_its_order_exists_and_a_second_replay
 
     // An early arrival dead-lettered after its budget, replayed after its order exists: processed, one receipt.
     let d = pay("evt_r2", "ord_r2", 100, T0);
-    let parsed = d.parsed.clone();
+    let parsed = d.parsed().clone();
     ingest(&store, d).await;
     let mut now = T0;
     loop {
@@ -1310,7 +1310,8 @@ pub async fn a_dead_letter_is_replayed_once_its_order_exists_and_a_second_replay
     let second = store.replay(&source(), &event_id("evt_r2"), parsed, now + 2).await.expect("replay");
     assert_eq!(second, Replayed::NotDeadLetter(Outcome::Processed));
     assert_eq!(order_view(&store, "ord_r2").await, order, "nothing changed");
-    let missing = store.replay(&source(), &event_id("evt_none"), pay("evt_none", "o", 1, T0).parsed, now).await;
+    let missing =
+        store.replay(&source(), &event_id("evt_none"), pay("evt_none", "o", 1, T0).parsed().clone(), now).await;
     assert_eq!(missing.expect("replay"), Replayed::NotFound);
 }
 
@@ -1319,14 +1320,15 @@ pub async fn a_dead_letter_is_replayed_once_its_order_exists_and_a_second_replay
 pub async fn an_unparseable_dead_letter_that_now_parses_is_recorded_under_its_own_id<S: Store>(store: S) {
     register_new(&store, new_order("ord_u1", 100, T0)).await;
     let good = pay("evt_u1", "ord_u1", 100, T0);
-    let bad = unparseable("sha256:abc", &good.raw_body, "format was broken", T0);
+    let bad = unparseable("sha256:abc", good.raw_body(), "format was broken", T0);
     assert_eq!(ingest(&store, bad).await.outcome, Outcome::DeadLettered);
-    let replayed = store.replay(&source(), &event_id("sha256:abc"), good.parsed.clone(), T0 + 1).await.expect("replay");
+    let replayed =
+        store.replay(&source(), &event_id("sha256:abc"), good.parsed().clone(), T0 + 1).await.expect("replay");
     assert_eq!(replayed, Replayed::Done(processed()));
     let retired = event_view(&store, "sha256:abc").await;
     assert_eq!(retired.status, Outcome::Duplicate);
     assert!(retired.reason.as_deref().is_some_and(|r| r.contains("evt_u1")), "{retired:?}");
-    assert_eq!(event_view(&store, "evt_u1").await.raw_body, good.raw_body);
+    assert_eq!(event_view(&store, "evt_u1").await.raw_body, good.raw_body());
     assert_eq!(order_view(&store, "ord_u1").await.status, OrderStatus::Paid);
     // The provider's own redelivery is now a duplicate.
     assert_eq!(ingest(&store, good).await.outcome, Outcome::Duplicate);
@@ -1335,7 +1337,7 @@ pub async fn an_unparseable_dead_letter_that_now_parses_is_recorded_under_its_ow
 /// With a budget of two attempts, a replay of an event whose order still does not exist dead-letters it again.
 pub async fn a_replayed_event_still_without_its_order_is_dead_lettered_again<S: Store>(store: S) {
     let d = pay("evt_r3", "ord_r3", 100, T0);
-    let parsed = d.parsed.clone();
+    let parsed = d.parsed().clone();
     ingest(&store, d).await;
     let c = claim_due(&store, claim("w", T0 + BASE_MS, 30_000)).await.pop().expect("due");
     retry(&store, c, T0 + BASE_MS).await;

@@ -5,6 +5,9 @@
 //! `payhook-postgres`) owns its SQL, its migrations and its group commit; nothing above this crate speaks SQL.
 //!
 //! - [`model`]: what goes in and what comes out (`Delivery`, `Recorded`, `OrderView`, …).
+//! - `counts`: the row counters' keys ([`CounterKey`]), the [`Stats`] read from them and a recount's [`Recounted`].
+//! - `delivery`: [`Delivery`], a verified delivery to record: made only from payhook-core's `Verified` (or, for
+//!   tests, with the `contract` feature).
 //! - `headers`: [`ReceivedHeaders`], a delivery's headers with every value of a repeated one, and their stored
 //!   JSON form (read in its older form too).
 //! - [`metrics`]: the writer's queue and batch sizes, the read connections' use, read by the server's `/metrics`
@@ -21,7 +24,9 @@ use std::future::Future;
 pub mod checker;
 #[cfg(feature = "contract")]
 pub mod contract;
+mod counts;
 mod current;
+mod delivery;
 mod headers;
 pub mod listing;
 pub mod metrics;

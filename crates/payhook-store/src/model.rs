@@ -1,31 +1,16 @@
 //! What crosses the storage boundary.
 //!
-//! Why one file of about 930 lines: these are the plain data types of the `Store` trait's signatures (what goes in,
-//! what comes out, filters and counts), nearly all documentation; split, every backend would import from many
-//! files for one contract.
+//! Why one file of about 850 lines: these are the plain data types of the `Store` trait's signatures (what goes in,
+//! what comes out, filters), nearly all documentation; split, every backend would import from many files for one
+//! contract. Two have files of their own, re-exported here: the verified [`Delivery`] (`delivery`, for the rule
+//! that only a verification makes one) and the row counters' [`CounterKey`] (`counts`, with its stored form).
 
+pub use crate::counts::{COUNTED_TABLES, CountedTable, CounterKey, Counts, Drift, Recounted};
+pub use crate::delivery::{Delivery, DeliveryParts};
 pub use crate::headers::ReceivedHeaders;
 use payhook_core::event::{Effect, Event, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
 use serde::{Deserialize, Serialize};
-
-/// A delivery whose signature verified, ready to be recorded. Constructing one is the proof that verification
-/// happened: the pipeline builds it only from a `Verified` result.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    /// The source it arrived on.
-    pub source: SourceName,
-    /// When payhook received it, unix milliseconds.
-    pub received_at_ms: i64,
-    /// What the payload format made of the body.
-    pub parsed: Parsed,
-    /// The exact bytes that were verified.
-    pub raw_body: Vec<u8>,
-    /// The request's headers (credentials left out), every value of a repeated one in arrival order.
-    pub headers: ReceivedHeaders,
-    /// How the delivery verified (scheme and which secret), for the audit trail.
-    pub verification: String,
-}
 
 /// The payload format's verdict on a verified body.
 #[derive(Debug, Clone)]
@@ -372,8 +357,8 @@ pub struct EventView {
 /// One change an event made to a subscription or an entitlement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BillingChange {
-    /// `subscription` or `entitlement`.
-    pub object: String,
+    /// What changed.
+    pub object: BillingObject,
     /// The subscription's id, or the entitlement's invoice id.
     pub object_id: String,
     /// State before; `None` when the change created the row.
@@ -382,6 +367,37 @@ pub struct BillingChange {
     pub to: String,
     /// When, unix milliseconds.
     pub at_ms: i64,
+}
+
+/// What a billing change changed: stored and sent as `subscription` or `entitlement`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BillingObject {
+    /// A subscription's status.
+    Subscription,
+    /// An invoice's entitlement.
+    Entitlement,
+}
+
+impl BillingObject {
+    /// The stored and displayed name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Subscription => "subscription",
+            Self::Entitlement => "entitlement",
+        }
+    }
+
+    /// The inverse of [`BillingObject::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Subscription, Self::Entitlement].into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for BillingObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One recorded attempt at applying an event.
@@ -455,117 +471,6 @@ impl Stats {
     /// The count under `key` in one of the lists (0 when absent).
     pub fn count(list: &[(String, u64)], key: &str) -> u64 {
         list.iter().find(|(k, _)| k == key).map_or(0, |(_, n)| *n)
-    }
-}
-
-/// What one kept row count counts: the rows of `table` (`inbox`, `orders` or `outbox`) with `status`, and for the
-/// inbox those of one `source`, for the outbox those of one `sink` and `kind` (the parts a table lacks are empty).
-///
-/// Backends keep one count per key, changed in the transaction of every insert, delete and status change, so that
-/// [`Stats`] read a few counters instead of every row.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct CounterKey {
-    /// `inbox`, `orders` or `outbox`.
-    pub table: String,
-    /// The inbox row's source or the outbox row's sink; empty for orders.
-    pub group: String,
-    /// The outbox row's kind; empty for the other tables.
-    pub kind: String,
-    /// The row's status.
-    pub status: String,
-}
-
-/// Row counts by key: what the counters hold, or what a full count found.
-pub type Counts = std::collections::BTreeMap<CounterKey, i64>;
-
-/// The tables whose rows are counted.
-pub const COUNTED_TABLES: [&str; 3] = ["inbox", "orders", "outbox"];
-
-impl Stats {
-    /// The stats of `counts` (zero counts left out, each list sorted by key) with the given "oldest" gauges.
-    /// A negative count, which only a counter out of step with its table can hold, is reported as corrupt.
-    pub fn from_counts(
-        counts: &Counts,
-        oldest_pending_outbox_ms: Option<i64>,
-        oldest_deferred_event_ms: Option<i64>,
-    ) -> Result<Stats, crate::StoreError> {
-        use std::collections::BTreeMap;
-        let (mut events, mut orders, mut outbox, mut by_status) =
-            (BTreeMap::new(), BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
-        for (key, n) in counts {
-            let by_key = match key.table.as_str() {
-                "inbox" => &mut events,
-                "orders" => &mut orders,
-                "outbox" => {
-                    *outbox.entry(key.kind.clone()).or_insert(0) += n;
-                    &mut by_status
-                }
-                other => {
-                    return Err(crate::StoreError::inconsistent(format!("a counter of an unknown table {other:?}")));
-                }
-            };
-            *by_key.entry(key.status.clone()).or_insert(0) += n;
-        }
-        let list = |map: BTreeMap<String, i64>| -> Result<Vec<(String, u64)>, crate::StoreError> {
-            map.into_iter()
-                .filter(|(_, n)| *n != 0)
-                .map(|(k, n)| {
-                    let count = u64::try_from(n).map_err(|_| {
-                        crate::StoreError::inconsistent(format!(
-                            "the count of {k:?} is {n}: the counters are out of step, run `payhook stats --recount`"
-                        ))
-                    })?;
-                    Ok((k, count))
-                })
-                .collect()
-        };
-        Ok(Stats {
-            events: list(events)?,
-            orders: list(orders)?,
-            outbox: list(outbox)?,
-            outbox_by_status: list(by_status)?,
-            oldest_pending_outbox_ms,
-            oldest_deferred_event_ms,
-        })
-    }
-}
-
-/// A counter that did not equal the full count of its rows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Drift {
-    /// Which rows it counts.
-    pub key: CounterKey,
-    /// What the counter held.
-    pub kept: i64,
-    /// What the full count found, and what the counter holds now.
-    pub counted: i64,
-}
-
-/// What [`crate::Store::recount`] found: the full count, and the counters it corrected to match it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Recounted {
-    /// The full count, by key.
-    #[serde(skip)]
-    pub counted: Counts,
-    /// The counters that differed from it, before they were corrected. Empty when the counters were right.
-    pub drift: Vec<Drift>,
-}
-
-impl Recounted {
-    /// The counters of `kept` that differ from `counted` (a key missing from either counts as zero), in key order.
-    pub fn drift_between(counted: &Counts, kept: &Counts) -> Vec<Drift> {
-        let keys: std::collections::BTreeSet<&CounterKey> = counted.keys().chain(kept.keys()).collect();
-        keys.into_iter()
-            .filter_map(|key| {
-                let (kept, counted) = (kept.get(key).copied().unwrap_or(0), counted.get(key).copied().unwrap_or(0));
-                (kept != counted).then(|| Drift { key: key.clone(), kept, counted })
-            })
-            .collect()
-    }
-
-    /// The full count as [`Stats`], without the "oldest" gauges.
-    pub fn stats(&self) -> Result<Stats, crate::StoreError> {
-        Stats::from_counts(&self.counted, None, None)
     }
 }
 

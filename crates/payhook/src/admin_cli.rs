@@ -544,10 +544,10 @@ fn print_drift(r: &payhook_store::Recounted) {
     for d in &r.drift {
         let k = &d.key;
         t.row(vec![
-            k.table.clone(),
-            k.group.clone(),
-            k.kind.clone(),
-            k.status.clone(),
+            k.table().as_str().to_owned(),
+            k.group().to_owned(),
+            k.kind().to_owned(),
+            k.status().to_owned(),
             d.kept.to_string(),
             d.counted.to_string(),
         ]);

@@ -117,6 +117,11 @@ async fn one<S: Store>(store: &S, src: &SourceSettings, run_id: &str, i: u64, at
     let mut headers: Vec<(String, String)> = vec![("content-type".into(), "application/json".into())];
     headers.extend(src.format.encode_headers(&outgoing));
     headers.extend(src.verifier.sign(&body, at_ms / 1000, &event_id));
+    // Recorded as every delivery is: from its verification (the store takes nothing else).
+    let verified = src
+        .verifier
+        .verify(&headers, &body, at_ms / 1000)
+        .with_context(|| format!("source {}: its verifier refuses what it signs", src.name))?;
     let events = src
         .format
         .parse_delivery(&headers, &body)
@@ -124,14 +129,15 @@ async fn one<S: Store>(store: &S, src: &SourceSettings, run_id: &str, i: u64, at
     let received: ReceivedHeaders = headers.into_iter().collect();
     let mut outcome = Outcome::Processed;
     for event in events {
-        let delivery = Delivery {
-            source: src.name.clone(),
-            received_at_ms: at_ms,
-            parsed: Parsed::Event(event),
-            raw_body: body.clone(),
-            headers: received.clone(),
-            verification: format!("{} (prefill)", src.verifier.scheme().name()),
-        };
+        let delivery = Delivery::verified(
+            &verified,
+            src.name.clone(),
+            at_ms,
+            Parsed::Event(event),
+            body.clone(),
+            received.clone(),
+            format!("{} (prefill)", src.verifier.scheme().name()),
+        );
         outcome = patiently(|| store.ingest(delivery.clone())).await?.outcome;
     }
     Ok(outcome)

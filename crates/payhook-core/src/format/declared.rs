@@ -22,21 +22,23 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::ParseError;
-use super::common::{currency_exponent, decimal_to_minor, ended_status};
+use super::common::ended_status;
 use crate::billing::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::event::SubscriptionId;
 use crate::event::{
     Currency, CustomerId, Effect, Event, EventId, InvalidValue, InvoiceId, Money, OrderAction, OrderId,
 };
-use crate::signature::Headers;
-use crate::signature::split_template;
-use crate::time::parse_iso8601;
+use crate::request::Headers;
 
 use super::example::ExampleSpec;
 
+mod compile;
+mod read;
 mod signed;
 
-pub use signed::SignedParts;
+use compile::{Field, Fields, Var, compile_field};
+use read::{Input, amount_minor, missing, time_of};
+
 use signed::UNSIGNABLE;
 
 /// A value expression as written: one, or a list whose first present value counts.
@@ -203,158 +205,6 @@ pub struct FormatSpecError {
     pub reason: String,
 }
 
-/// One piece of a template.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Piece {
-    Text(String),
-    Pointer(String),
-    Header(String),
-    Var(Var),
-}
-
-/// The business key's own placeholders.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Var {
-    Type,
-    EventId,
-    ObjectId,
-    OrderId,
-    InvoiceId,
-    SubscriptionId,
-}
-
-/// One compiled expression.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Expr {
-    Pointer(String),
-    Header(String),
-    Literal(String),
-    Template(Vec<Piece>),
-}
-
-/// A compiled value: the first of its expressions that gives something.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Field {
-    written: String,
-    exprs: Vec<Expr>,
-}
-
-fn compile_template(text: &str, vars: bool) -> Result<Vec<Piece>, String> {
-    split_template(text)?
-        .into_iter()
-        .map(|(placeholder, t)| {
-            if !placeholder {
-                return Ok(Piece::Text(t));
-            }
-            if t.starts_with('/') {
-                return Ok(Piece::Pointer(t));
-            }
-            if let Some(h) = t.strip_prefix("header:").filter(|h| !h.is_empty()) {
-                return Ok(Piece::Header(h.to_ascii_lowercase()));
-            }
-            let var = match t.as_str() {
-                "type" => Var::Type,
-                "event_id" => Var::EventId,
-                "object_id" => Var::ObjectId,
-                "order_id" => Var::OrderId,
-                "invoice_id" => Var::InvoiceId,
-                "subscription_id" => Var::SubscriptionId,
-                _ => return Err(format!("unknown placeholder {{{t}}} (expected {{/pointer}} or {{header:NAME}})")),
-            };
-            if vars { Ok(Piece::Var(var)) } else { Err(format!("{{{t}}} is only for business_key")) }
-        })
-        .collect()
-}
-
-fn var_name(var: Var) -> &'static str {
-    match var {
-        Var::Type => "type",
-        Var::EventId => "event_id",
-        Var::ObjectId => "object_id",
-        Var::OrderId => "order_id",
-        Var::InvoiceId => "invoice_id",
-        Var::SubscriptionId => "subscription_id",
-    }
-}
-
-fn compile_expr(text: &str) -> Result<Expr, String> {
-    if text.contains('{') || text.contains('}') {
-        return compile_template(text, false).map(Expr::Template);
-    }
-    if text.starts_with('/') {
-        return Ok(Expr::Pointer(text.to_owned()));
-    }
-    if let Some(h) = text.strip_prefix("header:") {
-        if h.is_empty() {
-            return Err("header: needs a header name".into());
-        }
-        return Ok(Expr::Header(h.to_ascii_lowercase()));
-    }
-    if text.is_empty() {
-        return Err("must not be empty".into());
-    }
-    Ok(Expr::Literal(text.to_owned()))
-}
-
-fn compile_field(spec: &ValueSpec) -> Result<Field, String> {
-    let texts: Vec<&String> = match spec {
-        ValueSpec::One(t) => vec![t],
-        ValueSpec::FirstOf(list) if list.is_empty() => return Err("an empty list".into()),
-        ValueSpec::FirstOf(list) => list.iter().collect(),
-    };
-    let exprs = texts.iter().map(|t| compile_expr(t)).collect::<Result<_, _>>()?;
-    let written = texts.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(" or ");
-    Ok(Field { written, exprs })
-}
-
-/// The fields of the table, or a rule's overrides.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-struct Fields {
-    event_id: Option<Field>,
-    event_type: Option<Field>,
-    occurred_at: Option<Field>,
-    object_id: Option<Field>,
-    order_id: Option<Field>,
-    amount: Option<Field>,
-    amount_unit: Option<AmountUnit>,
-    currency: Option<Field>,
-    customer_id: Option<Field>,
-    subscription_id: Option<Field>,
-    invoice_id: Option<Field>,
-    status: Option<Field>,
-    period_end: Option<Field>,
-    business_key: Option<Vec<Piece>>,
-}
-
-impl Fields {
-    fn compile(spec: &FormatSpec, at: &str) -> Result<Self, FormatSpecError> {
-        let err = |key: &str, reason: String| FormatSpecError { key: format!("{at}{key}"), reason };
-        let field =
-            |key: &str, v: &Option<ValueSpec>| v.as_ref().map(compile_field).transpose().map_err(|e| err(key, e));
-        Ok(Self {
-            event_id: field("event_id", &spec.event_id)?,
-            event_type: field("event_type", &spec.event_type)?,
-            occurred_at: field("occurred_at", &spec.occurred_at)?,
-            object_id: field("object_id", &spec.object_id)?,
-            order_id: field("order_id", &spec.order_id)?,
-            amount: field("amount", &spec.amount)?,
-            amount_unit: spec.amount_unit,
-            currency: field("currency", &spec.currency)?,
-            customer_id: field("customer_id", &spec.customer_id)?,
-            subscription_id: field("subscription_id", &spec.subscription_id)?,
-            invoice_id: field("invoice_id", &spec.invoice_id)?,
-            status: field("status", &spec.status)?,
-            period_end: field("period_end", &spec.period_end)?,
-            business_key: spec
-                .business_key
-                .as_deref()
-                .map(|t| compile_template(t, true))
-                .transpose()
-                .map_err(|e| err("business_key", e))?,
-        })
-    }
-}
-
 /// One compiled rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Rule {
@@ -373,93 +223,6 @@ pub struct DeclaredFormat {
     fields: Fields,
     rules: Vec<Rule>,
     examples: Vec<ExampleSpec>,
-}
-
-/// Where a value expression reads: the event's JSON and the request's headers.
-struct Input<'a, H: ?Sized> {
-    root: &'a Value,
-    headers: &'a H,
-}
-
-/// A JSON value as text: strings as they are, numbers and booleans as written; absent for null, "" and containers.
-fn text_of(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) if !s.is_empty() => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-impl<H: Headers + ?Sized> Input<'_, H> {
-    fn piece(&self, piece: &Piece, vars: &dyn Fn(Var) -> Option<String>) -> Option<String> {
-        match piece {
-            Piece::Text(t) => Some(t.clone()),
-            Piece::Pointer(p) => crate::json_pointer::get(self.root, p).and_then(text_of),
-            Piece::Header(h) => self.headers.get(h).filter(|v| !v.is_empty()).map(str::to_owned),
-            Piece::Var(v) => vars(*v),
-        }
-    }
-
-    fn render(&self, pieces: &[Piece], vars: &dyn Fn(Var) -> Option<String>) -> Option<String> {
-        pieces.iter().map(|p| self.piece(p, vars)).collect::<Option<String>>()
-    }
-
-    /// [`Input::render`], or the placeholder that is absent.
-    fn render_or_absent(&self, pieces: &[Piece], vars: &dyn Fn(Var) -> Option<String>) -> Result<String, String> {
-        let mut out = String::new();
-        for piece in pieces {
-            match self.piece(piece, vars) {
-                Some(text) => out.push_str(&text),
-                None => {
-                    return Err(match piece {
-                        Piece::Pointer(p) => p.clone(),
-                        Piece::Header(h) => format!("header:{h}"),
-                        Piece::Var(v) => format!("{{{}}} of business_key", var_name(*v)),
-                        Piece::Text(t) => t.clone(),
-                    });
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    fn eval(&self, field: &Field) -> Option<String> {
-        field.exprs.iter().find_map(|e| match e {
-            Expr::Pointer(p) => crate::json_pointer::get(self.root, p).and_then(text_of),
-            Expr::Header(h) => self.headers.get(h).filter(|v| !v.is_empty()).map(str::to_owned),
-            Expr::Literal(l) => Some(l.clone()),
-            Expr::Template(pieces) => self.render(pieces, &|_| None),
-        })
-    }
-}
-
-fn missing(field: &Field) -> ParseError {
-    ParseError::Field(field.written.clone())
-}
-
-/// An amount in minor units from its text: digits (minor), or a decimal scaled by the currency's exponent (major).
-fn amount_minor(text: &str, unit: AmountUnit, currency: &Currency) -> Result<i64, ParseError> {
-    let invalid = |reason| ParseError::Invalid(InvalidValue { field: "amount", reason });
-    match unit {
-        AmountUnit::Minor => {
-            let digits = text.strip_suffix(".0").unwrap_or(text);
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(invalid("must be a whole number of minor units (amount_unit = \"minor\")"));
-            }
-            digits.parse().map_err(|_| invalid("is too large"))
-        }
-        AmountUnit::Major => Ok(decimal_to_minor(text, currency_exponent(currency))?),
-    }
-}
-
-/// A time from its text: unix seconds, unix milliseconds (above 10^12), or an ISO 8601 date-time.
-fn time_of(text: &str) -> Option<i64> {
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        let n: i64 = text.parse().ok()?;
-        return Some(if n > 1_000_000_000_000 { n / 1000 } else { n });
-    }
-    parse_iso8601(text)
 }
 
 impl DeclaredFormat {

@@ -20,7 +20,7 @@ use super::common::{Envelope, ended_status, int_at, money_at, opt_int_at, opt_st
 use super::{Outgoing, ParseError};
 use crate::billing::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::event::{CustomerId, Effect, Event, EventId, InvoiceId, OrderAction, OrderId, SubscriptionId};
-use crate::signature::Headers;
+use crate::request::Headers;
 use serde_json::Value;
 
 pub(super) fn parse(headers: &(impl Headers + ?Sized), root: &Value) -> Result<Event, ParseError> {

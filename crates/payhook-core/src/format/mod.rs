@@ -21,13 +21,11 @@ mod paystack;
 mod shopify;
 mod stripe;
 
-pub use declared::{
-    Accepted, AmountUnit, DeclaredFormat, EffectSpec, FormatSpec, FormatSpecError, SignedParts, ValueSpec,
-};
+pub use declared::{Accepted, AmountUnit, DeclaredFormat, EffectSpec, FormatSpec, FormatSpecError, ValueSpec};
 pub use example::{ExampleSpec, ExampleVars, RenderedExample};
 
 use crate::event::{Event, InvalidValue, OrderAction};
-use crate::signature::Headers;
+use crate::request::Headers;
 use serde_json::Value;
 use std::sync::Arc;
 

@@ -34,7 +34,7 @@
 use super::common::{currency_exponent, decimal_to_minor, id_at, minor_to_decimal, opt_str_at, str_at, timestamp_at};
 use super::{Outgoing, ParseError};
 use crate::event::{Currency, Effect, Event, EventId, InvalidValue, Money, OrderAction, OrderId};
-use crate::signature::Headers;
+use crate::request::Headers;
 use crate::time::{parse_iso8601, rfc3339};
 use serde_json::Value;
 

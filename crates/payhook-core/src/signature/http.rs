@@ -13,9 +13,10 @@ use base64::engine::general_purpose::STANDARD;
 use sha2::{Digest as _, Sha256, Sha512};
 
 use super::ed25519::Ed25519Key;
+use super::key::LENIENT_BASE64;
 use super::mac::KeyedMac;
 use super::structured::{self, BareItem, Member, Parameters};
-use super::{Headers, HmacAlgorithm, Key, LENIENT_BASE64, VerifyError};
+use super::{Headers, HmacAlgorithm, Key, VerifyError};
 
 /// The derived components (RFC 9421 §2.2) that payhook can rebuild; others are refused as malformed.
 pub const DERIVED_COMPONENTS: [&str; 7] =

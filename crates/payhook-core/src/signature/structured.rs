@@ -7,7 +7,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::LENIENT_BASE64;
+use super::key::LENIENT_BASE64;
 
 /// Most members accepted in one dictionary.
 pub const MAX_MEMBERS: usize = 32;

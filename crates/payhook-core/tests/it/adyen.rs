@@ -2,7 +2,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::signature::{KeyError, Scheme, Secret, Verified, Verifier, VerifyError, adyen_signing_string};
+use payhook_core::signature::{KeyError, Scheme, Secret, Verifier, VerifyError, adyen_signing_string};
 use serde_json::{Value, json};
 
 use crate::verifier;
@@ -68,8 +68,8 @@ fn the_signing_string_joins_the_eight_fields_with_colons_and_blanks_missing_ones
 fn a_signed_notification_verifies_and_reports_no_delivery_id_or_timestamp() {
     let body = adyen().adyen_sign_body(&notification(&[item(FIELDS)])).unwrap();
     assert_eq!(
-        adyen().verify(&[("content-type", "application/json")], &body, 0),
-        Ok(Verified { secret_index: 0, delivery_id: None, timestamp: None, nonce: None })
+        crate::seen(adyen().verify(&[("content-type", "application/json")], &body, 0)),
+        Ok(crate::Seen { secret_index: 0, delivery_id: None, timestamp: None, nonce: None })
     );
     assert_eq!(signatures(&body), ["Ny9gS2veKo5E4w8/OL6xz1/wvT/hYkAXy1xNc/QvO4I="]);
 }
@@ -93,8 +93,8 @@ fn each_item_may_match_a_different_configured_secret() {
     let mixed = json!({ "live": "false", "notificationItems": [a["notificationItems"][0], b["notificationItems"][0]] });
     let both = verifier(Scheme::Adyen, &[OTHER_KEY, KEY]);
     assert_eq!(
-        both.verify(&[("x", "y")], mixed.to_string().as_bytes(), 0),
-        Ok(Verified { secret_index: 1, delivery_id: None, timestamp: None, nonce: None })
+        crate::seen(both.verify(&[("x", "y")], mixed.to_string().as_bytes(), 0)),
+        Ok(crate::Seen { secret_index: 1, delivery_id: None, timestamp: None, nonce: None })
     );
     assert_eq!(adyen().verify(&[("x", "y")], mixed.to_string().as_bytes(), 0), Err(VerifyError::Mismatch));
 }

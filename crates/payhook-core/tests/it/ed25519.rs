@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::signature::{KeyError, Scheme, Secret, Verified, Verifier, VerifyError};
+use payhook_core::signature::{KeyError, Scheme, Secret, Verifier, VerifyError};
 
 use crate::{header, set_header, verifier};
 
@@ -27,8 +27,8 @@ fn whpk() -> String {
     format!("whpk_{}", b64_of_hex(PUBLIC_HEX))
 }
 
-fn ok(secret_index: usize, id: &str) -> Result<Verified, VerifyError> {
-    Ok(Verified { secret_index, delivery_id: Some(id.into()), timestamp: Some(NOW), nonce: None })
+fn ok(secret_index: usize, id: &str) -> Result<crate::Seen, VerifyError> {
+    Ok(crate::Seen { secret_index, delivery_id: Some(id.into()), timestamp: Some(NOW), nonce: None })
 }
 
 #[test]
@@ -36,15 +36,15 @@ fn a_private_key_signs_v1a_and_its_public_key_verifies_it() {
     let headers = verifier(Scheme::StandardWebhooks, &[&whsk()]).sign(BODY, NOW, "msg_1");
     let signature = header(&headers, "webhook-signature");
     assert!(signature.starts_with("v1a,") && signature.len() == 4 + 88, "{signature}");
-    assert_eq!(verifier(Scheme::StandardWebhooks, &[&whpk()]).verify(&headers, BODY, NOW), ok(0, "msg_1"));
-    assert_eq!(verifier(Scheme::StandardWebhooks, &[&whsk()]).verify(&headers, BODY, NOW), ok(0, "msg_1"));
+    assert_eq!(crate::seen(verifier(Scheme::StandardWebhooks, &[&whpk()]).verify(&headers, BODY, NOW)), ok(0, "msg_1"));
+    assert_eq!(crate::seen(verifier(Scheme::StandardWebhooks, &[&whsk()]).verify(&headers, BODY, NOW)), ok(0, "msg_1"));
 }
 
 #[test]
 fn the_64_byte_private_key_form_with_its_public_half_is_accepted() {
     let long = format!("whsk_{}", STANDARD.encode(hex::decode(format!("{SEED_HEX}{PUBLIC_HEX}")).unwrap()));
     let headers = verifier(Scheme::StandardWebhooks, &[&long]).sign(BODY, NOW, "msg_1");
-    assert_eq!(verifier(Scheme::StandardWebhooks, &[&whpk()]).verify(&headers, BODY, NOW), ok(0, "msg_1"));
+    assert_eq!(crate::seen(verifier(Scheme::StandardWebhooks, &[&whpk()]).verify(&headers, BODY, NOW)), ok(0, "msg_1"));
 }
 
 #[test]
@@ -68,13 +68,13 @@ fn a_mixed_verifier_matches_v1_to_symmetric_and_v1a_to_ed25519_secrets() {
     let mixed = verifier(Scheme::StandardWebhooks, &[SYMMETRIC, &whpk()]);
     let v1 = verifier(Scheme::StandardWebhooks, &[SYMMETRIC]).sign(BODY, NOW, "msg_1");
     let v1a = verifier(Scheme::StandardWebhooks, &[&whsk()]).sign(BODY, NOW, "msg_2");
-    assert_eq!(mixed.verify(&v1, BODY, NOW), ok(0, "msg_1"));
-    assert_eq!(mixed.verify(&v1a, BODY, NOW), ok(1, "msg_2"));
+    assert_eq!(crate::seen(mixed.verify(&v1, BODY, NOW)), ok(0, "msg_1"));
+    assert_eq!(crate::seen(mixed.verify(&v1a, BODY, NOW)), ok(1, "msg_2"));
     // Both in one header, as a sender migrating to Ed25519 sends them.
     let mut both = v1a.clone();
     let combined = format!("{} {}", header(&v1a, "webhook-signature"), "v1,AAAA");
     set_header(&mut both, "webhook-signature", combined);
-    assert_eq!(mixed.verify(&both, BODY, NOW), ok(1, "msg_2"));
+    assert_eq!(crate::seen(mixed.verify(&both, BODY, NOW)), ok(1, "msg_2"));
 }
 
 #[test]
@@ -106,7 +106,7 @@ fn v1a_signatures_obey_the_tolerance_and_the_svix_header_names() {
     let v = verifier(Scheme::StandardWebhooks, &[&whpk()]);
     assert_eq!(v.verify(&signed, BODY, NOW + 301), Err(VerifyError::Stale { delta_secs: 301, tolerance_secs: 300 }));
     let svix: Vec<(String, String)> = signed.into_iter().map(|(k, v)| (k.replace("webhook-", "svix-"), v)).collect();
-    assert_eq!(v.verify(&svix, BODY, NOW), ok(0, "msg_svix"));
+    assert_eq!(crate::seen(v.verify(&svix, BODY, NOW)), ok(0, "msg_svix"));
 }
 
 #[test]

@@ -166,8 +166,8 @@ fn an_hmac_signed_request_passes_the_full_policy_and_surfaces_its_nonce() {
     let v = http(&[HMAC_SECRET]);
     let headers = signed(&v, BODY, NOW, Some("msg_1"));
     assert_eq!(
-        check(&v, &headers, "/webhooks/payments", BODY, NOW + 10),
-        Ok(Verified {
+        crate::seen(check(&v, &headers, "/webhooks/payments", BODY, NOW + 10)),
+        Ok(crate::Seen {
             secret_index: 0,
             delivery_id: None,
             timestamp: Some(NOW),
@@ -186,7 +186,7 @@ fn an_ed25519_signed_request_verifies_with_the_public_key_and_without_a_nonce() 
     let headers = signed(&http(&[ED_PRIVATE]), BODY, NOW, None);
     let v = http(&[HMAC_SECRET, ED_PUBLIC]);
     let outcome = check(&v, &headers, "/webhooks/payments", BODY, NOW).unwrap();
-    assert_eq!((outcome.secret_index, outcome.nonce), (1, None));
+    assert_eq!((outcome.secret_index(), outcome.nonce()), (1, None));
     assert!(http(&[ED_PUBLIC]).sign_request(&parts(&[], "/"), BODY, NOW, None).is_empty());
 }
 
@@ -209,7 +209,7 @@ fn a_later_expires_extends_how_long_the_nonce_must_be_kept() {
     let sig = STANDARD.encode(hmac::Mac::finalize(mac).into_bytes());
     replace(&mut all, "signature", format!("sig1=:{sig}:"));
     let outcome = check(&v, &all, "/webhooks/payments", BODY, NOW).unwrap();
-    assert_eq!(outcome.nonce.map(|n| n.expires_at), Some(NOW + 3600));
+    assert_eq!(outcome.nonce().map(|n| n.expires_at), Some(NOW + 3600));
     assert_eq!(
         check(&v, &all, "/webhooks/payments", BODY, NOW + 3601),
         Err(VerifyError::Stale { delta_secs: 3601, tolerance_secs: 300 })
@@ -277,7 +277,7 @@ fn a_signature_covering_only_the_body_is_refused_by_default_and_one_covering_the
     assert!(check(&lax, &body_only, "/webhooks/refunds", BODY, NOW).is_ok(), "replayable elsewhere");
 
     let defaults = signed_covering(&["@method", "@authority", "@path", "content-digest"], "/webhooks/payments");
-    assert_eq!(check(&v, &defaults, "/webhooks/payments", BODY, NOW).map(|ok| ok.secret_index), Ok(0));
+    assert_eq!(check(&v, &defaults, "/webhooks/payments", BODY, NOW).map(|ok| ok.secret_index()), Ok(0));
     assert_eq!(check(&v, &defaults, "/webhooks/refunds", BODY, NOW), Err(VerifyError::Mismatch), "tied to its path");
     let missing_path = signed_covering(&["@method", "@authority", "content-digest"], "/webhooks/payments");
     assert_eq!(

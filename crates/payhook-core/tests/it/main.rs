@@ -14,6 +14,7 @@
 //! * `forgery`: every part of a valid delivery changed one at a time, for every scheme, format and preset:
 //!   refused, unreadable, ignored or the same effect, never another order, amount, type or status.
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
+//! * `layers`: `signature` never imports `format`; `request` and `template` import neither.
 
 mod adyen;
 mod candidates;
@@ -23,13 +24,34 @@ mod forgery;
 mod fuzz;
 mod http_signatures;
 mod json_pointer;
+mod layers;
 mod named;
 mod not_after;
 mod props;
 mod units;
 mod vectors;
 
-use payhook_core::signature::{Encoding, HmacAlgorithm, Scheme, Secret, Verifier};
+use payhook_core::signature::{Encoding, HmacAlgorithm, Nonce, Scheme, Secret, Verified, Verifier, VerifyError};
+
+/// What a verification reported, as plain data a test can write out: a [`Verified`] itself only comes from a
+/// verifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub secret_index: usize,
+    pub delivery_id: Option<String>,
+    pub timestamp: Option<i64>,
+    pub nonce: Option<Nonce>,
+}
+
+/// A verification's result as [`Seen`].
+pub fn seen(result: Result<Verified, VerifyError>) -> Result<Seen, VerifyError> {
+    result.map(|v| Seen {
+        secret_index: v.secret_index(),
+        delivery_id: v.delivery_id().map(str::to_owned),
+        timestamp: v.timestamp(),
+        nonce: v.nonce().cloned(),
+    })
+}
 
 /// GitHub's `X-Hub-Signature-256: sha256=<hex>` configuration.
 pub fn github_scheme() -> Scheme {

@@ -1,6 +1,6 @@
 //! The named body-HMAC providers: GitHub, Paystack and Shopify.
 
-use payhook_core::signature::{Scheme, Verified, VerifyError};
+use payhook_core::signature::{Scheme, VerifyError};
 
 use crate::{github_scheme, header, paystack_scheme, shopify_scheme, verifier};
 
@@ -34,12 +34,16 @@ fn github_and_shopify_report_their_delivery_header_as_the_delivery_id() {
         let v = verifier(scheme.clone(), &["s"]);
         let headers = v.sign(BODY, 0, "d-42");
         assert_eq!(
-            v.verify(&headers, BODY, 0),
-            Ok(Verified { secret_index: 0, delivery_id: Some("d-42".into()), timestamp: None, nonce: None }),
+            crate::seen(v.verify(&headers, BODY, 0)),
+            Ok(crate::Seen { secret_index: 0, delivery_id: Some("d-42".into()), timestamp: None, nonce: None }),
             "{scheme:?}"
         );
         let signature_only = &headers[..1];
-        assert_eq!(v.verify(signature_only, BODY, 0).map(|ok| ok.delivery_id), Ok(None), "{scheme:?}");
+        assert_eq!(
+            v.verify(signature_only, BODY, 0).map(|ok| ok.delivery_id().map(str::to_owned)),
+            Ok(None),
+            "{scheme:?}"
+        );
     }
 }
 

@@ -26,7 +26,7 @@ fn signed_with(scheme: Scheme, secret: &str, now: i64) -> Vec<(String, String)> 
 }
 
 fn index(r: Result<Verified, VerifyError>) -> Result<usize, VerifyError> {
-    r.map(|v| v.secret_index)
+    r.map(|v| v.secret_index())
 }
 
 #[test]

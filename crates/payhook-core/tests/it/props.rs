@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::signature::{Encoding, RequestParts, Scheme, Secret, Verified, Verifier, VerifyError};
+use payhook_core::signature::{Encoding, RequestParts, Scheme, Secret, Verifier, VerifyError};
 use proptest::prelude::*;
 
 use crate::{github_scheme, header, paystack_scheme, set_header, shopify_scheme};
@@ -69,8 +69,8 @@ impl Kind {
         (head, mac, encoding)
     }
 
-    fn expected(self, now: i64, msg_id: &str, secret_index: usize) -> Verified {
-        Verified {
+    fn expected(self, now: i64, msg_id: &str, secret_index: usize) -> crate::Seen {
+        crate::Seen {
             secret_index,
             delivery_id: matches!(
                 self,
@@ -170,7 +170,7 @@ proptest! {
         let v = build(kind, &[&secret]);
         let headers = v.sign(&body, now, &msg_id);
         prop_assert_eq!(
-            v.verify(&headers[..], &body, now + skew),
+            crate::seen(v.verify(&headers[..], &body, now + skew)),
             Ok(kind.expected(now, &msg_id, 0))
         );
     }
@@ -288,11 +288,11 @@ proptest! {
         prop_assume!(!same_key);
         let headers = signer.sign(&body, now, &msg_id);
         prop_assert_eq!(
-            build(kind, &[&wrong, &right]).verify(&headers[..], &body, now),
+            crate::seen(build(kind, &[&wrong, &right]).verify(&headers[..], &body, now)),
             Ok(kind.expected(now, &msg_id, 1))
         );
         prop_assert_eq!(
-            build(kind, &[&right, &wrong]).verify(&headers[..], &body, now),
+            crate::seen(build(kind, &[&right, &wrong]).verify(&headers[..], &body, now)),
             Ok(kind.expected(now, &msg_id, 0))
         );
         prop_assert_eq!(
@@ -401,7 +401,7 @@ proptest! {
         owned.extend(added.iter().map(|(k, x)| (k.as_str(), x.as_str())));
         let request = RequestParts { headers: &owned, ..parts };
         let verified = v.verify(&request, &body, now + skew);
-        prop_assert_eq!(verified.as_ref().map(|ok| (ok.timestamp, ok.nonce.as_ref().map(|n| n.value.clone()))),
+        prop_assert_eq!(verified.as_ref().map(|ok| (ok.timestamp(), ok.nonce().map(|n| n.value.clone()))),
             Ok((Some(now), nonce.clone())));
 
         let mut flipped = body.clone();

@@ -1,9 +1,7 @@
 //! Targeted behaviour: error kinds and their order, header aliases, rotation
 //! in a single header, key validation and redaction.
 
-use payhook_core::signature::{
-    Encoding, Headers, HmacAlgorithm, KeyError, Scheme, Secret, Verified, Verifier, VerifyError,
-};
+use payhook_core::signature::{Encoding, Headers, HmacAlgorithm, KeyError, Scheme, Secret, Verifier, VerifyError};
 
 use crate::{github_scheme, header, set_header, shopify_scheme, verifier};
 
@@ -72,8 +70,8 @@ fn standard_webhooks_accepts_svix_header_names_in_any_case() {
     let svix: Vec<(String, String)> =
         signed.into_iter().map(|(k, v)| (k.replace("webhook-", "Svix-").to_uppercase(), v)).collect();
     assert_eq!(
-        standard().verify(&svix, BODY, NOW),
-        Ok(Verified { secret_index: 0, delivery_id: Some("msg_svix".into()), timestamp: Some(NOW), nonce: None })
+        crate::seen(standard().verify(&svix, BODY, NOW)),
+        Ok(crate::Seen { secret_index: 0, delivery_id: Some("msg_svix".into()), timestamp: Some(NOW), nonce: None })
     );
 }
 
@@ -93,8 +91,8 @@ fn stripe_accepts_a_second_v1_signature_during_rotation() {
     let good = stripe_v1(&stripe());
     let value = format!("t={NOW},v1={},v1={good},v0=abc", "0".repeat(64));
     assert_eq!(
-        stripe().verify(&stripe_header(&value), BODY, NOW),
-        Ok(Verified { secret_index: 0, delivery_id: None, timestamp: Some(NOW), nonce: None })
+        crate::seen(stripe().verify(&stripe_header(&value), BODY, NOW)),
+        Ok(crate::Seen { secret_index: 0, delivery_id: None, timestamp: Some(NOW), nonce: None })
     );
 }
 
@@ -214,8 +212,8 @@ fn generic_hmac_ignores_the_clock() {
     let v = verifier(github_scheme(), &["secret"]);
     let headers = v.sign(BODY, 0, "");
     assert_eq!(
-        v.verify(&headers, BODY, i64::MAX),
-        Ok(Verified { secret_index: 0, delivery_id: None, timestamp: None, nonce: None })
+        crate::seen(v.verify(&headers, BODY, i64::MAX)),
+        Ok(crate::Seen { secret_index: 0, delivery_id: None, timestamp: None, nonce: None })
     );
 }
 

@@ -49,6 +49,7 @@ impl IngestCall {
     /// with its reason, an order event `processed` unless applying its effect says otherwise; a billing event is
     /// recorded by the batch function and applied after it, in the same transaction.
     pub(crate) fn new(d: Delivery, routing: &Routing) -> Result<Self, StoreError> {
+        let d = d.into_parts();
         let forward = routing.forwards.get(d.source.as_str()).filter(|sinks| !sinks.is_empty()).map(|sinks| {
             let event = match &d.parsed {
                 Parsed::Event(e) => Some(e),

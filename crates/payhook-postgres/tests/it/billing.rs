@@ -32,7 +32,7 @@ async fn payments_racing_a_subscriptions_end_on_three_instances_grant_once_and_a
             let mut paid =
                 invoice_event(&format!("evt_m{k}_{j}"), &format!("in_m{k}"), Some("sub_m"), InvoiceAction::Paid, 150);
             if j % 2 == 1
-                && let Parsed::Event(e) = &mut paid.parsed
+                && let Parsed::Event(e) = &mut paid.parts_mut().parsed
             {
                 e.business_key = format!("invoice.paid:in_m{k}:{j}");
             }
@@ -92,13 +92,13 @@ async fn a_billing_dead_letter_is_replayed_under_its_lock_once_its_subscription_
     let created = subscription_event("evt_rc", "sub_r", SubscriptionAction::Created, "active", 100, true);
     assert_eq!(ingest(&store, created).await, processed());
 
-    let id = update.parsed.event_id().clone();
-    let replayed = store.replay(&source(), &id, update.parsed.clone(), T0 + 10_000_002).await.expect("replay");
+    let id = update.parsed().event_id().clone();
+    let replayed = store.replay(&source(), &id, update.parsed().clone(), T0 + 10_000_002).await.expect("replay");
     assert_eq!(replayed, Replayed::Done(processed()));
     let view = subscription_view(&store, "sub_r").await;
     assert_eq!((view.status.as_str(), view.event_id.as_str()), ("past_due", "evt_ru"));
     assert_eq!(view.history.len(), 2, "{:?}", view.history);
-    let again = store.replay(&source(), &id, update.parsed, T0 + 10_000_003).await.expect("replay");
+    let again = store.replay(&source(), &id, update.parsed().clone(), T0 + 10_000_003).await.expect("replay");
     assert_eq!(again, Replayed::NotDeadLetter(Outcome::Processed));
     assert_eq!(outbox_count(&store, "subscription.updated").await, 2);
 }

@@ -39,7 +39,7 @@ async fn until_waiting(store: &TempStore, side: &tokio_postgres::Client, n: i64)
 }
 
 async fn not_stored(store: &TempStore, delivery: &Delivery) {
-    let stored = store.event(&source(), delivery.parsed.event_id()).await.expect("event");
+    let stored = store.event(&source(), delivery.parsed().event_id()).await.expect("event");
     assert_eq!(stored, None, "nothing of the failed delivery may be stored");
 }
 

@@ -117,7 +117,7 @@ async fn overlapping_batches_of_three_instances_apply_every_fact_once_without_de
         fastrand::shuffle(&mut mine);
         for d in mine {
             let store = Arc::clone(store);
-            tasks.spawn(async move { (d.parsed.event_id().as_str().to_owned(), store.ingest(d).await) });
+            tasks.spawn(async move { (d.parsed().event_id().as_str().to_owned(), store.ingest(d).await) });
         }
     }
     let mut processed = std::collections::HashMap::<String, usize>::new();
@@ -248,7 +248,7 @@ async fn concurrent_replays_of_one_dead_letter_from_several_instances_apply_it_o
     // One attempt: a payment for an order that does not exist is dead-lettered on arrival.
     let stores = routed_instances(&schema, 4, RetryPolicy { max_attempts: 1, ..test_policy() }).await;
     let early = pay("evt_rp", "ord_rp", 100, T0);
-    let parsed = early.parsed.clone();
+    let parsed = early.parsed().clone();
     assert_eq!(stores[0].ingest(early).await.expect("ingest").outcome, Outcome::DeadLettered);
     register_new(&*stores[1], new_order("ord_rp", 100, T0 + 1)).await;
 
@@ -299,7 +299,7 @@ async fn overlapping_batches_with_dead_letters_and_alerts_on_three_instances_nev
         fastrand::shuffle(&mut mine);
         for d in mine {
             let store = Arc::clone(store);
-            tasks.spawn(async move { (d.parsed.event_id().as_str().to_owned(), store.ingest(d).await) });
+            tasks.spawn(async move { (d.parsed().event_id().as_str().to_owned(), store.ingest(d).await) });
         }
     }
     let mut first = std::collections::HashMap::<String, Outcome>::new();

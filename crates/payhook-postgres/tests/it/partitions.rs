@@ -107,7 +107,7 @@ async fn days_past_the_key_retention_are_dropped_whole_and_dead_letters_and_defe
     assert_eq!(partition_of(&side, "evt_0_0").await, day_name(&side, 0).await, "a delivery lands in its day");
     // A dead letter whose bytes parse once replayed, on day 0; an early payment on day 1, deferred.
     let good = pay("evt_late", "ord_late", 100, D0 + 2_000);
-    let dead = ingest(&store, unparseable("sha256:late", &good.raw_body, "format was broken", D0 + 2_000)).await;
+    let dead = ingest(&store, unparseable("sha256:late", good.raw_body(), "format was broken", D0 + 2_000)).await;
     assert_eq!(dead.outcome, Outcome::DeadLettered);
     let early = ingest(&store, pay("evt_early", "ord_early", 100, D0 + DAY + 2_000)).await;
     assert_eq!(early.outcome, Outcome::Deferred);
@@ -151,7 +151,7 @@ async fn days_past_the_key_retention_are_dropped_whole_and_dead_letters_and_defe
     assert_eq!(partition_of(&side, "evt_early").await, "inbox_held");
     assert_eq!(event_view(&store, "sha256:late").await.status, Outcome::DeadLettered);
     register_new(&store, new_order("ord_late", 100, now)).await;
-    let replayed = store.replay(&source(), &event_id("sha256:late"), good.parsed, now).await.expect("replay");
+    let replayed = store.replay(&source(), &event_id("sha256:late"), good.parsed().clone(), now).await.expect("replay");
     assert_eq!(replayed, Replayed::Done(processed()));
     assert_eq!(event_view(&store, "evt_late").await.status, Outcome::Processed);
     register_new(&store, new_order("ord_early", 100, now)).await;

@@ -198,7 +198,7 @@ async fn deliveries<S: Store>(
             });
         }
     };
-    if let Some(nonce) = &verified.nonce {
+    if let Some(nonce) = verified.nonce() {
         let claim = NonceClaim {
             keyid: nonce.keyid.clone(),
             nonce: nonce.value.clone(),
@@ -219,7 +219,7 @@ async fn deliveries<S: Store>(
         }
     }
 
-    let verification = format!("{} (secret #{})", src.settings.verifier.scheme().name(), verified.secret_index);
+    let verification = format!("{} (secret #{})", src.settings.verifier.scheme().name(), verified.secret_index());
     // A provider that does not sign its body is confirmed from its API: the effect is read from its answer about the
     // signed resource, and that answer is what is stored (the unsigned notification decides nothing).
     let (raw_body, parsed, verification) = match &src.confirmer {
@@ -232,23 +232,26 @@ async fn deliveries<S: Store>(
                 }
                 Answer::Unreadable { answer, reason } => {
                     let kept = if answer.is_empty() { body.to_vec() } else { answer };
-                    let event_id = derived_event_id(verified.delivery_id.as_deref(), &kept);
+                    let event_id = derived_event_id(verified.delivery_id(), &kept);
                     (kept, vec![Parsed::Unparseable { event_id, reason }], verification)
                 }
             }
         }
-        None => (body.to_vec(), parse(src, &parts, &body, verified.delivery_id.as_deref()), verification),
+        None => (body.to_vec(), parse(src, &parts, &body, verified.delivery_id()), verification),
     };
     let received = received_headers(headers, src.settings.verifier.secret_header());
     let deliveries: Vec<Delivery> = parsed
         .into_iter()
-        .map(|parsed| Delivery {
-            source: src.settings.name.clone(),
-            received_at_ms,
-            parsed,
-            raw_body: raw_body.clone(),
-            headers: received.clone(),
-            verification: verification.clone(),
+        .map(|parsed| {
+            Delivery::verified(
+                &verified,
+                src.settings.name.clone(),
+                received_at_ms,
+                parsed,
+                raw_body.clone(),
+                received.clone(),
+                verification.clone(),
+            )
         })
         .collect();
     Ok(deliveries)
@@ -284,14 +287,14 @@ async fn record_all<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> Resu
     if deliveries.len() == 1
         && let Some(delivery) = deliveries.pop()
     {
-        let event_id = delivery.parsed.event_id().as_str().to_owned();
+        let event_id = delivery.parsed().event_id().as_str().to_owned();
         return Ok(vec![(0, event_id, store.ingest(delivery).await)]);
     }
     let mut pending = tokio::task::JoinSet::new();
     for (index, delivery) in deliveries.into_iter().enumerate() {
         let store = Arc::clone(store);
         pending.spawn(async move {
-            let event_id = delivery.parsed.event_id().as_str().to_owned();
+            let event_id = delivery.parsed().event_id().as_str().to_owned();
             (index, event_id, store.ingest(delivery).await)
         });
     }

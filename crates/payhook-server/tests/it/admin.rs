@@ -338,14 +338,14 @@ async fn an_unparseable_dead_letter_is_reparsed_from_its_stored_bytes_with_the_s
 async fn a_dead_letter_of_a_source_no_longer_configured_is_refused_with_422() {
     let app = TestApp::spawn().await;
     let legacy = SourceName::parse("legacy").unwrap();
-    let delivery = Delivery {
+    let delivery = Delivery::unverified_for_tests(payhook_store::DeliveryParts {
         source: legacy,
         received_at_ms: now_ms(),
         parsed: Parsed::Unparseable { event_id: EventId::parse("evt_old").unwrap(), reason: "format bug".into() },
         raw_body: b"{}".to_vec(),
         headers: ReceivedHeaders::new(),
         verification: "hmac (secret #0)".into(),
-    };
+    });
     assert_eq!(app.store.ingest(delivery).await.unwrap().outcome, Outcome::DeadLettered);
 
     let reply = post(&app, "/v1/events/legacy/evt_old/replay", json!({})).await;

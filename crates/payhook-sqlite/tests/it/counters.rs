@@ -93,7 +93,7 @@ async fn a_recount_reports_and_corrects_counters_that_drifted() {
 
     let recounted = store.recount().await.expect("recount");
     let drift: Vec<(&str, &str, i64, i64)> =
-        recounted.drift.iter().map(|d| (d.key.table.as_str(), d.key.status.as_str(), d.kept, d.counted)).collect();
+        recounted.drift.iter().map(|d| (d.key.table().as_str(), d.key.status(), d.kept, d.counted)).collect();
     assert_eq!(drift, [("inbox", "processed", 205, 200), ("orders", "paid", 0, 200)]);
     assert_eq!(stats(&store).await, right, "corrected");
     assert_eq!(store.recount().await.expect("recount").drift, [], "nothing left to correct");

@@ -38,7 +38,7 @@ fn assert_injected(result: Result<payhook_store::Recorded, StoreError>) {
 }
 
 async fn assert_not_stored<S: Store>(store: &S, delivery: &Delivery) {
-    let stored = store.event(&source(), delivery.parsed.event_id()).await.expect("event");
+    let stored = store.event(&source(), delivery.parsed().event_id()).await.expect("event");
     assert_eq!(stored, None, "nothing of the failed event may be stored");
 }
 
@@ -157,7 +157,7 @@ async fn a_failed_commit_answers_every_job_of_its_batch_with_an_error_and_keeps_
             Ok(recorded) => {
                 assert_eq!(recorded, processed(), "{order}");
                 assert_eq!((view.status, view.outbox.len()), (OrderStatus::Paid, 1), "{order} was acknowledged");
-                assert_eq!(event_view(&store, delivery.parsed.event_id().as_str()).await.status, Outcome::Processed);
+                assert_eq!(event_view(&store, delivery.parsed().event_id().as_str()).await.status, Outcome::Processed);
             }
             Err(StoreError::Unavailable(_)) => {
                 assert_not_stored(&store, delivery).await;
@@ -167,7 +167,7 @@ async fn a_failed_commit_answers_every_job_of_its_batch_with_an_error_and_keeps_
             Err(other) => panic!("{order}: unexpected {other:?}"),
         }
     }
-    assert!(failed.iter().any(|d| d.parsed.event_id().as_str() == "evt_bad"), "the poisoned event cannot commit");
+    assert!(failed.iter().any(|d| d.parsed().event_id().as_str() == "evt_bad"), "the poisoned event cannot commit");
     assert!(failed.len() > N / 2, "bad's batch-mates share its fate: only {} failed", failed.len());
     counters_equal_a_full_count(&store).await;
 

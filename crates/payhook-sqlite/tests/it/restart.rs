@@ -214,7 +214,7 @@ async fn payloads_stored_in_the_inbox_rows_are_read_replayed_and_cleared_in_plac
                  VALUES ('shop', 'evt_old', 'processed', {T0}, {T0}, 'hmac', '{headers}', x'6f6c6420626f6479'),
                         ('shop', 'sha256:p1', 'dead_lettered', {T0}, {T0}, 'hmac', '{headers}', x'{body}');",
             headers = headers().to_json(),
-            body = paid.raw_body.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+            body = paid.raw_body().iter().map(|b| format!("{b:02x}")).collect::<String>(),
         ),
     );
     let store = reopen(&path);
@@ -230,7 +230,7 @@ async fn payloads_stored_in_the_inbox_rows_are_read_replayed_and_cleared_in_plac
     let new = pay("evt_new", "ord_n", 100, T0 + 1);
     assert_eq!(ingest(&store, new.clone()).await, processed());
     let view = event_view(&store, "evt_new").await;
-    assert_eq!((&view.raw_body, &view.headers), (&new.raw_body, &headers()));
+    assert_eq!((view.raw_body.as_slice(), &view.headers), (new.raw_body(), &headers()));
     let (apart, inline): (i64, i64) = side
         .query_row(
             "SELECT (SELECT length(body) FROM inbox_payloads WHERE inbox_id = i.id), length(i.body)
@@ -239,7 +239,7 @@ async fn payloads_stored_in_the_inbox_rows_are_read_replayed_and_cleared_in_plac
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .expect("row");
-    assert_eq!((apart, inline), (new.raw_body.len() as i64, 0));
+    assert_eq!((apart, inline), (new.raw_body().len() as i64, 0));
     // An older process on the same file deletes inbox rows knowing nothing of `inbox_payloads`: the payload goes
     // with its row all the same.
     register_new(&store, new_order("ord_d", 100, T0)).await;
@@ -250,9 +250,10 @@ async fn payloads_stored_in_the_inbox_rows_are_read_replayed_and_cleared_in_plac
 
     // An old dead letter replayed under its real id keeps its bytes.
     register_new(&store, new_order("ord_p", 100, T0)).await;
-    let replayed = store.replay(&source(), &event_id("sha256:p1"), paid.parsed.clone(), T0 + 2).await.expect("replay");
+    let replayed =
+        store.replay(&source(), &event_id("sha256:p1"), paid.parsed().clone(), T0 + 2).await.expect("replay");
     assert_eq!(replayed, Replayed::Done(processed()));
-    assert_eq!(event_view(&store, "evt_p1").await.raw_body, paid.raw_body);
+    assert_eq!(event_view(&store, "evt_p1").await.raw_body, paid.raw_body());
 
     // Payload retention clears both kinds.
     let request = PruneRequest {

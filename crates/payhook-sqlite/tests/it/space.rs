@@ -146,7 +146,7 @@ async fn clearing_the_payloads_of_small_deliveries_gives_back_about_their_size()
         let mut tasks = tokio::task::JoinSet::new();
         for i in wave * 200..(wave + 1) * 200 {
             let delivery = small_delivery(i);
-            payload_bytes += (delivery.raw_body.len() + delivery.headers.to_json().len()) as u64;
+            payload_bytes += (delivery.raw_body().len() + delivery.headers().to_json().len()) as u64;
             let store = Arc::clone(&store);
             tasks.spawn(async move { store.ingest(delivery).await.expect("ingest").outcome });
         }
@@ -184,7 +184,7 @@ async fn clearing_the_payloads_of_small_deliveries_gives_back_about_their_size()
                 .expect("prepare");
             for i in 0..SMALL_EVENTS {
                 let d = small_delivery(i);
-                let args = rusqlite::params![format!("evt_small_{i}"), T0 + i, d.headers.to_json(), d.raw_body];
+                let args = rusqlite::params![format!("evt_small_{i}"), T0 + i, d.headers().to_json(), d.raw_body()];
                 insert.execute(args).expect("insert");
             }
         }

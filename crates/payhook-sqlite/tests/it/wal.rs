@@ -43,7 +43,7 @@ async fn write_load(store: &TempStore, prefix: &str, count: usize, every: Durati
     for i in 0..count {
         tick.tick().await;
         let mut d = ignored(&format!("{prefix}_{i}"), "customer.updated", T0 + i as i64);
-        d.raw_body = vec![b'x'; 4096];
+        d.parts_mut().raw_body = vec![b'x'; 4096];
         let started = Instant::now();
         store.ingest(d).await.expect("ingest");
         slowest = slowest.max(started.elapsed());

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 /// A delivery of an already-normalized event, as any payload format would produce it.
 pub fn event_delivery(id: &str, event_type: &str, occurred_at: i64, business_key: String, effect: Effect) -> Delivery {
-    Delivery {
+    Delivery::unverified_for_tests(crate::DeliveryParts {
         source: source(),
         received_at_ms: T0 + occurred_at,
         parsed: Parsed::Event(Event {
@@ -26,7 +26,7 @@ pub fn event_delivery(id: &str, event_type: &str, occurred_at: i64, business_key
         raw_body: format!("{{\"id\":\"{id}\"}}").into_bytes(),
         headers: super::headers(),
         verification: super::VERIFICATION.to_owned(),
-    }
+    })
 }
 
 /// A subscription event for `sub` (customer `cus_1`) with `status`, at `occurred_at` unix seconds; `full_object`
@@ -155,7 +155,7 @@ pub async fn two_events_for_one_paid_invoice_grant_one_entitlement<S: Store>(sto
     assert_eq!(count(&results, Outcome::Duplicate), 15, "{results:?}");
 
     let mut other_key = invoice_event("evt_inv_x", "in_1", None, InvoiceAction::Paid, 101);
-    if let Parsed::Event(e) = &mut other_key.parsed {
+    if let Parsed::Event(e) = &mut other_key.parts_mut().parsed {
         e.business_key = "invoice.payment_succeeded:in_1".into();
     }
     let again = ingest(&*store, other_key).await;
@@ -223,7 +223,7 @@ pub async fn the_end_of_a_subscription_revokes_its_entitlements<S: Store>(store:
             .await
             .billing_changes
             .into_iter()
-            .map(|c| (c.object, c.object_id, c.from, c.to))
+            .map(|c| (c.object.as_str().to_owned(), c.object_id, c.from, c.to))
             .collect()
     };
     let change = |object: &str, id: &str, from: Option<&str>, to: &str| {

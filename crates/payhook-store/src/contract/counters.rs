@@ -34,8 +34,9 @@ pub async fn stats_equal_a_full_count_after_a_mixed_workload<S: Store>(store: S)
     assert_eq!(ingest(&store, pay("evt_c3", "ord_c3", 100, T0 + 7)).await.outcome, Outcome::DeadLettered);
     register_new(&store, new_order("ord_c4", 100, T0)).await;
     let good = pay("evt_c4", "ord_c4", 100, T0 + 8);
-    ingest(&store, unparseable("sha256:c4", &good.raw_body, "format was broken", T0 + 8)).await;
-    let replayed = store.replay(&source(), &event_id("sha256:c4"), good.parsed, T0 + 9).await.expect("replay");
+    ingest(&store, unparseable("sha256:c4", good.raw_body(), "format was broken", T0 + 8)).await;
+    let replayed =
+        store.replay(&source(), &event_id("sha256:c4"), good.parsed().clone(), T0 + 9).await.expect("replay");
     assert!(matches!(replayed, Replayed::Done(_)), "{replayed:?}");
 
     // Outbox rows delivered, dead, and a dead one re-queued.

@@ -37,7 +37,7 @@ pub async fn write_every_document<S: Store>(store: &S) {
     ingest(store, subscription_event("evt_doc_s2", "sub_doc", Deleted, "canceled", 300, true)).await;
 
     let mut forwarded: Delivery = pay("evt_doc_f1", "ord_doc_f", 100, T0 + 8_000);
-    forwarded.source = SourceName::parse("fwd").expect("valid source");
+    forwarded.parts_mut().source = SourceName::parse("fwd").expect("valid source");
     ingest(store, forwarded).await;
 }
 

@@ -49,7 +49,7 @@ pub async fn orders_of_an_implicit_source_are_created_by_their_first_payment<S: 
     assert_eq!(order_view(&store, "ord_i3").await.status, OrderStatus::Pending);
 
     let mut elsewhere = pay("evt_i4", "ord_i4", 300, T0 + 7);
-    elsewhere.source = SourceName::parse("fwd").expect("valid source");
+    elsewhere.parts_mut().source = SourceName::parse("fwd").expect("valid source");
     assert_eq!(ingest(&store, elsewhere).await.outcome, Outcome::Deferred, "fwd's orders are registered");
     assert!(store.order(&super::order_id("ord_i4")).await.expect("read").is_none());
 }

@@ -603,7 +603,7 @@ fn a_secret_being_rotated_out_carries_its_not_after() {
     let old = payhook_core::signature::Verifier::new(Scheme::Stripe, &[Secret::new("whsec_old")], 300).unwrap();
     let at = |t: i64| old.sign(b"{}", t, "m");
     let end = 4_102_358_400; // 2099-12-31T00:00:00Z
-    assert_eq!(v.verify(&at(end), b"{}", end).map(|v| v.secret_index), Ok(1));
+    assert_eq!(v.verify(&at(end), b"{}", end).map(|v| v.secret_index()), Ok(1));
     assert!(v.verify(&at(end + 1), b"{}", end + 1).is_err(), "refused the second after");
     // A TOML date-time without quotes and another zone mean the same instant.
     for written in ["2099-12-31T00:00:00Z", "\"2099-12-31T01:00:00+01:00\""] {

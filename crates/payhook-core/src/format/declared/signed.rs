@@ -1,16 +1,9 @@
 //! What a declared format reads that its source's signature does not cover: every field is checked against the
 //! parts the signature signs ([`SignedParts`]), and one that reads anything else must be named in `unsigned`.
 
-use super::{DeclaredFormat, Expr, Field, Fields, FormatSpecError, Piece};
-
-/// What a source's signature covers, as far as a format reads it: the body, and headers by lowercase name.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SignedParts {
-    /// The whole body (or, for a rule that signs fields of it, those fields: counted as the body).
-    pub body: bool,
-    /// The signed headers.
-    pub headers: Vec<String>,
-}
+use super::compile::{Expr, Field, Fields, Piece};
+use super::{DeclaredFormat, FormatSpecError};
+use crate::request::SignedParts;
 
 /// The fields `unsigned` may name.
 pub(super) const UNSIGNABLE: [&str; 15] = [
