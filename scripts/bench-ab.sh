@@ -4,15 +4,17 @@
 #   scripts/bench-ab.sh BINARY_A BINARY_B [ORDERS] [CONCURRENCY] [SCENARIO]
 #
 # Each round starts each build as a server on a fresh SQLite file (default settings, one hmac source) and drives it
-# with the same `payhook bench … --verify` client (BINARY_B's), so only the server differs. Besides acked/s it reads
-# the server's own CPU time (user + system, all threads, from /proc/PID/stat) per acknowledged delivery while the
-# deliveries ran (`bench --server-pid`), its writer thread's share and its peak resident set, and the server's CPU
-# over the whole run (registration and --verify included) per delivery: the load generator shares the cores, so
-# acked/s alone mixes the client's cost into the server's. $PAYHOOK_BENCH_ROUNDS rounds (default 3); the ratios
+# with the same `payhook-bench bench … --verify` client (this checkout's release build, or $PAYHOOK_BENCH_BIN), so
+# only the server differs: either binary may be an older build, from before the load generator left payhook.
+# Besides acked/s it reads the server's own CPU time (user + system, all threads, from /proc/PID/stat) per
+# acknowledged delivery while the deliveries ran (`bench --server-pid`), its writer thread's share and its peak
+# resident set, and the server's CPU over the whole run (registration and --verify included) per delivery: the load
+# generator shares the cores, so acked/s alone mixes the client's cost into the server's. $PAYHOOK_BENCH_ROUNDS rounds (default 3); the ratios
 # are of the medians, B over A.
 #
 # PAYHOOK_BENCH_AB_SQLITE_FILE=PATH runs every server, one after the other, on that existing SQLite file (grown
-# beforehand, e.g. by `payhook prefill`, to measure a database with history; retention off) instead of a fresh one.
+# beforehand, e.g. by `payhook-bench prefill`, to measure a database with history; retention off) instead of a fresh
+# one.
 # PAYHOOK_BENCH_AB_SQLITE_FILE_B=PATH gives B a file of its own (a copy grown the same way), for builds whose
 # migrations leave the two files' schemas different.
 #
@@ -30,8 +32,9 @@ rounds=${PAYHOOK_BENCH_ROUNDS:-3}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "PAYHOOK_BENCH_ROUNDS must be a whole number of at least 1" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/bench-lib.sh"
+bench_bin=$(bench_binary)
 mapfile -t bench_args < <(scenario_args "$scenario" "$orders" "$concurrency")
-# $PAYHOOK_BENCH_AB_ARGS: more `payhook bench` flags for every run (e.g. "--client reqwest").
+# $PAYHOOK_BENCH_AB_ARGS: more `payhook-bench bench` flags for every run (e.g. "--client reqwest").
 read -r -a extra_args <<< "${PAYHOOK_BENCH_AB_ARGS:-}"
 bench_args+=("${extra_args[@]}")
 work=$(mktemp -d)
@@ -72,7 +75,7 @@ enabled = false" "$bin"
   local before after database=()
   [[ $backend == postgres ]] && database=(--database-process postgres)
   before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
-  "$b" --config "$file.toml" bench "${bench_args[@]}" --verify --json --server-pid "$pid" "${database[@]}" > "$file.json"
+  "$bench_bin" --config "$file.toml" bench "${bench_args[@]}" --verify --json --server-pid "$pid" "${database[@]}" > "$file.json"
   after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   echo "$(( (after - before) * 1000000 / ticks ))" > "$file.cpu_us"
   kill "$pid"

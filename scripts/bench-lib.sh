@@ -1,6 +1,6 @@
 # Shared by the bench scripts (sourced, not run).
 
-# scenario_args SCENARIO ORDERS CONCURRENCY: the `payhook bench` flags of a scenario (without --config, --url).
+# scenario_args SCENARIO ORDERS CONCURRENCY: the `payhook-bench bench` flags of a scenario (without --config, --url).
 # sustained runs for $PAYHOOK_BENCH_DURATION_SECS (default 30) seconds, with enough orders registered ahead (30,000
 # per second of the run, at least ORDERS), so that no registration competes with the deliveries while it runs.
 scenario_args() {
@@ -62,4 +62,16 @@ release_binary() {
   fi
   (cd "$root" && cargo build --release --quiet --locked -p payhook >&2)
   echo "${CARGO_TARGET_DIR:-$root/target}/release/payhook"
+}
+
+# bench_binary: the load generator, `payhook-bench` (its `bench` and `prefill`): $PAYHOOK_BENCH_BIN when set, else
+# this checkout's release build, built first. It drives any payhook server, an older build too (one from before the
+# load generator left the payhook binary, where it was `payhook bench`).
+bench_binary() {
+  if [[ -n ${PAYHOOK_BENCH_BIN:-} ]]; then
+    echo "$PAYHOOK_BENCH_BIN"
+    return
+  fi
+  (cd "$root" && cargo build --release --quiet --locked -p payhook-bench >&2)
+  echo "${CARGO_TARGET_DIR:-$root/target}/release/payhook-bench"
 }

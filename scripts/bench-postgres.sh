@@ -9,7 +9,7 @@
 # are used as they are (synchronous_commit = on by default: a commit returns once its WAL is flushed).
 #
 # Each mode starts payhook server(s) and drives them with
-# `payhook bench --scenario SCENARIO … --concurrency C --verify` (steady by default: `--dup 0.2 --refund 0.1
+# `payhook-bench bench --scenario SCENARIO … --concurrency C --verify` (steady by default: `--dup 0.2 --refund 0.1
 # --shuffle`; the other scenarios' flags are in scripts/bench-lib.sh); the two-instance mode gives bench both
 # URLs (`--url A,B`: deliveries alternate between the instances, C in flight in all). Prints one line per mode.
 set -euo pipefail
@@ -23,6 +23,7 @@ cd "$root"
 mapfile -t bench_args < <(scenario_args "$scenario" "$orders" "$concurrency")
 db=${PAYHOOK_BENCH_POSTGRES_URL:-${PAYHOOK_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}}
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p payhook
+bench_bin=$(bench_binary)
 bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
 work=$(mktemp -d)
 run=$(printf '%08x' $((RANDOM * RANDOM)))
@@ -60,7 +61,7 @@ run_mode() { # name instances storage-toml
     urls+=("http://127.0.0.1:$port")
   done
   first=$(IFS=,; echo "${urls[*]}")
-  "$bin" --config "$work/$name-1.toml" bench --url "$first" "${bench_args[@]}" --verify --json > "$work/$name.json"
+  "$bench_bin" --config "$work/$name-1.toml" bench --url "$first" "${bench_args[@]}" --verify --json > "$work/$name.json"
   for p in "${pids[@]:$started}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
   pids=("${pids[@]:0:$started}")   # gone: their ids may be another process's by the time cleanup runs
 }

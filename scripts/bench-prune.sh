@@ -4,7 +4,7 @@
 #
 #   scripts/bench-prune.sh [N]          (default 1000000)
 #
-# SQLite in a temporary directory (or $PAYHOOK_SCALE_DIR). Steps: `payhook prefill` N paid orders received 40 to 50
+# SQLite in a temporary directory (or $PAYHOOK_SCALE_DIR). Steps: `payhook-bench prefill` N paid orders received 40 to 50
 # days ago (past the default key retention of 30 days, so every one is pruned: its payload, its row, its keys), a
 # server with its own retention task off, then back-to-back runs of the steady scenario (20,000 orders each, a few
 # seconds): two before the prune (the baseline), as many as the prune takes, and one after. Reported: acked/s and 503 answers per window,
@@ -17,6 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/bench-lib.sh"
 cd "$root"
 cargo build --release --quiet -p payhook
+bench_bin=$(bench_binary)
 bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
 work=${PAYHOOK_SCALE_DIR:-$(mktemp -d)}
 mkdir -p "$work"
@@ -35,7 +36,7 @@ bench_config "$work/payhook.toml" "$port" "url = \"sqlite://$db\"
 enabled = false"
 
 echo "prefill: $n deliveries received 40 to 50 days ago" >&2
-"$bin" --config "$work/payhook.toml" prefill --source payments --deliveries "$n" --days 10 --days-ago 40 --json \
+"$bench_bin" --config "$work/payhook.toml" prefill --source payments --deliveries "$n" --days 10 --days-ago 40 --json \
   > "$work/prefill.json"
 size_before=$(stat -c %s "$db")
 
@@ -44,7 +45,7 @@ pids+=($!)
 wait_ready "$port" "$work/server.log"
 
 window() { # label index
-  "$bin" --config "$work/payhook.toml" bench --source payments --scenario steady --orders 20000 --dup 0.2 \
+  "$bench_bin" --config "$work/payhook.toml" bench --source payments --scenario steady --orders 20000 --dup 0.2 \
     --refund 0.1 --shuffle --concurrency 64 --scrape-ms 2000 --read-ms 1000 --json > "$work/window-$1-$2.json"
 }
 
@@ -78,7 +79,7 @@ def windows(label):
                     p.get("events_newest", {}).get("p99", 0), sum(v.get("failures", 0) for v in p.values())))
     return out
 base, during, after_w = windows("base"), windows("during"), windows("after")
-print(f"prune of {n:,} deliveries beside back-to-back `payhook bench --scenario steady --orders 20000 --dup 0.2 --refund 0.1 --shuffle --concurrency 64`")
+print(f"prune of {n:,} deliveries beside back-to-back `payhook-bench bench --scenario steady --orders 20000 --dup 0.2 --refund 0.1 --shuffle --concurrency 64`")
 print("| window | acked/s | 503 answers | delivery p99 ms | /readyz p99 ms | /metrics p99 ms | /v1/events p99 ms | probe failures |")
 print("|---|---|---|---|---|---|---|---|")
 for label, ws in (("before", base), ("during prune", during), ("after", after_w)):

@@ -8,7 +8,7 @@
 # $PAYHOOK_SCALE_KEEP=1). With $PAYHOOK_SCALE_POSTGRES_URL set, PostgreSQL instead: the database it names is emptied
 # first (every payhook table is dropped).
 #
-# For each size, in increasing order: `payhook prefill` grows the database to that many stored deliveries (paid
+# For each size, in increasing order: `payhook-bench prefill` grows the database to that many stored deliveries (paid
 # orders, through the store's own operations, received over the last day; the benchmark's own deliveries count
 # too), a server starts with retention off, and $PAYHOOK_BENCH_ROUNDS rounds (default 2) each run the steady
 # scenario twice, interleaved: once alone ("quiet") and once while a scraper reads /metrics every 2 s and readers
@@ -26,6 +26,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/bench-lib.sh"
 cd "$root"
 cargo build --release --quiet -p payhook
+bench_bin=$(bench_binary)
 bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
 mapfile -t bench_args < <(scenario_args steady "$orders" 64)
 work=${PAYHOOK_SCALE_DIR:-$(mktemp -d)}
@@ -84,7 +85,7 @@ bench_once() { # label size round
   if [[ -z $pg ]]; then wal_watch "$out.wal" & watcher=$!; fi
   local before after
   before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
-  "$bin" --config "$work/payhook.toml" bench "${bench_args[@]}" "${extra[@]}" --json > "$out.json"
+  "$bench_bin" --config "$work/payhook.toml" bench "${bench_args[@]}" "${extra[@]}" --json > "$out.json"
   after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   [[ -n $watcher ]] && kill "$watcher" 2>/dev/null
   echo "$(( (after - before) * 1000000 / ticks ))" > "$out.cpu_us"
@@ -99,7 +100,7 @@ for size in "${sizes[@]}"; do
   have=$(stored)
   if (( size > have )); then
     echo "prefill: $have → $size stored deliveries" >&2
-    "$bin" --config "$work/payhook.toml" prefill --source payments --deliveries $(( size - have )) --json \
+    "$bench_bin" --config "$work/payhook.toml" prefill --source payments --deliveries $(( size - have )) --json \
       > "$work/prefill-$size.json"
   fi
   for round in $(seq "$rounds"); do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every `payhook bench` scenario once, each on a fresh server with the default settings, back to back.
+# Every `payhook-bench bench` scenario once, each on a fresh server with the default settings, back to back.
 #
 #   scripts/bench-scenarios.sh [sqlite|postgres] [ORDERS] [CONCURRENCY]
 #
@@ -21,6 +21,7 @@ cd "$root"
 db=${PAYHOOK_BENCH_POSTGRES_URL:-${PAYHOOK_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}}
 case $backend in sqlite|postgres) ;; *) echo "usage: $0 [sqlite|postgres] [ORDERS] [CONCURRENCY]" >&2; exit 2 ;; esac
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p payhook
+bench_bin=$(bench_binary)
 bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
 work=$(mktemp -d)
 run=$(printf '%08x' $((RANDOM * RANDOM)))
@@ -53,7 +54,7 @@ run_scenario() { # scenario port
   mapfile -t args < <(scenario_args "$scenario" "$orders" "$concurrency")
   local database=()
   [[ $backend == postgres ]] && database=(--database-process postgres)
-  "$bin" --config "$work/$scenario.toml" bench "${args[@]}" --verify --json --server-pid "${pids[-1]}" \
+  "$bench_bin" --config "$work/$scenario.toml" bench "${args[@]}" --verify --json --server-pid "${pids[-1]}" \
     "${database[@]}" > "$work/$scenario.json"
   kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
   unset 'pids[-1]'   # gone: its id may be another process's by the time cleanup runs
@@ -68,7 +69,7 @@ done
 python3 - "$work" "$backend" "${scenarios[@]}" <<'PY'
 import json, sys
 work, backend, scenarios = sys.argv[1], sys.argv[2], sys.argv[3:]
-print(f"payhook bench scenarios on {backend}, each on a fresh server")
+print(f"payhook-bench bench scenarios on {backend}, each on a fresh server")
 print()
 print("| scenario | command line | deliveries | acked/s | p50 ms | p99 ms | max ms | CPU µs/acked | writer µs/acked "
       "| workers µs/acked | database CPU µs/acked | peak RSS MiB | violations |")

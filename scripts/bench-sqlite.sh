@@ -5,7 +5,7 @@
 #
 # Starts payhook servers on fresh SQLite files in three modes (group commit with pipelined fsync — the default —,
 # group commit with synchronous=FULL inside COMMIT, and one commit per event), drives each with
-# `payhook bench --scenario SCENARIO … --verify` (steady by default: `--dup 0.2 --refund 0.1 --shuffle`; the other
+# `payhook-bench bench --scenario SCENARIO … --verify` (steady by default: `--dup 0.2 --refund 0.1 --shuffle`; the other
 # scenarios' flags are in scripts/bench-lib.sh), and prints one line per mode and round plus the ratios.
 #
 # The machine is shared, so a burst of someone else's load can land on one mode and not the others. The modes run
@@ -24,6 +24,7 @@ source "$root/scripts/bench-lib.sh"
 cd "$root"
 mapfile -t bench_args < <(scenario_args "$scenario" "$orders" "$concurrency")
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p payhook
+bench_bin=$(bench_binary)
 bin="${CARGO_TARGET_DIR:-$root/target}/release/payhook"
 work=$(mktemp -d)
 pids=()
@@ -42,7 +43,7 @@ ${storage[$name]}"
   "$bin" --config "$file.toml" serve 2>"$file.log" &
   pids+=($!)
   wait_ready "$port" "$file.log"
-  "$bin" --config "$file.toml" bench "${bench_args[@]}" --verify --json > "$file.json"
+  "$bench_bin" --config "$file.toml" bench "${bench_args[@]}" --verify --json > "$file.json"
   kill "${pids[-1]}"
   wait "${pids[-1]}" 2>/dev/null || true
   unset 'pids[-1]'   # gone: its id may be another process's by the time cleanup runs

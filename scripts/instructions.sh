@@ -11,7 +11,8 @@
 # $PAYHOOK_INSTR_ORDERS sets the two workloads' orders (default "200 800"); $PAYHOOK_INSTR_BIN measures that
 # payhook binary instead of building this checkout's (to compare two builds); $PAYHOOK_INSTR_SCENARIO runs another
 # scenario of scripts/bench-lib.sh than steady (dup-storm or refund-first: sustained runs for a time, not a fixed
-# workload). The threshold is steady's.
+# workload). The threshold is steady's. The load generator is this checkout's `payhook-bench` (or $PAYHOOK_BENCH_BIN),
+# whichever payhook it measures.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/bench-lib.sh"
@@ -28,6 +29,7 @@ if [[ ${1:-} == --check && $scenario != steady ]]; then
   exit 2
 fi
 bin=$(release_binary "${PAYHOOK_INSTR_BIN:-}")
+bench_bin=$(bench_binary)
 work=$(mktemp -d)
 pid=
 cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
@@ -44,7 +46,7 @@ measure() { # ORDERS PORT: prints "INSTRUCTIONS DELIVERIES"
   wait_ready "$port" "$dir/serve.log"
   local args
   mapfile -t args < <(scenario_args "$scenario" "$orders" 4)
-  "$bin" --config "$dir/payhook.toml" bench --url "http://127.0.0.1:$port" "${args[@]}" --client lean --seed 7 \
+  "$bench_bin" --config "$dir/payhook.toml" bench --url "http://127.0.0.1:$port" "${args[@]}" --client lean --seed 7 \
     --verify --json > "$dir/report.json"
   kill -TERM "$pid"
   wait "$pid" || true

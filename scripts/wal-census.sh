@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Which pages a commit writes: the WAL frames of a `payhook bench` run's commits, copied mid-run, counted by the
+# Which pages a commit writes: the WAL frames of a `payhook-bench bench` run's commits, copied mid-run, counted by the
 # table or index each page belongs to (SQLite's `dbstat`), leaves and interior pages apart.
 #
 #   scripts/wal-census.sh [ORDERS] [CONCURRENCY] [SCENARIO]
 #
 # Starts a server on a fresh SQLite file (default settings, the benchmarks' one hmac source), drives it with
-# `payhook bench` (steady, 40,000 orders, 64 connections by default) and, once half the orders have had a
+# `payhook-bench bench` (steady, 40,000 orders, 64 connections by default) and, once half the orders have had a
 # delivery recorded, copies the WAL and the file and reads the frames of the WAL's current generation (those whose
 # salts match its header, up to its last complete commit): every frame is one page a commit wrote, a page of log
 # and of `fdatasync`. The jobs per commit meanwhile (`payhook_commit_batch_size` from /metrics, just before and
@@ -18,6 +18,7 @@ source "$root/scripts/bench-lib.sh"
 orders=${1:-40000}
 mapfile -t bench_args < <(scenario_args "${3:-steady}" "$orders" "${2:-64}")
 bin=$(release_binary "${PAYHOOK_CENSUS_BIN:-}")
+bench_bin=$(bench_binary)
 work=$(mktemp -d)
 pid=
 bench=
@@ -32,7 +33,7 @@ bench_config "$work/payhook.toml" "$port" "url = \"sqlite://$work/payhook.db\""
 "$bin" --config "$work/payhook.toml" serve 2>"$work/serve.log" &
 pid=$!
 wait_ready "$port" "$work/serve.log"
-"$bin" --config "$work/payhook.toml" bench "${bench_args[@]}" --client lean --json > "$work/report.json" &
+"$bench_bin" --config "$work/payhook.toml" bench "${bench_args[@]}" --client lean --json > "$work/report.json" &
 bench=$!
 metrics() { curl -sf -H "Authorization: Bearer $PAYHOOK_API_TOKEN" "http://127.0.0.1:$port/metrics"; }
 delivered() { metrics | awk '/^payhook_deliveries_total/ {n += $2} END {print n + 0}'; }

@@ -5,14 +5,12 @@
 //! Anything that touches more than one row asks for confirmation on a terminal; `--yes` skips the question, and
 //! without a terminal and without `--yes` the command refuses rather than guess.
 
-use crate::config::{Config, StorageConfig};
+use crate::config::Config;
 use crate::table::{Table, clip, or_dash, utc};
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
-use payhook_postgres::PgStore;
 use payhook_server::admin::{self, EventPage, EventQuery, OutboxQuery, ReplayFilter};
 use payhook_server::now_ms;
-use payhook_sqlite::SqliteStore;
 use payhook_store::{EventSummary, OutboxView, Store};
 use serde::Serialize;
 use std::io::{BufRead, IsTerminal, Write};
@@ -45,9 +43,6 @@ pub enum AdminCommand {
     /// `retention.orders_days`. Dead letters, deferred events and orders with undelivered outbox rows are never
     /// pruned.
     Prune(JsonFlag),
-    /// Grow the database by N stored deliveries (paid orders) through the store's own operations, for scale
-    /// benchmarks. Stop every server on the database first.
-    Prefill(crate::prefill::PrefillArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -214,23 +209,14 @@ pub struct RetryArgs {
 
 /// Runs an admin command against the configured database, whichever backend it is.
 pub async fn run(cfg: Config, command: AdminCommand) -> Result<()> {
-    // The storage options carry the server's routing, so a replay writes the outbox rows a live delivery would.
-    match cfg.storage.clone() {
-        StorageConfig::Sqlite(options) => {
-            let path = options.path.display().to_string();
-            let store = SqliteStore::open(options).with_context(|| format!("cannot open {path}"))?;
-            let result = dispatch(&store, &cfg, command).await;
-            store.shutdown().await;
-            result
-        }
-        StorageConfig::Postgres(options) => {
-            let target = options.target();
-            let store = PgStore::open(options).await.with_context(|| format!("cannot open {target}"))?;
-            let result = dispatch(&store, &cfg, command).await;
-            // Everything it wrote has committed; close the pool.
-            store.shutdown().await;
-            result
-        }
+    payhook::store::with_store(&cfg, command).await
+}
+
+impl payhook::store::StoreTask for AdminCommand {
+    type Output = ();
+
+    async fn run<S: Store>(self, store: &S, cfg: &Config) -> Result<()> {
+        dispatch(store, cfg, self).await
     }
 }
 
@@ -304,7 +290,6 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
                 print_stats(&stats);
             })
         }
-        AdminCommand::Prefill(args) => crate::prefill::run(store, cfg, args).await,
         AdminCommand::Prune(out) => {
             let min_pause = std::time::Duration::from_millis(settings.retention.cli_min_pause_ms);
             let pruned =

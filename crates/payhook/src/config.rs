@@ -124,6 +124,27 @@ struct RawWorker {
     claim_batch: u32,
 }
 
+/// `--config FILE` (or `$PAYHOOK_CONFIG`): the flag of every command that reads the configuration, the server's and
+/// the load generator's (`payhook-bench`).
+#[derive(Debug, clap::Args)]
+pub struct ConfigFlag {
+    /// Configuration file (default: ./payhook.toml when present, else the built-in defaults).
+    #[arg(long, short, global = true, env = "PAYHOOK_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+impl ConfigFlag {
+    /// The file named, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.config.as_deref()
+    }
+
+    /// The configuration the flag names (see [`Config::load`]).
+    pub fn load(&self) -> Result<Config> {
+        Config::load(self.path())
+    }
+}
+
 /// Everything the binary needs, resolved and checked.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -211,6 +232,19 @@ impl Config {
         };
         let name = path.as_ref().map_or_else(|| "<defaults>".to_owned(), |p| p.display().to_string());
         Self::from_toml_and_env(&text, &name, path, std::env::vars())
+    }
+
+    /// The configured source named `name`; the error lists the configured ones.
+    pub fn source(&self, name: &str) -> Result<&SourceSettings> {
+        self.settings.sources.iter().find(|s| s.name.as_str() == name).with_context(|| {
+            let names: Vec<&str> = self.settings.sources.iter().map(|s| s.name.as_str()).collect();
+            format!("no source named {name:?} in the configuration (configured: {})", names.join(", "))
+        })
+    }
+
+    /// The base URL of this configuration's server: `url` without a trailing slash, else the listen address.
+    pub fn base_url(&self, url: Option<&str>) -> String {
+        url.map_or_else(|| format!("http://{}", self.listen), |u| u.trim_end_matches('/').to_owned())
     }
 
     /// Resolves `text` (the user's file, named `name` in messages) over the defaults, without the environment.

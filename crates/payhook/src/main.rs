@@ -1,21 +1,19 @@
-//! The `payhook` binary: `serve`, `init`, `healthcheck`, `reload`, `demo`, `send`, `bench`, `orders import`,
+//! The `payhook` binary: `serve`, `init`, `healthcheck`, `reload`, `demo`, `send`, `trigger`, `orders import`,
 //! `config check|print-default`, and the admin commands `events`, `dlq`, `replay`, `outbox`, `stats`, `prune`, and
 //! `compact`.
 //!
-//! Boundary: the only crate that knows clap, TOML and anyhow; it resolves configuration and hands typed settings
-//! to the server and the store.
+//! Boundary: the only crate that knows clap, TOML and anyhow (with the load generator, `payhook-bench`, which uses
+//! its library); it resolves configuration and hands typed settings to the server and the store.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod admin_cli;
-mod bench;
 use payhook::config;
 mod demo;
 mod healthcheck;
 mod init;
 mod orders;
-mod prefill;
 mod reload;
 mod send;
 mod table;
@@ -23,13 +21,12 @@ mod trigger;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use config::{Config, LogFormat, StorageConfig, TokenOrigin};
+use config::{Config, ConfigFlag, LogFormat, StorageConfig, TokenOrigin};
 use payhook_postgres::PgStore;
 use payhook_server::{BuildInfo, Settings, SinkTransport};
 use payhook_sqlite::SqliteStore;
 use payhook_store::Store;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// What `--version` prints after the name: the release and the commit it was built from (`build.rs`).
@@ -56,9 +53,8 @@ impl std::error::Error for UsageError {}
 #[derive(Debug, Parser)]
 #[command(name = "payhook", version = VERSION, about = "Payment webhooks, applied exactly once.")]
 struct Cli {
-    /// Configuration file (default: ./payhook.toml when present, else the built-in defaults).
-    #[arg(long, short, global = true, env = "PAYHOOK_CONFIG")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    config: ConfigFlag,
     #[command(subcommand)]
     command: Command,
 }
@@ -82,8 +78,6 @@ enum Command {
     Send(send::SendArgs),
     /// Send a realistic, correctly signed delivery shaped like PROVIDER's own (a preset's example) to its source.
     Trigger(trigger::TriggerArgs),
-    /// Load-test a running payhook with signed deliveries (duplicates, refunds, shuffling).
-    Bench(bench::BenchArgs),
     /// Manage orders directly in the configured database.
     Orders {
         #[command(subcommand)]
@@ -158,7 +152,7 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Config { command: ConfigCommand::Check } => {
-            let cfg = Config::load(cli.config.as_deref())?;
+            let cfg = cli.config.load()?;
             let file = cfg.file.as_ref().map_or_else(|| "<defaults>".into(), |p| p.display().to_string());
             println!("{file}: ok");
             println!("  listen   {}", cfg.listen);
@@ -192,20 +186,19 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Serve => {
-            let config = Config::load(cli.config.as_deref())?;
+            let config = cli.config.load()?;
             init_tracing(config.log_format, "info");
             serve(config).await
         }
-        Command::Init(args) => init::run(cli.config.as_deref(), args),
-        Command::Healthcheck(args) => healthcheck::run(&Config::load(cli.config.as_deref())?, args).await,
-        Command::Reload(args) => reload::run(&Config::load(cli.config.as_deref())?, args).await,
+        Command::Init(args) => init::run(cli.config.path(), args),
+        Command::Healthcheck(args) => healthcheck::run(&cli.config.load()?, args).await,
+        Command::Reload(args) => reload::run(&cli.config.load()?, args).await,
         Command::Demo(args) => demo::run(args).await,
-        Command::Send(args) => send::run(Config::load(cli.config.as_deref())?, args).await,
-        Command::Trigger(args) => trigger::run(Config::load(cli.config.as_deref())?, args).await,
-        Command::Bench(args) => bench::run(Config::load(cli.config.as_deref())?, args).await,
-        Command::Orders { command } => orders::run(Config::load(cli.config.as_deref())?, command).await,
-        Command::Admin(command) => admin_cli::run(Config::load(cli.config.as_deref())?, command).await,
-        Command::Compact => compact(&Config::load(cli.config.as_deref())?),
+        Command::Send(args) => send::run(cli.config.load()?, args).await,
+        Command::Trigger(args) => trigger::run(cli.config.load()?, args).await,
+        Command::Orders { command } => orders::run(cli.config.load()?, command).await,
+        Command::Admin(command) => admin_cli::run(cli.config.load()?, command).await,
+        Command::Compact => compact(&cli.config.load()?),
     }
 }
 

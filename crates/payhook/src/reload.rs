@@ -22,7 +22,7 @@ pub async fn run(cfg: &Config, args: ReloadArgs) -> Result<()> {
     // roots (else give `--url` with the name the certificate carries, or send SIGHUP).
     let base = match (&args.url, &cfg.settings.listener.tls) {
         (None, Some(_)) => format!("https://{}", cfg.listen),
-        _ => crate::send::base_url(cfg, args.url.as_deref()),
+        _ => cfg.base_url(args.url.as_deref()),
     };
     let url = format!("{base}/v1/reload");
     let client = reqwest::Client::builder().build().context("cannot build the HTTP client")?;

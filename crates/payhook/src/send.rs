@@ -5,7 +5,6 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use payhook_core::event::OrderAction;
 use payhook_core::format::Outgoing;
-use payhook_server::SourceSettings;
 
 #[derive(Debug, Args)]
 pub struct SendArgs {
@@ -36,21 +35,8 @@ pub struct SendArgs {
     pub repeat: u32,
 }
 
-/// Finds a source by name in the configuration.
-pub fn source<'a>(cfg: &'a Config, name: &str) -> Result<&'a SourceSettings> {
-    cfg.settings.sources.iter().find(|s| s.name.as_str() == name).with_context(|| {
-        let names: Vec<&str> = cfg.settings.sources.iter().map(|s| s.name.as_str()).collect();
-        format!("no source named {name:?} in the configuration (configured: {})", names.join(", "))
-    })
-}
-
-/// The base URL to reach the configured server.
-pub fn base_url(cfg: &Config, url: Option<&str>) -> String {
-    url.map_or_else(|| format!("http://{}", cfg.listen), |u| u.trim_end_matches('/').to_owned())
-}
-
 pub async fn run(cfg: Config, args: SendArgs) -> Result<()> {
-    let src = source(&cfg, &args.source)?;
+    let src = cfg.source(&args.source)?;
     let Some(action) = OrderAction::from_generic_type(&args.event_type) else {
         bail!("--type: expected payment.succeeded, payment.failed, payment.refunded or payment.disputed");
     };
@@ -67,7 +53,7 @@ pub async fn run(cfg: Config, args: SendArgs) -> Result<()> {
     if !src.format.encodes(action) {
         bail!("--type: the {} format has no event for {}", src.format.name(), args.event_type);
     }
-    let url = format!("{}/webhooks/{}", base_url(&cfg, args.url.as_deref()), src.name);
+    let url = format!("{}/webhooks/{}", cfg.base_url(args.url.as_deref()), src.name);
     let parsed_url = reqwest::Url::parse(&url).with_context(|| format!("--url: {url} is not a URL"))?;
     let request = src.provider_delivery(&outgoing, &parsed_url, now, &event_id).context("signing the test event")?;
     let client = reqwest::Client::new();

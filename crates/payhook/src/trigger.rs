@@ -47,7 +47,7 @@ pub struct TriggerArgs {
 /// The source that takes `provider`'s deliveries: `--source`, else the only one with that format.
 fn source_for<'a>(cfg: &'a Config, provider: &str, name: Option<&str>) -> Result<&'a SourceSettings> {
     if let Some(name) = name {
-        return crate::send::source(cfg, name);
+        return cfg.source(name);
     }
     let matching: Vec<&SourceSettings> = cfg.settings.sources.iter().filter(|s| s.format.name() == provider).collect();
     match matching[..] {
@@ -114,7 +114,7 @@ pub fn delivery(cfg: &Config, args: &TriggerArgs, base: &str, now: i64) -> Resul
 }
 
 pub async fn run(cfg: Config, args: TriggerArgs) -> Result<()> {
-    let base = crate::send::base_url(&cfg, args.url.as_deref());
+    let base = cfg.base_url(args.url.as_deref());
     let request = delivery(&cfg, &args, &base, payhook_server::now_ms() / 1000)?;
     if args.print {
         let headers: serde_json::Map<String, serde_json::Value> =

@@ -717,20 +717,33 @@ async fn a_commit_cut_off_while_it_waits_for_the_synchronous_standby_is_not_answ
     server.stop();
 }
 
-/// One `payhook bench` run (the project's own benchmark) against the two instances; its acknowledged deliveries
-/// per second.
+/// The load generator, `payhook-bench`: `$PAYHOOK_BENCH_BIN`, else the one beside the `payhook` binary under test
+/// (`cargo test -p payhook -p payhook-bench …` builds both).
+fn bench_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PAYHOOK_BENCH_BIN").filter(|b| !b.is_empty()) {
+        return bin.into();
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_payhook")).with_file_name("payhook-bench");
+    assert!(bin.exists(), "{} is missing: build it (cargo test -p payhook -p payhook-bench …)", bin.display());
+    bin
+}
+
+/// One `payhook-bench bench` run (the project's own benchmark) against the two instances; its acknowledged
+/// deliveries per second.
 fn bench(dir: &TestDir, servers: &[PgServer; 2], orders: usize) -> f64 {
     let urls = format!("{},{}", servers[0].url(""), servers[1].url(""));
-    let out = dir
-        .payhook()
+    let out = Command::new(bench_binary())
+        .current_dir(dir.path())
+        .env_remove("PAYHOOK_CONFIG")
+        .env_remove("PAYHOOK_API_TOKEN")
         .arg("--config")
         .arg(servers[0].config_path())
         .args(["bench", "--url", &urls, "--source", SOURCE, "--orders", &orders.to_string()])
         .args(["--shuffle", "--concurrency", "64", "--json"])
         .output()
-        .expect("run payhook bench");
+        .expect("run payhook-bench bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "payhook bench failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "payhook-bench bench failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let result: serde_json::Value = serde_json::from_str(stdout.trim()).expect("bench --json prints one object");
     result["acked_per_s"].as_f64().expect("acked_per_s")
 }

@@ -1,13 +1,13 @@
-//! `payhook prefill`: grows the configured database by N stored deliveries, quickly, through the store's own
+//! `payhook-bench prefill`: grows the configured database by N stored deliveries, quickly, through the store's own
 //! operations (`register_order`, then `ingest` of a signed payment event for it), so that a scale benchmark runs
 //! against the same rows, indexes and counters a long-lived installation has, and cannot drift from them the way
 //! hand-written SQL would. Run it with no server on the database (it writes as fast as the writer allows).
 
-use crate::config::Config;
-use crate::send::source;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use futures_util::StreamExt;
+use payhook::config::Config;
+use payhook::store::StoreTask;
 use payhook_core::event::{Currency, Money, OrderAction, OrderId};
 use payhook_core::format::Outgoing;
 use payhook_server::SourceSettings;
@@ -39,9 +39,17 @@ pub struct PrefillArgs {
     json: bool,
 }
 
-/// Records `args.deliveries` paid orders in `store`.
-pub async fn run<S: Store>(store: &S, cfg: &Config, args: PrefillArgs) -> Result<()> {
-    let src = source(cfg, &args.source)?;
+impl StoreTask for PrefillArgs {
+    type Output = ();
+
+    /// Records `self.deliveries` paid orders in `store`.
+    async fn run<S: Store>(self, store: &S, cfg: &Config) -> Result<()> {
+        prefill(store, cfg, self).await
+    }
+}
+
+async fn prefill<S: Store>(store: &S, cfg: &Config, args: PrefillArgs) -> Result<()> {
+    let src = cfg.source(&args.source)?;
     if args.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
