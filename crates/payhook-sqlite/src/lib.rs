@@ -503,7 +503,7 @@ impl Store for SqliteStore {
     }
 
     fn set_routing(&self, routing: payhook_store::Routing) {
-        context::set_routing(&self.ctx, routing);
+        self.ctx.set_routing(routing);
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {
