@@ -1,4 +1,4 @@
-//! Row counters (migration 0006): triggers append deltas in the transaction of every change, a short fold moves
+//! Row counters: triggers append deltas in the transaction of every change, a short fold moves
 //! them into totals, and [`recount`] checks them against a full count and corrects any drift.
 //!
 //! A recount step reads the full count of one table and its counters in one snapshot, and appends the

@@ -60,6 +60,18 @@ pub enum PgError {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// The database's schema is older than this build's baseline (see `migrate`): a release before the previous
+    /// one left it there, and only a build whose schema version is the baseline's can bring it up to it.
+    #[error(
+        "the database is at schema version {version}, older than this build's baseline (version {baseline}): \
+         upgrade it first with a payhook release whose schema version is {baseline}, then start this one"
+    )]
+    BeforeBaseline {
+        /// The version recorded in `payhook_schema_version`.
+        version: usize,
+        /// The baseline's version.
+        baseline: usize,
+    },
     /// No schema of the connection's `search_path` exists, so there is nowhere to create the tables.
     #[error("no schema of the search_path exists: create it, or fix the search_path in storage.url")]
     NoSchema,

@@ -639,7 +639,7 @@ impl Store for PgStore {
     }
 
     fn set_routing(&self, routing: payhook_store::Routing) {
-        ops::set_routing(&self.ctx, routing);
+        self.ctx.set_routing(routing);
     }
 
     fn writer_metrics(&self) -> payhook_store::metrics::WriterMetrics {

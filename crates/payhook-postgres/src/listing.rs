@@ -1,6 +1,6 @@
 //! Listings of events and outbox rows, newest first by row id, each read down an index that matches its filter.
 //!
-//! A listing walks one ordered path: an index `(value, id)` of one of its equality filters (migration 0008:
+//! A listing walks one ordered path: an index `(value, id)` of one of its equality filters (the baseline:
 //! `inbox (status, id)`, `(source, id)`, `(event_type, id)`, `outbox (status, id)`, `(sink, id)`), or the id index
 //! (`inbox_newest`, the outbox's primary key), or, for an order's outbox rows, `UNIQUE (order_id, kind, sink)`
 //! (an order has a handful). A time range becomes a row id range through `inbox_received`: the first row received

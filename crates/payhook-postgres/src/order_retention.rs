@@ -1,7 +1,7 @@
 //! Order retention: orders in a final state (refunded, disputed: see `OrderStatus::is_final`) whose last change is
 //! older than `orders_before_ms` are deleted with their audit history and their outbox rows.
 //!
-//! As on SQLite, the step walks the outbox from a persisted cursor (`order_retention_cursor`, migration 0009): its
+//! As on SQLite, the step walks the outbox from a persisted cursor (`order_retention_cursor`): its
 //! rows are appended in id order and every transition into a final state writes one (per sink, or one `unrouted`)
 //! as it happens, so rows of kind `order.refunded` and `order.disputed` list the orders that became final, in the
 //! order they did. The walk uses the outbox's primary key and the indexes that already exist (`outbox (order_id,

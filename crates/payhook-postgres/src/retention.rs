@@ -1,7 +1,7 @@
 //! Retention: one bounded pruning step (see [`payhook_store::Store::prune`]), each part one statement (its own
 //! transaction), so several instances may prune at once.
 //!
-//! The inbox is partitioned by day (migration 0007). A day wholly older than the key retention is dropped rather
+//! The inbox is partitioned by day (the baseline). A day wholly older than the key retention is dropped rather
 //! than deleted row by row: its dead letters and deferred events are moved to the held partition, the partition
 //! is detached (its rows leave the counters in that transaction), its keys are forgotten in bounded steps, and the
 //! detached table is dropped. The held and default partitions are pruned row by row, as the whole inbox was

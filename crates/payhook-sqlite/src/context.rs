@@ -2,26 +2,12 @@
 //! conversion of SQLite's errors.
 
 use crate::writer::unavailable;
-use payhook_core::retry::RetryPolicy;
-use payhook_store::{Routing, StoreError};
+use payhook_store::StoreError;
 
 pub(crate) type Result<T> = std::result::Result<T, StoreError>;
 
-/// The configuration the write operations need: the retry policy of deferred events and the sink routing.
-#[derive(Debug)]
-pub(crate) struct Ctx {
-    pub(crate) retry: RetryPolicy,
-    pub(crate) routing: Routing,
-}
-
-/// The current [`Ctx`], replaced whole when the routing is reloaded: an operation takes it once and runs under it
-/// to its commit.
-pub(crate) type LiveCtx = payhook_store::Current<Ctx>;
-
-/// Puts `routing` in force for the operations started from now on.
-pub(crate) fn set_routing(ctx: &LiveCtx, routing: Routing) {
-    ctx.update(|c| Ctx { retry: c.retry.clone(), routing });
-}
+/// The configuration the write operations run under, shared with the other backends (`payhook_store::WriteCtx`).
+pub(crate) use payhook_store::{LiveWriteCtx as LiveCtx, WriteCtx as Ctx};
 
 pub(crate) trait SqlResult<T> {
     fn db(self) -> Result<T>;

@@ -1,68 +1,37 @@
-//! The writer's page cache: its bound (`storage.writer_cache_bytes`), and what it holds and did, read by the writer
-//! after each batch and shown in `/metrics`.
+//! The writer's page cache: its bound (`storage.writer_cache_bytes`), shown in `/metrics`.
 //!
 //! Every delivery lands on leaves at random places of three B-trees (the inbox's unique key, the business key, the
 //! order). On a large database those leaves are rarely in a small cache, and each is read back from the file (the
 //! kernel's cache at best) before it is changed; the cache's size trades memory for those reads. Readers keep
 //! SQLite's default (2 MiB each): their pages are the listings' and the lookups', not the writer's.
+//!
+//! What the cache holds and its hits and misses are not read: SQLite counts them for its C interface
+//! (`sqlite3_db_status`), which rusqlite's safe API does not offer and no pragma reports.
 
 use rusqlite::Connection;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
-/// The writer reads its cache at most this often: reading is a statement, which under light load (a batch of one
-/// or two jobs) would add a few percent to every batch, and a scrape comes every few seconds at most.
-const PUBLISH_EVERY: Duration = Duration::from_millis(50);
-
-/// What `/metrics` reads of the writer's cache, written by the writer thread.
-#[derive(Debug, Default)]
-pub(crate) struct PageCacheCounters {
-    limit_bytes: AtomicU64,
-    used_bytes: AtomicU64,
-    hits: AtomicU64,
-    misses: AtomicU64,
+/// Bounds `conn`'s page cache to `limit_bytes` (whole KiB, at least one: SQLite's `cache_size` in KiB).
+pub(crate) fn bound(conn: &Connection, limit_bytes: u64) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "cache_size", -kib(limit_bytes))
 }
 
-impl PageCacheCounters {
-    /// Bounds `conn`'s page cache to `limit_bytes` (whole KiB; SQLite's `cache_size` in KiB) and records the bound.
-    pub(crate) fn bound(&self, conn: &Connection, limit_bytes: u64) -> rusqlite::Result<()> {
-        let kib = i64::try_from(limit_bytes / 1024).unwrap_or(i64::MAX).max(1);
-        conn.pragma_update(None, "cache_size", -kib)?;
-        self.limit_bytes.store(limit_bytes, Ordering::Relaxed);
-        Ok(())
-    }
+/// `limit_bytes` in whole KiB, at least one, as `cache_size` takes it (negated: a size, not a page count).
+fn kib(limit_bytes: u64) -> i64 {
+    i64::try_from(limit_bytes / 1024).unwrap_or(i64::MAX).max(1)
+}
 
-    /// Reads `conn`'s cache after a batch, unless `last` (when it last did) is less than [`PUBLISH_EVERY`] ago: the
-    /// bytes it holds, and the hits and misses since the previous reading, added to the totals. Failing to read
-    /// leaves the previous figures (the metrics lag; nothing else depends on them).
-    pub(crate) fn publish(&self, conn: &Connection, last: &mut Option<Instant>) {
-        let now = Instant::now();
-        if last.is_some_and(|at| now.duration_since(at) < PUBLISH_EVERY) {
-            return;
-        }
-        *last = Some(now);
-        let read = conn
-            .prepare_cached(
-                "SELECT payhook_page_cache('used'), payhook_page_cache('hits'), payhook_page_cache('misses')",
-            )
-            .and_then(|mut s| s.query_row([], |r| Ok((r.get::<_, u64>(0)?, r.get::<_, u64>(1)?, r.get::<_, u64>(2)?))));
-        match read {
-            Ok((used, hits, misses)) => {
-                self.used_bytes.store(used, Ordering::Relaxed);
-                self.hits.fetch_add(hits, Ordering::Relaxed);
-                self.misses.fetch_add(misses, Ordering::Relaxed);
-            }
-            Err(e) => tracing::debug!(error = %e, "could not read the writer's page cache counters"),
-        }
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    pub(crate) fn snapshot(&self) -> payhook_store::metrics::PageCacheMetrics {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        payhook_store::metrics::PageCacheMetrics {
-            limit_bytes: get(&self.limit_bytes),
-            used_bytes: get(&self.used_bytes),
-            hits: get(&self.hits),
-            misses: get(&self.misses),
+    /// The bound is the setting in KiB, read back from the connection as SQLite holds it.
+    #[test]
+    fn the_bound_is_the_setting_in_kib() {
+        let conn = Connection::open_in_memory().unwrap();
+        for (bytes, cache_size) in [(1u64 << 20, -1024i64), (8 << 20, -8192), (1536, -1), (100, -1)] {
+            bound(&conn, bytes).unwrap();
+            let held: i64 = conn.pragma_query_value(None, "cache_size", |r| r.get(0)).unwrap();
+            assert_eq!(held, cache_size, "{bytes} bytes");
         }
     }
 }

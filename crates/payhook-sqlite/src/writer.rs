@@ -17,7 +17,6 @@
 use crate::checkpoint::{self, WalCounters};
 use crate::failpoint::fires;
 use crate::kept::WriterConn;
-use crate::page_cache::PageCacheCounters;
 use crate::tally;
 use payhook_store::StoreError;
 use payhook_store::metrics::{BATCH_SIZE_BOUNDS, Histogram, WriterMetrics};
@@ -219,7 +218,6 @@ pub(crate) fn spawn(
     queue_depth: usize,
     batch_max: usize,
     wal_counters: Arc<WalCounters>,
-    page_cache: Arc<PageCacheCounters>,
 ) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
     let syncer = match sync {
         CommitSync::InCommit => None,
@@ -234,7 +232,7 @@ pub(crate) fn spawn(
     let sizes = Arc::clone(&batch_sizes);
     let join = std::thread::Builder::new()
         .name("sqlite-writer".into())
-        .spawn(move || run(conn, rx, batch_max.max(1), syncer, &sizes, &wal_counters, &page_cache))?;
+        .spawn(move || run(conn, rx, batch_max.max(1), syncer, &sizes, &wal_counters))?;
     Ok((WriterHandle { tx, batch_sizes }, join))
 }
 
@@ -245,7 +243,6 @@ fn run(
     wal: Option<std::fs::File>,
     batch_sizes: &Histogram,
     wal_counters: &WalCounters,
-    page_cache: &PageCacheCounters,
 ) {
     let owned = conn;
     let conn = WriterConn::new(&owned);
@@ -286,7 +283,6 @@ fn run(
     let mut queued: VecDeque<Box<dyn Job>> = VecDeque::with_capacity(batch_max);
     let mut open: Option<Open> = None;
     let mut stopping = false;
-    let mut cache_read = None;
     loop {
         // Whatever is queued, without waiting, as far as the open transaction has room.
         let held = open.as_ref().map_or(0, |o| o.replies.len());
@@ -351,7 +347,6 @@ fn run(
         }
         let batch = open.take().expect("checked above");
         commit(&conn, batch, &settle, batch_sizes);
-        page_cache.publish(&conn, &mut cache_read);
         // After the batch is handed on, so that a reset delays the next batch, not this one's answers.
         checkpoint::reset_if_asked(&conn, wal_counters);
     }
@@ -530,25 +525,36 @@ fn commit(conn: &WriterConn<'_>, batch: Open, settle: &impl Fn(Settled), batch_s
 #[cfg(test)]
 mod tests {
     use crate::{SqliteOptions, SqliteStore};
-    use payhook_store::Store;
-    use payhook_store::contract::{T0, new_order, pay, processed};
 
-    /// The writer keeps its sub-journal (the pages its savepoints may restore) in payhook's VFS's memory, never in
-    /// a temporary file: after a payment, the writer's own thread has written to a sub-journal in memory. Every
-    /// job's pages went through a temporary file with a system call each when nothing kept them in memory.
+    /// The writer's own connection, the one every write runs on, has its page cache bounded by
+    /// `writer_cache_bytes`, in KiB; with the bound left out it kept SQLite's default of 2 MiB (-2000).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writers_page_cache_is_bounded_by_its_setting() {
+        for (bytes, cache_size) in [(1u64 << 20, -1024i64), (16 << 20, -16384)] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut options = SqliteOptions::new(dir.path().join("payhook.db"));
+            options.writer_cache_bytes = bytes;
+            let store = SqliteStore::open(options).expect("open");
+            let held: i64 = store
+                .writer
+                .submit(|conn| conn.pragma_query_value(None, "cache_size", |r| r.get(0)).map_err(super::unavailable))
+                .await
+                .expect("read on the writer's thread");
+            assert_eq!(held, cache_size, "{bytes} bytes");
+        }
+    }
+
+    /// The writer keeps its temporary files, its sub-journal among them, in memory (`temp_store = MEMORY`, 2):
+    /// with SQLite's default (0) a job's pages went through a temporary file, a system call each, past 64 KiB.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_writer_keeps_its_sub_journal_in_memory() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = SqliteStore::open(SqliteOptions::new(dir.path().join("payhook.db"))).expect("open");
-        store.register_order(new_order("ord_m", 100, T0)).await.expect("register");
-        assert_eq!(store.ingest(pay("evt_m", "ord_m", 100, T0 + 1)).await.expect("ingest"), processed());
-        let writes: i64 = store
+        let temp_store: i64 = store
             .writer
-            .submit(|conn| {
-                conn.query_row("SELECT payhook_sub_journal_writes()", [], |r| r.get(0)).map_err(super::unavailable)
-            })
+            .submit(|conn| conn.pragma_query_value(None, "temp_store", |r| r.get(0)).map_err(super::unavailable))
             .await
             .expect("read on the writer's thread");
-        assert!(writes > 0, "the writer's thread wrote nothing to a sub-journal in memory");
+        assert_eq!(temp_store, 2);
     }
 }

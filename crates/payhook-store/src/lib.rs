@@ -33,11 +33,13 @@ pub mod metrics;
 pub mod model;
 pub mod payload;
 pub mod replication;
+mod write_ctx;
 
 pub use current::Current;
 pub use listing::Listing;
 pub use model::*;
 pub use replication::Replication;
+pub use write_ctx::{LiveWriteCtx, WriteCtx};
 
 /// A boxed error cause, kept as the `source()` of a [`StoreError`].
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;

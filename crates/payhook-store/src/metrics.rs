@@ -145,19 +145,13 @@ pub struct WalMetrics {
     pub writer_busy: u64,
 }
 
-/// The SQLite writer's page cache (`storage.writer_cache_bytes`) as the writer last read it, after its latest
-/// batch. Hits and misses count the pages its statements asked for since the store opened: a miss is a page read
-/// from the file system (the kernel's cache at best), which is what a larger cache saves on a large database.
+/// The SQLite writer's page cache (`storage.writer_cache_bytes`). Only its bound: what the cache holds and its
+/// hits and misses are counters of SQLite's C interface (`sqlite3_db_status`), which neither rusqlite's safe API nor
+/// SQL reaches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PageCacheMetrics {
     /// The cache's bound in bytes.
     pub limit_bytes: u64,
-    /// Bytes of memory it holds now (SQLite's `SQLITE_DBSTATUS_CACHE_USED`).
-    pub used_bytes: u64,
-    /// Pages found in the cache.
-    pub hits: u64,
-    /// Pages that were not, and were read from the file.
-    pub misses: u64,
 }
 
 /// The state of a store's own read connections (the SQLite reader pool), read at scrape time. All zero for a

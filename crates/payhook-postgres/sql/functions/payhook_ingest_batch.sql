@@ -1,6 +1,6 @@
 -- Records a batch of verified deliveries and applies their effects, in the order given (the caller sorts them by
 -- lock): one call, so a batch of any size is one round trip. Each element of `p_deliveries` is one delivery (the
--- composite type `payhook_delivery`, migration 0010); routing is as in payhook_ingest_each.
+-- composite type `payhook_delivery` of the baseline); routing is as in payhook_ingest_each.
 --
 -- A batch whose deliveries share no event id, no order and no business key is run as a set: a handful of
 -- multi-row statements for the whole batch, in one subtransaction, whatever its size (the row-counting triggers

@@ -1,7 +1,7 @@
 -- Records a batch of verified deliveries and applies their effects one after another, in the order given (the
 -- caller sorts them by lock): the general form of payhook_ingest_batch, which runs it for a batch it cannot run as
 -- a set (see there), and the reference its set form is tested against. Each element of `p_deliveries` is one
--- delivery (the composite type `payhook_delivery`, migration 0010); an order event carries its planned change
+-- delivery (the baseline's composite type `payhook_delivery`); an order event carries its planned change
 -- (`lock`, `order_id`, the guard's `from1`/`from2`, `to_status`, the expected money, the outbox kind and its
 -- documents, see payhook_apply). `create_order` (a payment of a source whose orders are implicit) creates a missing
 -- order from the payment's amount and currency before it is applied, as payhook_register_batch would.

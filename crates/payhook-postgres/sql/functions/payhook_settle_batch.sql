@@ -3,7 +3,7 @@
 -- that it stays free for an event that can use it. The rows are identified by (source, event_id) and checked
 -- against their row id. Then writes the forwarded events (`p_forward_kind` rows, `event.received`) and raises the
 -- alerts, in the order given (the caller sorts them by key: see the locking protocol of the schema);
--- `p_alert_sink` is NULL when alerts are off. The element types are migration 0010's composites.
+-- `p_alert_sink` is NULL when alerts are off. The element types are the baseline's composites.
 CREATE OR REPLACE FUNCTION payhook_settle_batch(
     p_settlements payhook_settlement[], p_forward_kind text, p_forwards payhook_forward[], p_alert_kind text,
     p_alert_sink text, p_alert_window bigint, p_alert_gather bigint, p_alerts payhook_alert[])

@@ -43,21 +43,9 @@ use tokio_postgres::Row;
 
 const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock($1)";
 
-/// What the write operations need besides their arguments: the retry policy of deferred events and the routing.
-#[derive(Debug)]
-pub(crate) struct Ctx {
-    pub(crate) retry: RetryPolicy,
-    pub(crate) routing: Routing,
-}
-
-/// The current [`Ctx`], replaced whole when the routing is reloaded: an operation takes it once and runs under it
-/// to its commit.
-pub(crate) type LiveCtx = payhook_store::Current<Ctx>;
-
-/// Puts `routing` in force for the operations started from now on.
-pub(crate) fn set_routing(ctx: &LiveCtx, routing: Routing) {
-    ctx.update(|c| Ctx { retry: c.retry.clone(), routing });
-}
+/// What the write operations need besides their arguments, shared with the other backends
+/// (`payhook_store::WriteCtx`).
+pub(crate) use payhook_store::{LiveWriteCtx as LiveCtx, WriteCtx as Ctx};
 
 /// The advisory lock that guards an order: FNV-1a (64 bit) of its id.
 ///

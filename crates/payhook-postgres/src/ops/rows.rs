@@ -1,4 +1,4 @@
-//! The composite rows the batch functions take (migration 0010's types, `#[derive(ToSql)]`, fields matched by
+//! The composite rows the batch functions take (the baseline's types, `#[derive(ToSql)]`, fields matched by
 //! name) and the statements that call them: one array of rows per batch instead of one array per column.
 
 use super::*;
@@ -7,7 +7,7 @@ pub(crate) const REGISTER_SQL: &str =
     "SELECT outcome, detail, stored_amount, stored_currency FROM payhook_register_batch($1, $2, $3, $4, $5)";
 pub(crate) const SETTLE_SQL: &str = "SELECT payhook_settle_batch($1, $2, $3, $4, $5, $6, $7, $8)";
 
-/// One element of `payhook_ingest_batch`'s array (the composite type `payhook_delivery`, migration 0010): the
+/// One element of `payhook_ingest_batch`'s array (the baseline's composite type `payhook_delivery`): the
 /// fields are matched by name.
 #[derive(Debug, ToSql)]
 #[postgres(name = "payhook_delivery")]
@@ -127,7 +127,7 @@ pub(crate) fn register_lock_key(order: &NewOrder) -> (bool, i64, &str, &str, &st
     (true, order_lock(order.id.as_str()), order.id.as_str(), "", "")
 }
 
-/// One element of `payhook_settle_batch`'s settlements (composite `payhook_settlement`, migration 0010).
+/// One element of `payhook_settle_batch`'s settlements (the baseline's composite `payhook_settlement`).
 #[derive(Debug, ToSql)]
 #[postgres(name = "payhook_settlement")]
 pub(super) struct SettlementRow<'a> {

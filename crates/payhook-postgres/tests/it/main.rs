@@ -30,10 +30,12 @@
 //! * `resilience`: connections terminated under load: errors only, nothing acknowledged lost, recovery alone.
 //! * `tls`: each `sslmode` against a server of its own with `ssl = on` that rejects plaintext: `require` and
 //!   `prefer` connect, `verify-full` needs the right CA and host name, `verify-ca` only the CA, `disable` is refused.
-//! * `upgrade`: a database of the previous schema version, upgraded in place.
+//! * `upgrade`: a database that the migrations before the baseline built is at the baseline, with the catalog of a
+//!   schema created from it (`catalog`: a schema's catalog as comparable lines); an older one is refused.
 
 mod batch_set;
 mod billing;
+mod catalog;
 #[cfg(payhook_test_postgres)]
 mod contract;
 mod counters;

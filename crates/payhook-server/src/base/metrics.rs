@@ -742,22 +742,6 @@ fn render_page_cache(out: &mut String, cache: &payhook_store::metrics::PageCache
         "The bound of the SQLite writer's page cache (storage.writer_cache_bytes).",
     );
     sample(out, "payhook_sqlite_writer_cache_limit_bytes", "", cache.limit_bytes);
-    family(
-        out,
-        "payhook_sqlite_writer_cache_bytes",
-        "gauge",
-        "Memory the SQLite writer's page cache holds, as of the writer's latest batch.",
-    );
-    sample(out, "payhook_sqlite_writer_cache_bytes", "", cache.used_bytes);
-    family(out, "payhook_sqlite_writer_cache_hits_total", "counter", "Pages the SQLite writer found in its cache.");
-    sample(out, "payhook_sqlite_writer_cache_hits_total", "", cache.hits);
-    family(
-        out,
-        "payhook_sqlite_writer_cache_misses_total",
-        "counter",
-        "Pages the SQLite writer did not find in its cache and read from the file.",
-    );
-    sample(out, "payhook_sqlite_writer_cache_misses_total", "", cache.misses);
 }
 
 /// `payhook_build_info{version, commit} 1`: which build answers, to join with any other series (the Prometheus

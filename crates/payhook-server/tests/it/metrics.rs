@@ -177,12 +177,8 @@ async fn metrics_count_a_known_workload_exactly() {
         assert!(m(&format!(r#"payhook_sqlite_checkpoints_busy_total{{mode="{mode}"}}"#)) >= 0.0);
     }
 
-    // The writer's page cache against its default bound: it holds pages, and it was asked for them.
+    // The writer's page cache bound, its default.
     assert_eq!(m("payhook_sqlite_writer_cache_limit_bytes"), f64::from(8u32 << 20));
-    let cache = m("payhook_sqlite_writer_cache_bytes");
-    assert!(cache > 0.0 && cache <= f64::from(8u32 << 20) * 1.1, "writer cache holds {cache} bytes");
-    assert!(m("payhook_sqlite_writer_cache_hits_total") > 0.0);
-    assert!(m("payhook_sqlite_writer_cache_misses_total") > 0.0);
 
     // Rows by status, as the database counts them.
     assert_eq!(m("payhook_stats_up"), 1.0);

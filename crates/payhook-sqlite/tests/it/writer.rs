@@ -4,9 +4,7 @@
 use crate::{TempStore, side_connection};
 use payhook_core::event::EventId;
 use payhook_core::ledger::OrderStatus;
-use payhook_store::contract::{
-    T0, event_view, generic_delivery, new_order, order_view, pay, source, stats, test_policy,
-};
+use payhook_store::contract::{T0, event_view, new_order, order_view, pay, source, stats, test_policy};
 use payhook_store::{Outcome, Recorded, Registered, Stats, Store, StoreError};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -154,38 +152,13 @@ async fn dropping_a_store_whose_writer_is_stuck_returns_at_once() {
     assert!(took < Duration::from_secs(1), "dropping the store blocked for {took:?}");
 }
 
-/// The writer's page cache stays within `storage.writer_cache_bytes` and uses what it is given: the same writes
-/// (1,200 deliveries of about 3 KiB, a page each) leave a store bounded at 1 MiB holding about that much, and one
-/// bounded at 16 MiB holding more than SQLite's default of 2 MiB, which is what the writer had before the setting.
+/// The writer's metrics report its page cache's bound, `storage.writer_cache_bytes` (the writer's connection is
+/// bounded by it: `writer::tests::the_writers_page_cache_is_bounded_by_its_setting`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_writer_page_cache_is_bounded_by_its_setting() {
-    let mut held = Vec::new();
+async fn the_writer_reports_its_page_cache_bound() {
     for limit in [1u64 << 20, 16 << 20] {
-        let store = Arc::new(TempStore::open_with(|o| o.writer_cache_bytes = limit));
-        let filler = "x".repeat(3000);
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..1200 {
-            let store = Arc::clone(&store);
-            let body = serde_json::json!({
-                "id": format!("evt_cache_{i}"), "type": "customer.noted", "created": T0 / 1000,
-                "data": { "customer": "cus_1", "note": filler },
-            });
-            tasks.spawn(async move { store.ingest(generic_delivery(body.to_string().into_bytes(), T0)).await });
-            if tasks.len() >= 64 {
-                tasks.join_next().await.expect("a task").expect("joined").expect("ingest");
-            }
-        }
-        while let Some(r) = tasks.join_next().await {
-            r.expect("joined").expect("ingest");
-        }
-        // The writer reads its cache at most every 50 ms: one more write after that has it read the cache again.
-        tokio::time::sleep(Duration::from_millis(60)).await;
-        store.ingest(pay("evt_cache_last", "ord_none", 100, T0)).await.expect("ingest");
+        let store = TempStore::open_with(|o| o.writer_cache_bytes = limit);
         let cache = store.sqlite().writer_metrics().page_cache.expect("sqlite reports its writer's cache");
         assert_eq!(cache.limit_bytes, limit);
-        assert!(cache.hits > 0 && cache.misses > 0, "{cache:?}");
-        held.push(cache.used_bytes);
     }
-    assert!(held[0] <= (1 << 20) * 5 / 4, "bounded at 1 MiB, the cache held {} bytes", held[0]);
-    assert!(held[1] > 3 << 20, "bounded at 16 MiB, the cache held only {} bytes", held[1]);
 }
