@@ -10,6 +10,11 @@ use payhook_store::{Outcome, Stats};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+mod auth;
+mod throughput;
+pub(crate) use auth::{AuthMetrics, AuthSnapshot, SURFACES, Surface};
+pub(crate) use throughput::{Minute, Throughput};
+
 const OUTCOMES: [Outcome; 5] =
     [Outcome::Processed, Outcome::Duplicate, Outcome::Deferred, Outcome::Ignored, Outcome::DeadLettered];
 
@@ -242,69 +247,6 @@ impl ReloadMetrics {
         let at = u64::try_from(self.loaded_at_ms.load(Ordering::Relaxed) / 1000).unwrap_or(0);
         sample(out, "payhook_config_loaded_timestamp_seconds", "", at);
     }
-}
-
-/// Where the API token was tried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Surface {
-    /// A `/v1` request's `Authorization: Bearer` header.
-    Api,
-    /// The dashboard's login form.
-    Ui,
-}
-
-/// Every surface, in the order the metrics render them.
-pub(crate) const SURFACES: [Surface; 2] = [Surface::Api, Surface::Ui];
-
-impl Surface {
-    /// The `surface` label and log field.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Surface::Api => "api",
-            Surface::Ui => "ui",
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        match self {
-            Surface::Api => 0,
-            Surface::Ui => 1,
-        }
-    }
-}
-
-/// Refusals of the API token, by surface ([`SURFACES`]): failed attempts, and attempts refused unread because
-/// their address failed too often.
-#[derive(Debug, Default)]
-pub(crate) struct AuthMetrics {
-    failures: [AtomicU64; SURFACES.len()],
-    throttled: [AtomicU64; SURFACES.len()],
-}
-
-impl AuthMetrics {
-    /// Counts an attempt with a missing or wrong token.
-    pub(crate) fn failed(&self, surface: Surface) {
-        self.failures[surface.index()].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts an attempt refused because its address is throttled.
-    pub(crate) fn throttled(&self, surface: Surface) {
-        self.throttled[surface.index()].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The counters, with the number of addresses the throttle holds.
-    pub(crate) fn snapshot(&self, addresses: usize) -> AuthSnapshot {
-        let load = |c: &[AtomicU64; SURFACES.len()]| std::array::from_fn(|i| c[i].load(Ordering::Relaxed));
-        AuthSnapshot { failures: load(&self.failures), throttled: load(&self.throttled), addresses: addresses as u64 }
-    }
-}
-
-/// The authentication counters at one scrape.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct AuthSnapshot {
-    failures: [u64; SURFACES.len()],
-    throttled: [u64; SURFACES.len()],
-    addresses: u64,
 }
 
 fn micros(d: std::time::Duration) -> u64 {
@@ -541,82 +483,6 @@ fn render_reads(out: &mut String, r: &ReadMetrics) {
     );
     sample(out, "payhook_reads_cut_off_total", "reason=\"read_timeout\"", r.timed_out);
     sample(out, "payhook_reads_cut_off_total", "reason=\"readers_busy\"", r.busy);
-}
-
-/// Minutes the dashboard's chart covers.
-pub(crate) const THROUGHPUT_MINUTES: usize = 60;
-
-/// Deliveries answered 2xx and their latency, per minute over the last hour: a ring of one slot per minute that
-/// the ingest path writes with three relaxed atomic operations and the dashboard reads.
-///
-/// A slot is reset by the first delivery of a new minute; a delivery of that minute counted by another thread
-/// between the reset of the slot's minute and of its counts may be lost. That is the price of no lock on the hot
-/// path, and a chart can pay it.
-#[derive(Debug)]
-pub(crate) struct Throughput {
-    slots: [MinuteSlot; THROUGHPUT_MINUTES],
-}
-
-#[derive(Debug, Default)]
-struct MinuteSlot {
-    /// Unix minute the counts belong to.
-    minute: std::sync::atomic::AtomicI64,
-    count: AtomicU64,
-    latency_us: AtomicU64,
-}
-
-/// One minute of the chart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Minute {
-    /// Unix minute.
-    pub minute: i64,
-    /// Deliveries answered 2xx.
-    pub count: u64,
-    /// Their summed latency, microseconds.
-    pub latency_us: u64,
-}
-
-impl Default for Throughput {
-    fn default() -> Self {
-        Self { slots: std::array::from_fn(|_| MinuteSlot::default()) }
-    }
-}
-
-impl Throughput {
-    /// Counts one delivery answered at `now_ms` after `latency`.
-    pub(crate) fn record(&self, now_ms: i64, latency: std::time::Duration) {
-        let minute = now_ms.div_euclid(60_000);
-        let slot = &self.slots[minute.rem_euclid(THROUGHPUT_MINUTES as i64) as usize];
-        let seen = slot.minute.load(Ordering::Acquire);
-        if seen != minute && slot.minute.compare_exchange(seen, minute, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            slot.count.store(0, Ordering::Relaxed);
-            slot.latency_us.store(0, Ordering::Relaxed);
-        }
-        slot.count.fetch_add(1, Ordering::Relaxed);
-        slot.latency_us.fetch_add(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
-    }
-
-    /// The last [`THROUGHPUT_MINUTES`] minutes up to the one holding `now_ms`, oldest first; minutes without
-    /// deliveries count zero.
-    pub(crate) fn last_hour(&self, now_ms: i64) -> Vec<Minute> {
-        let current = now_ms.div_euclid(60_000);
-        (0..THROUGHPUT_MINUTES as i64)
-            .rev()
-            .map(|ago| {
-                let minute = current - ago;
-                let slot = &self.slots[minute.rem_euclid(THROUGHPUT_MINUTES as i64) as usize];
-                if slot.minute.load(Ordering::Acquire) == minute {
-                    Minute {
-                        minute,
-                        count: slot.count.load(Ordering::Relaxed),
-                        latency_us: slot.latency_us.load(Ordering::Relaxed),
-                    }
-                } else {
-                    Minute { minute, count: 0, latency_us: 0 }
-                }
-            })
-            .collect()
-    }
 }
 
 /// `list` sorted by key, with every key of `required` present (0 when absent).

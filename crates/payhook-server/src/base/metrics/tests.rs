@@ -1,5 +1,6 @@
 use super::*;
 use std::time::Duration;
+use throughput::THROUGHPUT_MINUTES;
 
 #[test]
 fn throughput_counts_per_minute_and_forgets_minutes_older_than_an_hour() {
