@@ -5,7 +5,7 @@
 //! twice and moves the statement out of and back into the cache's LRU list: about a thousand instructions under
 //! callgrind, and a delivery's common path runs seven statements (its savepoint and release, three inserts, the
 //! order's guarded update, the outbox row): keeping them cut the writer's instructions on its jobs to 0.92×
-//! (BENCHMARKS.md, *Statements kept by the writer*). [`WriterConn::kept`] finds a statement by the address of its text instead, a string constant of
+//! (decision 34, docs/decisions/0034-prepared-statements.md). [`WriterConn::kept`] finds a statement by the address of its text instead, a string constant of
 //! the code: a comparison of two pointers (of the texts, should the compiler have copied a literal).
 //!
 //! Bounded by construction: one statement per string constant passed to `kept`, which are a fixed set written in

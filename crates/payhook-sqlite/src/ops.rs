@@ -322,7 +322,7 @@ fn apply_order(
 /// Both are read back from the row by a second statement, not by `RETURNING`: SQLite runs a `RETURNING` clause
 /// through a table of its own, created and dropped at every execution, which cost the writer about 10,000
 /// instructions per payment more than the lookup of a row whose page the update has just written (callgrind;
-/// BENCHMARKS.md, *Statements kept by the writer*). The writer is alone in its transaction: nothing comes between.
+/// BENCHMARKS.md's history, *Statements kept by the writer*). The writer is alone in its transaction: nothing comes between.
 fn guarded_update(
     conn: &WriterConn<'_>,
     plan: &Plan,
@@ -459,8 +459,8 @@ fn settle(
 pub(crate) fn claim_due(conn: &WriterConn<'_>, claim: &Claim) -> Result<Vec<Claimed>> {
     // Most passes find nothing due: the worker is woken by every order registered. A probe of the partial index,
     // with the claim's own conditions, answers that without the claim's UPDATE, whose `IN (SELECT … LIMIT)` makes
-    // SQLite build a zero-filled 10 KB Bloom filter and ephemeral tables on every execution (BENCHMARKS.md,
-    // *Instructions per delivery*).
+    // SQLite build a zero-filled 10 KB Bloom filter and ephemeral tables on every execution (BENCHMARKS.md's
+    // history, *Instructions per delivery*).
     let due: bool = conn
         .kept(
             "SELECT EXISTS (SELECT 1 FROM inbox INDEXED BY inbox_due

@@ -14,7 +14,7 @@ type Result<T> = std::result::Result<T, StoreError>;
 
 /// Runs `read` in one read transaction, so that all its statements see one snapshot. `BEGIN` and `COMMIT` come
 /// from the statement cache: `Connection::unchecked_transaction` parses both anew on every call, which was about a
-/// sixth of the instructions of reading one order (BENCHMARKS.md, *Instructions per delivery*). A failed read
+/// sixth of the instructions of reading one order (BENCHMARKS.md's history, *Instructions per delivery*). A failed read
 /// rolls back here, and the pool rolls back any connection given back inside a transaction as well.
 pub(crate) fn in_snapshot<T>(conn: &Connection, read: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
     conn.prepare_cached("BEGIN").and_then(|mut begin| begin.execute([])).map_err(unavailable)?;
@@ -64,7 +64,7 @@ fn order_in(conn: &Connection, id: &OrderId) -> Result<Option<OrderView>> {
     let history = history_entries(&history)?;
     // The order lists its outbox rows (see migration 0006). They are joined to the list, not selected `IN` it: for
     // `IN (SELECT … json_each …)` SQLite builds an ephemeral table and a zero-filled 10 KB Bloom filter on every
-    // read (BENCHMARKS.md, *Instructions per delivery*).
+    // read (BENCHMARKS.md's history, *Instructions per delivery*).
     let outbox = outbox_rows(
         conn,
         &format!(

@@ -3,7 +3,7 @@
 //!
 //! Firing a trigger costs SQLite about as much as the statement it runs: it materializes the row for `NEW`/`OLD`
 //! and sets up a sub-program. A payment fired four (its inbox row, its order's status, its outbox row counted and
-//! listed), about a fifth of the writer's instructions (BENCHMARKS.md, *Counters kept by the writer*). So the
+//! listed), about a fifth of the writer's instructions (docs/decisions/0033-row-counters.md). So the
 //! writer's connection runs with triggers off ([`install`]) and its write operations report each counted change
 //! here instead; the batch adds them up and writes one upsert per counter before its `COMMIT` ([`flush`]). Every
 //! other connection (a CLI, an older payhook, `sqlite3` by hand) still fires the triggers, so the counters stay

@@ -1,6 +1,6 @@
 //! The binary's allocator: mimalloc with its `override` feature defines the process's `malloc`, `calloc`,
 //! `realloc` and `free`, so the allocations of the bundled SQLite go to mimalloc's per-thread heaps as well as
-//! Rust's (ARCHITECTURE.md, dependencies; BENCHMARKS.md, *SQLite's allocations through mimalloc*). Without the
+//! Rust's (ARCHITECTURE.md, dependencies; decision records in docs/decisions/; the measurement is in BENCHMARKS.md's history, *SQLite's allocations through mimalloc*). Without the
 //! feature the binary still runs and passes every other test, its SQLite calling the C library's allocator: only
 //! the binary's symbol table tells the two apart.
 
