@@ -10,7 +10,8 @@ use crate::table::{Table, clip, or_dash, utc};
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use payhook_server::admin::{self, EventPage, EventQuery, OutboxQuery, ReplayFilter};
-use payhook_server::now_ms;
+use payhook_server::{Actor, audit, now_ms};
+use payhook_store::AuditAction;
 use payhook_store::{EventSummary, OutboxView, Store};
 use serde::Serialize;
 use std::io::{BufRead, IsTerminal, Write};
@@ -43,6 +44,28 @@ pub enum AdminCommand {
     /// `retention.orders_days`. Dead letters, deferred events and orders with undelivered outbox rows are never
     /// pruned.
     Prune(JsonFlag),
+    /// The operator audit trail, newest first: who replayed, re-queued, registered, imported, reloaded, pruned,
+    /// logged in or out, or was refused for want of a scope; from where, when, on what, with which outcome.
+    Audit(AuditArgs),
+}
+
+/// `payhook audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only this actor's entries (a token's name, an identity, `cli:USER`, `signal:SIGHUP`).
+    #[arg(long)]
+    actor: Option<String>,
+    /// Only this action (replay, bulk_replay, outbox_retry, order_register, order_import, reload, prune, login,
+    /// logout, refused).
+    #[arg(long)]
+    action: Option<String>,
+    /// Only entries on this target (`stripe/evt_1`, `outbox/42`, `order/ord_1`).
+    #[arg(long)]
+    target: Option<String>,
+    #[command(flatten)]
+    paging: Paging,
+    #[command(flatten)]
+    out: JsonFlag,
 }
 
 #[derive(Debug, Subcommand)]
@@ -239,7 +262,7 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
         }
         AdminCommand::Dlq { command: DlqCommand::Replay(a) } => dlq_replay(store, cfg, a).await,
         AdminCommand::Replay(a) => {
-            let report = admin::replay_event(store, settings, &a.source, &a.event_id, now_ms()).await?;
+            let report = admin::replay_event(store, settings, &a.source, &a.event_id, now_ms(), &Actor::cli()).await?;
             print_or(a.out.json, &report, || {
                 let detail = report.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
                 let event_id = match &report.replayed_as {
@@ -271,10 +294,41 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
             })
         }
         AdminCommand::Outbox { command: OutboxCommand::Retry(a) } => {
-            let row = admin::retry_outbox(store, a.id, now_ms()).await?;
+            let row = admin::retry_outbox(store, a.id, now_ms(), &Actor::cli()).await?;
             print_or(a.out.json, &row, || {
                 let sink = row.sink.as_deref().unwrap_or("no sink");
                 println!("outbox row {} ({}, to {sink}) re-queued: {}", row.id, row.kind, row.status);
+            })
+        }
+        AdminCommand::Audit(a) => {
+            let query = admin::AuditQuery {
+                actor: a.actor,
+                action: a.action,
+                target: a.target,
+                limit: a.paging.limit,
+                before: a.paging.before,
+                ..admin::AuditQuery::default()
+            };
+            let page = admin::list_audit(store, &query).await?;
+            print_or(a.out.json, &page, || {
+                if page.entries.is_empty() && !page.partial {
+                    println!("no audit entries match");
+                    return;
+                }
+                let mut t = Table::new(&["WHEN", "ACTOR", "ADDRESS", "ACTION", "TARGET", "OUTCOME"]);
+                for r in &page.entries {
+                    let e = &r.entry;
+                    t.row(vec![
+                        utc(e.at_ms),
+                        e.actor.clone(),
+                        or_dash(e.address.as_deref()),
+                        e.action.as_str().to_owned(),
+                        or_dash(e.target.as_deref()),
+                        e.outcome.clone(),
+                    ]);
+                }
+                print!("{}", t.render());
+                print_cursor(page.next_cursor, page.partial);
             })
         }
         AdminCommand::Stats(StatsArgs { recount: false, out }) => {
@@ -294,6 +348,10 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
             let min_pause = std::time::Duration::from_millis(settings.retention.cli_min_pause_ms);
             let pruned =
                 payhook_server::retention::prune_all(store, &settings.retention, now_ms(), 0, min_pause).await?;
+            let audit_deleted = payhook_server::retention::prune_audit(store, &settings.retention, now_ms(), min_pause).await?;
+            let mut detail = serde_json::to_value(&pruned).unwrap_or_default();
+            detail["audit_deleted"] = audit_deleted.into();
+            audit::record(store, Actor::cli().entry(AuditAction::Prune, None, "ok", detail, now_ms())).await?;
             print_or(out.json, &pruned, || {
                 println!(
                     "pruned: {} events deleted with {} business keys; {} payloads cleared; {} orders deleted with \
@@ -354,7 +412,7 @@ async fn dlq_replay<S: Store>(store: &S, cfg: &Config, a: DlqReplayArgs) -> Resu
     };
     // Never more than was confirmed, even if new dead letters arrived since the preview.
     let max = u32::try_from(preview.matched).ok();
-    let report = admin::bulk_replay(store, settings, &filter, max, now_ms, progress).await;
+    let report = admin::bulk_replay(store, settings, &filter, max, now_ms, progress, &Actor::cli()).await;
     if on_terminal {
         eprintln!();
     }

@@ -29,7 +29,7 @@ mod storage;
 
 use retention::{RawRetention, resolve_retention};
 pub use server::TokenOrigin;
-use server::{RawServer, resolve_api_token, resolve_auth, resolve_listener};
+use server::{RawServer, resolve_access, resolve_api_token, resolve_auth, resolve_listener};
 use sinks::{RawSink, resolve_sink};
 pub use sources::BUILT_IN_SCHEMES;
 use sources::{RawSource, resolve_source};
@@ -417,6 +417,7 @@ fn resolve(
         .with_context(|| format!("server.listen: {:?} is not an address", raw.server.listen))?;
     let (api_token, api_token_origin) = resolve_api_token(&raw.server, var)?;
     let auth = resolve_auth(&raw.server)?;
+    let access = resolve_access(&raw.server, var)?;
     if raw.server.body_limit_bytes == 0 {
         bail!("server.body_limit_bytes must be positive");
     }
@@ -439,6 +440,7 @@ fn resolve(
     let mut settings = Settings::new(sources);
     settings.body_limit_bytes = raw.server.body_limit_bytes;
     settings.api_token = api_token;
+    settings.access = access;
     settings.public_openapi = raw.server.public_openapi;
     settings.metrics_listen = match raw.server.metrics_listen.trim() {
         "" => None,

@@ -317,7 +317,8 @@ async fn serve_with<S: Store>(
                     Err(e) => tracing::error!(error = %e, "SIGHUP: the TLS certificate and key could not be read; the previous ones stay in use"),
                 }
                 // Applied or refused, the outcome is logged (at error level when refused) and counted.
-                let _ = running.state.reload("SIGHUP").await;
+                let by = payhook_server::Actor { name: "signal:SIGHUP".to_owned(), address: None };
+                let _ = running.state.reload("SIGHUP", &by).await;
             }
         }
     }

@@ -4,9 +4,9 @@ use crate::config::{Config, StorageConfig};
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use payhook_postgres::PgStore;
-use payhook_server::{now_ms, parse_order};
+use payhook_server::{Actor, audit, now_ms, parse_order};
 use payhook_sqlite::SqliteStore;
-use payhook_store::{NewOrder, Registered, Store};
+use payhook_store::{AuditAction, NewOrder, Registered, Store};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,14 +36,14 @@ pub async fn run(cfg: Config, command: OrdersCommand) -> Result<()> {
                 StorageConfig::Sqlite(options) => {
                     let queue_depth = options.queue_depth;
                     let store = Arc::new(SqliteStore::open(options)?);
-                    let counts = import(&store, orders, queue_depth).await;
+                    let counts = import(&store, orders, queue_depth, &file).await;
                     store.shutdown().await;
                     counts?
                 }
                 StorageConfig::Postgres(options) => {
                     let queue_depth = options.queue_depth;
                     let store = Arc::new(PgStore::open(options).await?);
-                    let counts = import(&store, orders, queue_depth).await;
+                    let counts = import(&store, orders, queue_depth, &file).await;
                     store.shutdown().await;
                     counts?
                 }
@@ -57,8 +57,29 @@ pub async fn run(cfg: Config, command: OrdersCommand) -> Result<()> {
     }
 }
 
-/// Registers `orders` in `store`: (created, already registered, conflicts).
+/// Registers `orders` (read from `file`) in `store`: (created, already registered, conflicts). The import is one
+/// entry of the audit trail, with its counts.
 async fn import<S: Store>(
+    store: &Arc<S>,
+    orders: Vec<NewOrder>,
+    queue_depth: usize,
+    file: &Path,
+) -> Result<(usize, usize, Vec<String>)> {
+    let counts = register_all(store, orders, queue_depth).await;
+    let (outcome, detail) = match &counts {
+        Ok((created, existing, conflicts)) => (
+            "ok",
+            serde_json::json!({ "created": created, "already_registered": existing, "conflicts": conflicts.len() }),
+        ),
+        Err(e) => ("error", serde_json::json!({ "error": format!("{e:#}") })),
+    };
+    let detail = serde_json::json!({ "file": file.display().to_string(), "result": detail });
+    let entry = Actor::cli().entry(AuditAction::OrderImport, None, outcome, detail, now_ms());
+    audit::record(&**store, entry).await?;
+    counts
+}
+
+async fn register_all<S: Store>(
     store: &Arc<S>,
     orders: Vec<NewOrder>,
     queue_depth: usize,

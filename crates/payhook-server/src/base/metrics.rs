@@ -394,7 +394,7 @@ where
         &mut out,
         "payhook_auth_failures_total",
         "counter",
-        "Attempts with a missing or wrong API token, by surface (api: /v1, ui: the dashboard's login).",
+        "Attempts with a missing, wrong or expired token, by surface (api: /v1, ui: the dashboard's login).",
     );
     for s in SURFACES {
         sample(
@@ -420,6 +420,20 @@ where
     }
     family(&mut out, "payhook_auth_throttle_addresses", "gauge", "Client addresses the authentication throttle holds.");
     sample(&mut out, "payhook_auth_throttle_addresses", "", scrape.auth.addresses);
+    family(
+        &mut out,
+        "payhook_auth_forbidden_total",
+        "counter",
+        "Authenticated callers refused 403 because their token or identity lacks the route's scope.",
+    );
+    sample(&mut out, "payhook_auth_forbidden_total", "", scrape.auth.forbidden);
+    family(
+        &mut out,
+        "payhook_auth_identity_ignored_total",
+        "counter",
+        "Requests carrying server.identity_header from a peer that is not a trusted proxy (the header was ignored).",
+    );
+    sample(&mut out, "payhook_auth_identity_ignored_total", "", scrape.auth.identity_ignored);
 
     family(&mut out, "payhook_stats_up", "gauge", "1 when the database answered this scrape's row counts.");
     sample(&mut out, "payhook_stats_up", "", u64::from(scrape.stats.is_some()));

@@ -6,6 +6,7 @@ pub mod ip_range;
 pub mod json_int;
 pub mod metrics;
 pub mod schema;
+pub mod scope;
 pub mod secret_url;
 pub mod settings;
 pub mod task;

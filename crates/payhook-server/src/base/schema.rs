@@ -49,6 +49,12 @@ pub(crate) struct ErrorBody {
     error: String,
     /// What went wrong, for people.
     message: String,
+    /// With `insufficient_scope` (403): the scope the route needs (`read`, `operate`, `admin`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scope_needed: Option<String>,
+    /// With `insufficient_scope`: the scope the caller holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scope_held: Option<String>,
 }
 
 /// The answer to a recorded delivery (a batching format's answer lists one per event under `events`). The handler

@@ -35,6 +35,8 @@ pub struct Settings {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Who the client of a request is, and how often a client may fail to give the API token.
     pub auth: AuthSettings,
+    /// The named tokens and the proxy's identities, with their scopes (reloadable, as sources are).
+    pub access: AccessSettings,
     /// The build that serves, shown on `/metrics` as `payhook_build_info`.
     pub build: BuildInfo,
 }
@@ -136,6 +138,72 @@ impl Default for AuthSettings {
     }
 }
 
+/// Who may call the operator surfaces besides `api_token` (an admin token): named tokens with scopes, and the
+/// identities a trusted proxy vouches for in a header. Reloadable: a request runs under one generation's access.
+#[derive(Debug, Clone, Default)]
+pub struct AccessSettings {
+    /// The named tokens.
+    pub tokens: Vec<NamedToken>,
+    /// The header a trusted proxy puts the signed-in user's identity in (`X-Forwarded-Email`); read only from a
+    /// peer in [`AuthSettings::trusted_proxies`].
+    pub identity_header: Option<String>,
+    /// Which identities hold which scope; an identity no rule names holds none.
+    pub identities: Vec<IdentityRule>,
+}
+
+/// A token with a name (its actor in the audit trail) and a scope, known by its SHA-256 only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NamedToken {
+    /// The name, unique among the tokens.
+    pub name: String,
+    /// The highest scope it was given.
+    pub scope: crate::base::scope::Scope,
+    /// SHA-256 of the token (trimmed of surrounding whitespace).
+    pub sha256: [u8; 32],
+    /// Refused from this instant on (milliseconds since the epoch).
+    pub not_after_ms: Option<i64>,
+}
+
+impl std::fmt::Debug for NamedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamedToken")
+            .field("name", &self.name)
+            .field("scope", &self.scope)
+            .field("not_after_ms", &self.not_after_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Identities a rule matches: one name, or every name `…@domain`. Both compare ASCII case-insensitively.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdentityMatch {
+    /// This identity exactly.
+    Exact(String),
+    /// Every identity ending in `@` and this domain.
+    Domain(String),
+}
+
+/// Identities and the scope they hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityRule {
+    /// Whom it names.
+    pub matches: IdentityMatch,
+    /// What they hold.
+    pub scope: crate::base::scope::Scope,
+}
+
+impl IdentityRule {
+    /// Whether this rule names `identity`.
+    pub fn names(&self, identity: &str) -> bool {
+        match &self.matches {
+            IdentityMatch::Exact(name) => identity.eq_ignore_ascii_case(name),
+            IdentityMatch::Domain(domain) => identity
+                .rsplit_once('@')
+                .is_some_and(|(local, d)| !local.is_empty() && d.eq_ignore_ascii_case(domain)),
+        }
+    }
+}
+
 /// How long settled events (processed, duplicate, ignored) keep their payloads and their dedup keys, and settled
 /// orders their rows. Dead letters and deferred events are never pruned.
 #[derive(Debug, Clone)]
@@ -151,6 +219,8 @@ pub struct RetentionSettings {
     /// milliseconds after their last change, unless one of their outbox rows is pending or dead or an event is
     /// deferred on them. At least `keys_ms` (the configuration checks it).
     pub orders_ms: i64,
+    /// Audit trail entries are deleted this many milliseconds after they were made.
+    pub audit_ms: i64,
     /// Time between two pruning runs, in milliseconds.
     pub interval_ms: u64,
     /// Events per pruning step (one short transaction).
@@ -171,6 +241,7 @@ impl Default for RetentionSettings {
             payloads_ms: 7 * DAY_MS,
             keys_ms: 30 * DAY_MS,
             orders_ms: 550 * DAY_MS,
+            audit_ms: 400 * DAY_MS,
             interval_ms: 3_600_000,
             batch: 1_000,
             pause_percent: 100,
@@ -384,6 +455,7 @@ impl Settings {
             public_openapi: false,
             metrics_listen: None,
             auth: AuthSettings::default(),
+            access: AccessSettings::default(),
             build: BuildInfo::default(),
         }
     }

@@ -4,7 +4,10 @@
 
 use crate::http::error::ApiError;
 use crate::http::json_body::{JsonBody, NoFields};
+use crate::runtime::access::Principal;
 use crate::service::actions::{replay_many, replay_one, retry_one_outbox};
+use crate::service::audit::Actor;
+use axum::Extension;
 use crate::service::admin::{self, DeadLetterQuery, EventQuery, OutboxQuery, ReplayFilter};
 use crate::state::AppState;
 use axum::Json;
@@ -83,11 +86,12 @@ pub(crate) async fn show_event<S: Store>(
         (status = 503, description = "Storage unavailable: retry later", body = crate::base::schema::ErrorBody)))]
 pub(crate) async fn replay_event<S: Store>(
     State(state): State<Arc<AppState<S>>>,
+    Extension(caller): Extension<Principal>,
     p: Result<Path<(String, String)>, PathRejection>,
     _: JsonBody<NoFields>,
 ) -> Result<Response, ApiError> {
     let (source, event_id) = path(p)?;
-    Ok(Json(replay_one(&state, &source, &event_id).await?).into_response())
+    Ok(Json(replay_one(&state, &source, &event_id, &Actor::of(&caller)).await?).into_response())
 }
 
 #[utoipa::path(get, path = "/v1/dead-letters", tag = "admin", params(DeadLetterQuery), security(("bearer" = [])),
@@ -114,6 +118,7 @@ pub(crate) async fn list_dead_letters<S: Store>(
         (status = 503, description = "Storage unavailable: retry later", body = crate::base::schema::ErrorBody)))]
 pub(crate) async fn bulk_replay<S: Store>(
     State(state): State<Arc<AppState<S>>>,
+    Extension(caller): Extension<Principal>,
     JsonBody(req): JsonBody<BulkReplayRequest>,
 ) -> Result<Response, ApiError> {
     // An empty body is refused rather than read as "everything": replaying every dead letter takes `{}`, said on
@@ -129,7 +134,7 @@ pub(crate) async fn bulk_replay<S: Store>(
         let preview = admin::preview_replay(&*state.store, &state.live().settings, &req.filter, req.max).await?;
         return Ok(Json(preview).into_response());
     }
-    Ok(Json(replay_many(&state, &req.filter, req.max).await?).into_response())
+    Ok(Json(replay_many(&state, &req.filter, req.max, &Actor::of(&caller)).await?).into_response())
 }
 
 #[utoipa::path(get, path = "/v1/outbox", tag = "admin", params(OutboxQuery), security(("bearer" = [])),
@@ -155,11 +160,12 @@ pub(crate) async fn list_outbox<S: Store>(
         (status = 503, description = "Storage unavailable: retry later", body = crate::base::schema::ErrorBody)))]
 pub(crate) async fn retry_outbox<S: Store>(
     State(state): State<Arc<AppState<S>>>,
+    Extension(caller): Extension<Principal>,
     p: Result<Path<i64>, PathRejection>,
     _: JsonBody<NoFields>,
 ) -> Result<Response, ApiError> {
     let id = path(p)?;
-    Ok(Json(retry_one_outbox(&state, id).await?).into_response())
+    Ok(Json(retry_one_outbox(&state, id, &Actor::of(&caller)).await?).into_response())
 }
 
 #[utoipa::path(get, path = "/v1/stats", tag = "admin", security(("bearer" = [])),
@@ -168,6 +174,18 @@ pub(crate) async fn retry_outbox<S: Store>(
         (status = 503, description = "Storage unavailable: retry later", body = crate::base::schema::ErrorBody)))]
 pub(crate) async fn stats<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, ApiError> {
     Ok(Json(admin::stats(&*state.store, state.clock.now_ms()).await?).into_response())
+}
+
+#[utoipa::path(get, path = "/v1/audit", tag = "admin", params(crate::service::admin::AuditQuery), security(("bearer" = [])),
+    responses((status = 200, description = "The operator audit trail, newest first: who (a token's name, a proxy's identity, `cli:USER`), from where, when, what, on what, with which outcome. `next_cursor` continues the listing (pass it as `before`); `null` only at the end", body = crate::service::admin::AuditPage),
+        (status = 422, description = "Invalid filter", body = crate::base::schema::ErrorBody), (status = 401, description = "Missing or wrong bearer token (`WWW-Authenticate: Bearer`)", body = crate::base::schema::ErrorBody),
+        (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::base::schema::ErrorBody),
+        (status = 503, description = "Storage unavailable: retry later", body = crate::base::schema::ErrorBody)))]
+pub(crate) async fn list_audit<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    q: Result<Query<crate::service::admin::AuditQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    Ok(Json(admin::list_audit(&*state.store, &query(q)?).await?).into_response())
 }
 
 #[utoipa::path(post, path = "/v1/reload", tag = "admin", security(("bearer" = [])),
@@ -182,7 +200,8 @@ pub(crate) async fn stats<S: Store>(State(state): State<Arc<AppState<S>>>) -> Re
         (status = 429, description = "Too many failed attempts at the token from this address: retry after `Retry-After`", body = crate::base::schema::ErrorBody)))]
 pub(crate) async fn reload<S: Store>(
     State(state): State<Arc<AppState<S>>>,
+    Extension(caller): Extension<Principal>,
     _: JsonBody<NoFields>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(state.reload("api").await?).into_response())
+    Ok(Json(state.reload("api", &Actor::of(&caller)).await?).into_response())
 }

@@ -1,58 +1,125 @@
-//! The `/v1` API: orders (register, show), subscriptions and customers' entitlements. Every route requires the
-//! bearer token.
+//! The `/v1` API: orders (register, show), subscriptions and customers' entitlements; and [`require_scope`], the
+//! check every `/v1` and operator route passes first.
 
+use crate::base::scope::Scope;
 use crate::http::error::ApiError;
 use crate::http::json_body::JsonBody;
+use crate::http::routes::scope_needed;
+use crate::runtime::access::{Principal, Via, Vouched};
 use crate::runtime::auth::{Client, Refusal, Surface};
+use crate::service::audit::{self, Actor};
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use payhook_core::event::{Currency, CustomerId, Money, OrderId, SubscriptionId};
-use payhook_store::{NewOrder, OrderView, Registered, Store};
+use payhook_store::{AuditAction, AuditEntry, NewOrder, OrderView, Registered, Store};
 use serde::Deserialize;
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Lets through requests with the right `Authorization: Bearer <token>`, through [`crate::runtime::auth::AuthGate`]: compared in
-/// constant time, and refused with 429 for a client address that failed too often, whatever it sends.
-pub(crate) async fn require_token<S: Store>(
+/// Lets a request through when its caller holds the scope its route needs ([`crate::http::routes`]): 401 without a
+/// valid token or trusted identity, 403 below the scope (naming the scope needed). The caller goes on as the
+/// request's [`Principal`] extension.
+pub(crate) async fn require_scope<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    check_token(&state, request.headers(), peer)?;
-    Ok(next.run(request).await)
+    let path = request.extensions().get::<MatchedPath>().map_or_else(|| request.uri().path(), MatchedPath::as_str);
+    let needed = scope_needed(request.method().as_str(), path);
+    let refused = match authenticate(&state, request.headers(), peer) {
+        Ok(principal) => match permit(&state, &principal, needed) {
+            Ok(()) => {
+                request.extensions_mut().insert(principal);
+                return Ok(next.run(request).await);
+            }
+            Err(refused) => refused,
+        },
+        Err(refused @ ApiError::Forbidden { .. }) => refused,
+        Err(e) => return Err(e),
+    };
+    let address = Client::of(peer, request.headers(), &state.settings.auth.trusted_proxies).addr;
+    let address = address.map(|a| a.to_string());
+    record_refusal(&state, &refused, address, request.method().as_str(), request.uri().path()).await;
+    Err(refused)
 }
 
-/// Checks the request's bearer token through [`crate::runtime::auth::AuthGate`] (the throttle included): `/v1`'s check, and
+/// Records a 403 in the audit trail: who was refused what (`METHOD /path`), with the scopes needed and held.
+pub(crate) async fn record_refusal<S: Store>(
+    state: &AppState<S>,
+    refused: &ApiError,
+    address: Option<String>,
+    method: &str,
+    path: &str,
+) {
+    let ApiError::Forbidden { needed, held, actor } = refused else { return };
+    let by = Actor { name: actor.clone(), address };
+    let detail = json!({ "scope_needed": needed.as_str(), "scope_held": held.map(Scope::as_str) });
+    let entry = by.entry(AuditAction::Refused, Some(format!("{method} {path}")), "refused", detail, state.clock.now_ms());
+    let _ = audit::record(&*state.store, entry).await;
+}
+
+/// `principal` may do what `needed` guards, or the 403 that says it may not (counted).
+pub(crate) fn permit<S>(state: &AppState<S>, principal: &Principal, needed: Scope) -> Result<(), ApiError> {
+    if principal.scope.allows(needed) {
+        return Ok(());
+    }
+    state.auth.forbidden();
+    tracing::warn!(actor = %principal.actor, held = %principal.scope, needed = %needed, "refused: the caller lacks the route's scope");
+    Err(ApiError::Forbidden { needed, held: Some(principal.scope), actor: principal.actor.clone() })
+}
+
+/// Who a request's caller is: its bearer token, checked through [`crate::runtime::auth::AuthGate`] (the throttle
+/// included), or, without one, the identity a trusted proxy put in `server.identity_header`. `/v1`'s check, and
 /// `/readyz`'s when a caller asks for its detail.
-pub(crate) fn check_token<S: Store>(
+pub(crate) fn authenticate<S: Store>(
     state: &AppState<S>,
     headers: &HeaderMap,
     peer: Option<SocketAddr>,
-) -> Result<(), ApiError> {
-    // An empty token would match a request without any Authorization header: treat it as no token at all.
-    let Some(expected) = state.settings.api_token.as_ref().filter(|t| !t.expose().trim().is_empty()) else {
-        return Err(ApiError::TokenRequired {
-            reason: "api_disabled",
-            message: "no API token is configured (set server.api_token_env or server.api_token)".into(),
-        });
-    };
+) -> Result<Principal, ApiError> {
+    let live = state.live();
+    let credentials = &live.credentials;
+    let trusted = &state.settings.auth.trusted_proxies;
+    let client = Client::of(peer, headers, trusted);
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token);
-    let client = Client::of(peer, headers, &state.settings.auth.trusted_proxies);
-    match state.auth.authenticate(Surface::Api, client, expected, given, state.clock.now_ms()) {
-        Ok(()) => Ok(()),
+    if given.is_none() {
+        match credentials.vouched(headers, peer.map(|p| p.ip()), trusted) {
+            Vouched::Known(actor, scope) => {
+                let address = client.addr.map(|a| a.to_string());
+                return Ok(Principal { actor, scope, via: Via::Identity, address });
+            }
+            Vouched::Unknown(actor) => {
+                state.auth.forbidden();
+                tracing::warn!(%actor, "refused: no server.identities rule gives this identity a scope");
+                return Err(ApiError::Forbidden { needed: Scope::Read, held: None, actor });
+            }
+            Vouched::Untrusted => state.auth.identity_ignored(client),
+            Vouched::Nothing => {}
+        }
+    }
+    if credentials.is_closed() {
+        return Err(ApiError::TokenRequired {
+            reason: "api_disabled",
+            message: "no API token is configured (set server.api_token_env, server.api_token or server.tokens)".into(),
+        });
+    }
+    match state.auth.authenticate(Surface::Api, client, credentials, given, state.clock.now_ms()) {
+        Ok(principal) => Ok(principal),
         Err(Refusal::Throttled { retry_after_secs }) => Err(ApiError::TooManyAuthFailures { retry_after_secs }),
+        Err(Refusal::Expired { name }) => Err(ApiError::TokenRequired {
+            reason: "token_expired",
+            message: format!("the token {name} has expired (its not_after has passed)"),
+        }),
         Err(Refusal::Missing | Refusal::Wrong) => {
             Err(ApiError::TokenRequired { reason: "missing_token", message: "a valid bearer token is required".into() })
         }
@@ -102,6 +169,7 @@ pub fn parse_order(id: String, amount: i64, currency: &str, now_ms: i64) -> Resu
         (status = 503, description = "Storage unavailable: retry later", body = crate::base::schema::ErrorBody)))]
 pub(crate) async fn register_order<S: Store>(
     State(state): State<Arc<AppState<S>>>,
+    axum::Extension(caller): axum::Extension<Principal>,
     JsonBody(req): JsonBody<OrderRequest>,
 ) -> Result<Response, ApiError> {
     let Some(req) = req else {
@@ -109,7 +177,11 @@ pub(crate) async fn register_order<S: Store>(
     };
     let order = parse_order(req.id, req.amount, &req.currency, state.clock.now_ms())?;
     let id = order.id.clone();
-    let status = match state.store.register_order(order.clone()).await? {
+    let detail = json!({ "amount": order.money.amount_minor, "currency": order.money.currency.as_str() });
+    let entry = Actor::of(&caller).entry(AuditAction::OrderRegister, Some(format!("order/{id}")), "", detail, order.now_ms);
+    let registered = state.store.register_order_audited(order.clone(), Some(entry.clone())).await?;
+    audit::log(&AuditEntry { outcome: payhook_store::audit::registration_outcome(&registered).to_owned(), ..entry });
+    let status = match registered {
         Registered::Created => {
             // Events that arrived before this order can be applied now.
             state.worker_wake.notify_one();

@@ -34,6 +34,16 @@ pub enum ApiError {
         message: String,
     },
     /// The client's address failed to give the API token too often: 429 with `Retry-After`, whatever it sent.
+    /// An authenticated caller without the route's scope: 403, naming the scope needed.
+    #[error("this route needs the {needed} scope; {actor} holds {}", held.map_or("none", |s| s.as_str()))]
+    Forbidden {
+        /// The route's scope.
+        needed: crate::base::scope::Scope,
+        /// The caller's: none for a proxy identity no rule names.
+        held: Option<crate::base::scope::Scope>,
+        /// Who the caller is (a token's name, an identity).
+        actor: String,
+    },
     #[error("too many failed attempts at the API token from this address; retry in {retry_after_secs} s")]
     TooManyAuthFailures {
         /// Seconds until the address may try again.
@@ -167,6 +177,7 @@ impl ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Unauthorized { reason, .. } => (StatusCode::UNAUTHORIZED, reason),
             ApiError::TokenRequired { reason, .. } => (StatusCode::UNAUTHORIZED, reason),
+            ApiError::Forbidden { .. } => (StatusCode::FORBIDDEN, "insufficient_scope"),
             ApiError::TooManyAuthFailures { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_auth_failures"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
@@ -232,6 +243,12 @@ impl IntoResponse for ApiError {
         if let ApiError::WrongState { status: Some(current), .. } = &self {
             body["status"] = current.clone().into();
         }
+        if let ApiError::Forbidden { needed, held, .. } = &self {
+            body["scope_needed"] = needed.as_str().into();
+            if let Some(held) = held {
+                body["scope_held"] = held.as_str().into();
+            }
+        }
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -239,6 +256,13 @@ impl IntoResponse for ApiError {
         match self {
             ApiError::TokenRequired { .. } => {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::Forbidden { needed, .. } => {
+                // RFC 6750's answer to a token without the scope a resource needs.
+                let value = format!("Bearer error=\"insufficient_scope\", scope=\"{needed}\"");
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+                }
             }
             ApiError::TooManyAuthFailures { retry_after_secs } => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));

@@ -9,4 +9,5 @@ pub mod json_body;
 pub mod listener;
 pub mod openapi;
 pub mod operations;
+pub mod routes;
 pub mod ui;

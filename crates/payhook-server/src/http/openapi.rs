@@ -1,7 +1,9 @@
 //! The OpenAPI document of the HTTP API, generated from the handlers' `#[utoipa::path]` annotations and served at
-//! `/openapi.json`. [`crate::ROUTES`] lists every route the router registers; a test checks that the document
-//! describes each of them with its method.
+//! `/openapi.json`. [`crate::http::routes::ROUTES`] lists every route the router registers with its scope; a test
+//! checks that the document describes each of them with its method and scope.
 
+use crate::base::scope::Need;
+use crate::http::routes::ROUTES;
 use crate::base::schema::{ErrorBody, Id, Readiness, ReplicationPart, Source, WebhookAnswer};
 use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -26,14 +28,15 @@ use utoipa::{Modify, OpenApi};
         crate::http::admin_api::retry_outbox,
         crate::http::admin_api::stats,
         crate::http::admin_api::reload,
+        crate::http::admin_api::list_audit,
         crate::http::operations::healthz,
         crate::http::operations::readyz,
         crate::http::operations::metrics_text,
         openapi_json,
     ),
     components(schemas(Id, Source, ErrorBody, WebhookAnswer, Readiness, ReplicationPart, crate::service::admin::EventDetail, crate::service::admin::BodyEncoding,
-        crate::service::admin::EventPage, crate::service::admin::OutboxPage, crate::service::reload::ReloadReport)),
-    modifiers(&BearerToken),
+        crate::service::admin::EventPage, crate::service::admin::OutboxPage, crate::service::admin::AuditPage, crate::service::reload::ReloadReport)),
+    modifiers(&BearerToken, &Scopes),
 )]
 pub(crate) struct ApiDoc;
 
@@ -47,6 +50,40 @@ impl Modify for BearerToken {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// Each operation's scope, from the route table ([`crate::http::routes::ROUTES`]): the bearer requirement lists
+/// it (OpenAPI 3.1 lets a requirement name roles for any scheme), and `x-payhook-scope` states it plainly.
+struct Scopes;
+
+impl Modify for Scopes {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::SecurityRequirement;
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        for route in ROUTES {
+            let Need::Scope(scope) = route.need else { continue };
+            let Some(item) = doc.paths.paths.get_mut(route.path) else { continue };
+            let operation = match route.method {
+                "GET" => item.get.as_mut(),
+                "POST" => item.post.as_mut(),
+                _ => None,
+            };
+            let Some(operation) = operation else { continue };
+            operation.security = Some(vec![SecurityRequirement::new("bearer", [scope.as_str()])]);
+            let forbidden = ResponseBuilder::new()
+                .description(format!(
+                    "The token or identity does not hold the {scope} scope (`insufficient_scope`, naming the scope \
+                     needed)"
+                ))
+                .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+                .build();
+            operation.responses.responses.insert("403".to_owned(), RefOr::T(forbidden));
+            let extensions = operation.extensions.get_or_insert_with(Default::default);
+            extensions.merge(
+                utoipa::openapi::extensions::ExtensionsBuilder::new().add("x-payhook-scope", scope.as_str()).build(),
+            );
+        }
     }
 }
 

@@ -40,7 +40,7 @@ pub(crate) async fn readyz<S: Store>(
     let detailed = headers.contains_key(axum::http::header::AUTHORIZATION);
     if detailed {
         let peer = connect.map(|axum::Extension(axum::extract::ConnectInfo(peer))| peer);
-        crate::http::api::check_token(&state, &headers, peer)?;
+        crate::http::api::authenticate(&state, &headers, peer)?;
     }
     let database = match state.store.ping().await {
         Ok(()) => Ok("ok".to_owned()),

@@ -1,10 +1,9 @@
-//! The API token, for both surfaces that take it: the `/v1` bearer token and the dashboard's login form.
+//! The tokens, for both surfaces that take them: the `/v1` bearer token and the dashboard's login form.
 //!
 //! - [`Client`]: which address is asking — the peer's, or, when the peer is a trusted proxy, the right-most
 //!   `X-Forwarded-For` hop that is not itself one, or the unknown sender behind a trusted proxy that could not name
 //!   it ([`client_ip`]).
-//! - [`token_matches`]: the comparison, of SHA-256 digests in constant time, so neither the content nor the length
-//!   of the configured token shows in how long a refusal takes.
+//! - [`Credentials`] (in `access`): which token a submitted one is, compared as SHA-256 digests in constant time.
 //! - [`AuthGate`]: the comparison behind a token bucket of failures per client address. An address whose bucket
 //!   is empty is refused with 429 whatever it sends, the right token included, until a failure's worth has
 //!   refilled; a success costs nothing. Every refusal is counted and logged with the client's address, never
@@ -13,25 +12,28 @@
 //! Time is a parameter (`now_ms`), so the bucket is tested without sleeping.
 
 use crate::base::ip_range::IpRange;
+use crate::runtime::access::{Credentials, Principal, Via};
 use crate::base::metrics::AuthMetrics;
 pub(crate) use crate::base::metrics::Surface;
 use crate::base::settings::AuthSettings;
 use axum::http::HeaderMap;
-use payhook_core::signature::Secret;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Mutex;
-use subtle::ConstantTimeEq;
 
 /// Why an attempt was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Refusal {
     /// No token was submitted (no `Authorization: Bearer` header, an empty form field).
     Missing,
-    /// A token was submitted and it is not the configured one.
+    /// A token was submitted and it is not a configured one.
     Wrong,
+    /// The token named here was submitted after its `not_after`.
+    Expired {
+        /// The token's name.
+        name: String,
+    },
     /// The client's address failed too often: refused without looking at the token.
     Throttled {
         /// Seconds until the address may try again.
@@ -41,23 +43,14 @@ pub(crate) enum Refusal {
 
 impl Refusal {
     /// The `reason` log field.
-    pub(crate) fn reason(self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Refusal::Missing => "missing",
             Refusal::Wrong => "wrong",
+            Refusal::Expired { .. } => "expired",
             Refusal::Throttled { .. } => "throttled",
         }
     }
-}
-
-/// Whether `given` is the `expected` token, both trimmed of surrounding whitespace.
-///
-/// Compares the SHA-256 digests of the two in constant time: the digests always have the same length, so the time
-/// taken says nothing about the configured token's length or about how much of it a guess got right.
-pub(crate) fn token_matches(expected: &str, given: &str) -> bool {
-    let expected = Sha256::digest(expected.trim().as_bytes());
-    let given = Sha256::digest(given.trim().as_bytes());
-    bool::from(expected.as_slice().ct_eq(given.as_slice()))
 }
 
 /// Who a request's client is, as far as its connection and trusted proxies tell.
@@ -295,25 +288,42 @@ impl AuthGate {
         }
     }
 
-    /// Checks `given` (what the client submitted, if anything) against `expected` for `client` on `surface` at
-    /// `now_ms`. A refusal is counted and logged at WARN with the client's address, the peer's when it differs, the
-    /// surface and the reason; further refusals of an already throttled address are logged at DEBUG, so a client
-    /// hammering away cannot flood the log (the counter still counts each one).
+    /// Checks `given` (what the client submitted, if anything) against `credentials` for `client` on `surface` at
+    /// `now_ms`: the caller it names, or why not. A token past its `not_after` is a failure like a wrong one (the
+    /// throttle counts it), refused naming the token. A refusal is counted and logged at WARN with the client's
+    /// address, the peer's when it differs, the surface and the reason; further refusals of an already throttled
+    /// address are logged at DEBUG, so a client hammering away cannot flood the log (the counter still counts each
+    /// one).
     pub(crate) fn authenticate(
         &self,
         surface: Surface,
         client: Client,
-        expected: &Secret,
+        credentials: &Credentials,
         given: Option<&str>,
         now_ms: i64,
-    ) -> Result<(), Refusal> {
+    ) -> Result<Principal, Refusal> {
         let given = given.map(str::trim).filter(|g| !g.is_empty());
-        let matched = given.is_some_and(|g| token_matches(expected.expose(), g));
+        let found = given.and_then(|g| credentials.find(g));
+        let expired = found.filter(|t| t.not_after_ms.is_some_and(|at| now_ms >= at));
+        let matched = found.is_some() && expired.is_none();
         let (refusal, announce) = match self.throttle.attempt(client.addr, matched, now_ms) {
-            Admission::Accepted => return Ok(()),
+            Admission::Accepted => {
+                let token = found.ok_or(Refusal::Wrong)?;
+                return Ok(Principal {
+                    actor: token.name.clone(),
+                    scope: token.scope,
+                    via: Via::Token,
+                    address: client.addr.map(|a| a.to_string()),
+                });
+            }
             Admission::Failed => {
                 self.metrics.failed(surface);
-                (if given.is_some() { Refusal::Wrong } else { Refusal::Missing }, true)
+                let refusal = match (expired, given) {
+                    (Some(token), _) => Refusal::Expired { name: token.name.clone() },
+                    (None, Some(_)) => Refusal::Wrong,
+                    (None, None) => Refusal::Missing,
+                };
+                (refusal, true)
             }
             Admission::Throttled { retry_after_ms, first } => {
                 self.metrics.throttled(surface);
@@ -321,8 +331,19 @@ impl AuthGate {
                 (Refusal::Throttled { retry_after_secs }, first)
             }
         };
-        log_refusal(surface, client, refusal, announce);
+        log_refusal(surface, client, &refusal, announce);
         Err(refusal)
+    }
+
+    /// Counts an identity header that came from a peer that is not a trusted proxy (it was ignored).
+    pub(crate) fn identity_ignored(&self, client: Client) {
+        self.metrics.identity_ignored();
+        tracing::debug!(client = ?client.addr, "identity header ignored: the peer is not a trusted proxy");
+    }
+
+    /// Counts a caller refused for want of a scope.
+    pub(crate) fn forbidden(&self) {
+        self.metrics.forbidden();
     }
 
     /// The counters and the number of addresses held, for `/metrics`.
@@ -331,7 +352,7 @@ impl AuthGate {
     }
 }
 
-fn log_refusal(surface: Surface, client: Client, refusal: Refusal, announce: bool) {
+fn log_refusal(surface: Surface, client: Client, refusal: &Refusal, announce: bool) {
     let client_text = client.addr.map_or_else(|| "unknown".to_owned(), |a| a.to_string());
     let (surface, reason) = (surface.as_str(), refusal.reason());
     let message = match refusal {
@@ -359,19 +380,6 @@ mod tests {
     }
 
     const MINUTE_MS: u64 = 60_000;
-
-    #[test]
-    fn the_token_compare_accepts_the_token_trimmed_and_nothing_else() {
-        let token = "0123456789abcdef01234567";
-        assert!(token_matches(token, token));
-        assert!(token_matches(&format!("{token}\n"), token), "a trailing newline in the configuration");
-        assert!(token_matches(token, &format!("  {token}\t")), "whitespace around the submitted token");
-        assert!(!token_matches(token, &token[..23]), "a prefix");
-        assert!(!token_matches(token, &format!("{token}8")), "an extension");
-        assert!(!token_matches(token, ""), "nothing");
-        assert!(!token_matches(token, &token.to_uppercase()), "another case");
-        assert!(!token_matches(token, "1123456789abcdef01234567"), "one character changed");
-    }
 
     #[test]
     fn a_burst_of_failures_empties_the_bucket_and_then_even_the_right_token_waits() {

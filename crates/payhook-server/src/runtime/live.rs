@@ -6,6 +6,7 @@
 
 use crate::base::metrics::SourceMetrics;
 use crate::base::settings::{Settings, SourceSettings};
+use crate::runtime::access::Credentials;
 use crate::runtime::confirm::Confirmer;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,11 +16,14 @@ use std::sync::Arc;
 pub struct Live {
     /// 0 as started, one more for each reload applied.
     pub generation: u64,
-    /// The settings of this generation. Only its sources, sinks and alerts may differ from the ones the process
-    /// started with: everything else needs a restart, and a reload that changes it is refused.
+    /// The settings of this generation. Only its sources, sinks, alerts, tokens and identities may differ from
+    /// the ones the process started with: everything else needs a restart, and a reload that changes it is
+    /// refused.
     pub settings: Settings,
     /// The sources by name, with their counters (which a source keeps across reloads, changed or not).
     pub sources: HashMap<String, Arc<SourceRuntime>>,
+    /// The tokens and identities of this generation, ready to compare.
+    pub credentials: Credentials,
 }
 
 impl Live {
@@ -30,7 +34,7 @@ impl Live {
             .iter()
             .map(|s| (s.name.as_str().to_owned(), Arc::new(SourceRuntime::new(s.clone()))))
             .collect();
-        Self { generation: 0, settings, sources }
+        Self { generation: 0, credentials: Credentials::of(&settings), settings, sources }
     }
 
     /// A source's runtime, by name.

@@ -3,6 +3,7 @@
 //! loops that work without a request (the retry worker, the outbox dispatcher with its broker clients, retention).
 //! Each takes what it needs, never the whole state.
 
+pub mod access;
 pub mod auth;
 pub mod body;
 pub mod broker;

@@ -58,6 +58,27 @@ pub async fn prune_all<S: Store>(
     }
 }
 
+/// Deletes the audit trail's entries older than `retention.audit_ms` at `now_ms`, `retention.batch` at a time with
+/// the same pauses as [`prune_all`]. Returns how many.
+pub async fn prune_audit<S: Store>(
+    store: &S,
+    retention: &RetentionSettings,
+    now_ms: i64,
+    min_pause: Duration,
+) -> Result<u64, StoreError> {
+    let mut total = 0;
+    loop {
+        let started = std::time::Instant::now();
+        let deleted = store.prune_audit(now_ms - retention.audit_ms, retention.batch).await?;
+        total += deleted;
+        if deleted < u64::from(retention.batch) {
+            return Ok(total);
+        }
+        let pause = started.elapsed().mul_f64(f64::from(retention.pause_percent) / 100.0).max(min_pause);
+        tokio::time::sleep(pause).await;
+    }
+}
+
 /// What this process's pruning task removed since it started, for `/metrics`.
 #[derive(Debug, Default)]
 pub(crate) struct RetentionMetrics {
@@ -67,6 +88,7 @@ pub(crate) struct RetentionMetrics {
     orders: AtomicU64,
     outbox_rows: AtomicU64,
     pages: AtomicU64,
+    audit_entries: AtomicU64,
     /// `retention.orders_days` in seconds, set once at start.
     orders_age_secs: AtomicU64,
 }
@@ -102,6 +124,7 @@ impl RetentionMetrics {
             ("orders", &self.orders),
             ("outbox_rows", &self.outbox_rows),
             ("pages", &self.pages),
+            ("audit_entries", &self.audit_entries),
         ] {
             let _ = writeln!(out, "{name}{{what=\"{what}\"}} {}", n.load(Ordering::Relaxed));
         }
@@ -146,6 +169,14 @@ pub(crate) async fn run<S: Store>(
                 }
             }
             Err(e) => tracing::warn!(error = %e, "pruning failed; trying again at the next interval"),
+        }
+        match prune_audit(&*store, &retention, now, Duration::ZERO).await {
+            Ok(0) => {}
+            Ok(deleted) => {
+                metrics.audit_entries.fetch_add(deleted, Ordering::Relaxed);
+                tracing::info!(audit_deleted = deleted, "audit trail entries past retention.audit_days deleted");
+            }
+            Err(e) => tracing::warn!(error = %e, "pruning the audit trail failed; trying again at the next interval"),
         }
         tokio::select! {
             () = cancel.cancelled() => return,

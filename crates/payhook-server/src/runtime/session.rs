@@ -1,6 +1,6 @@
 //! Dashboard sessions and CSRF tokens.
 //!
-//! Logging in with the API token creates a session: 32 random bytes, sent to the browser hex-encoded in an
+//! Logging in with a token (or arriving with a trusted proxy's identity) creates a session: 32 random bytes, sent to the browser hex-encoded in an
 //! `HttpOnly`, `SameSite=Strict` cookie (`Secure` when the request came over HTTPS through a proxy), and kept
 //! in this process's memory under their SHA-256 with an expiry and a CSRF token of 32 more random bytes. The
 //! cookie never carries the API token. Every state-changing request is a POST whose form carries the session's
@@ -9,6 +9,7 @@
 //! Sessions die with the process, which also logs everyone out on restart; behind a load balancer without
 //! sticky sessions, each instance knows only its own.
 
+use crate::runtime::access::{Credentials, Principal, Via, Vouched};
 use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -38,6 +39,8 @@ pub(crate) struct Session {
     expires_at_ms: i64,
     /// A message for the next page shown (what the last action did).
     flash: Option<String>,
+    /// Who logged in, with the scope they held then ([`Session::current`] asks the configuration in force).
+    pub(crate) principal: Principal,
 }
 
 /// A fresh session and the cookie value that names it.
@@ -45,6 +48,8 @@ pub(crate) struct Session {
 pub(crate) struct NewSession {
     /// The cookie's value, hex.
     pub(crate) cookie_value: String,
+    /// The session.
+    pub(crate) session: Session,
 }
 
 fn random_hex() -> Result<String, getrandom::Error> {
@@ -58,14 +63,15 @@ fn hash(cookie_value: &str) -> [u8; 32] {
 }
 
 impl Sessions {
-    /// Opens a session at `now_ms`.
-    pub(crate) fn create(&self, now_ms: i64) -> Result<NewSession, getrandom::Error> {
+    /// Opens a session for `principal` at `now_ms`.
+    pub(crate) fn create(&self, now_ms: i64, principal: Principal) -> Result<NewSession, getrandom::Error> {
         let cookie_value = random_hex()?;
         let session = Session {
             id_hash: hash(&cookie_value),
             csrf: random_hex()?,
             expires_at_ms: now_ms + SESSION_TTL_MS,
             flash: None,
+            principal,
         };
         let mut map = self.by_hash.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         map.retain(|_, s| s.expires_at_ms > now_ms);
@@ -74,8 +80,8 @@ impl Sessions {
         {
             map.remove(&oldest);
         }
-        map.insert(session.id_hash, session);
-        Ok(NewSession { cookie_value })
+        map.insert(session.id_hash, session.clone());
+        Ok(NewSession { cookie_value, session })
     }
 
     /// The live session the request's cookie names, if any.
@@ -111,6 +117,32 @@ impl Sessions {
 }
 
 impl Session {
+    /// The session's caller as the configuration in force sees it, or `None` when the session no longer stands: a
+    /// token session's token must still be configured and unexpired (its scope now is the one that counts), and an
+    /// identity session needs the same identity, still with a scope, vouched for in this request.
+    pub(crate) fn current(&self, credentials: &Credentials, vouched: &Vouched, now_ms: i64) -> Option<Principal> {
+        let scope = match self.principal.via {
+            Via::Token => {
+                let token = credentials.token(&self.principal.actor)?;
+                if token.not_after_ms.is_some_and(|at| now_ms >= at) {
+                    return None;
+                }
+                token.scope
+            }
+            Via::Identity => match vouched {
+                Vouched::Known(actor, scope) if *actor == self.principal.actor => *scope,
+                _ => return None,
+            },
+        };
+        Some(Principal { scope, ..self.principal.clone() })
+    }
+
+    /// Whether the session's caller may do what `needed` guards (to show or hide a page's forms; the server
+    /// checks again when one is sent).
+    pub(crate) fn may(&self, needed: crate::base::scope::Scope) -> bool {
+        self.principal.scope.allows(needed)
+    }
+
     /// Whether `given` is this session's CSRF token, compared in constant time.
     pub(crate) fn csrf_matches(&self, given: &str) -> bool {
         !given.is_empty() && bool::from(given.as_bytes().ct_eq(self.csrf.as_bytes()))
@@ -155,6 +187,10 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
+    fn someone() -> Principal {
+        Principal { actor: "ops".into(), scope: crate::base::scope::Scope::Read, via: Via::Token, address: None }
+    }
+
     fn with_cookie(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
         headers.insert(header::COOKIE, HeaderValue::from_str(&format!("other=1; {COOKIE}={value}")).unwrap());
@@ -164,7 +200,7 @@ mod tests {
     #[test]
     fn a_session_is_found_by_its_cookie_until_it_expires_or_is_removed() {
         let sessions = Sessions::default();
-        let new = sessions.create(1_000).unwrap();
+        let new = sessions.create(1_000, someone()).unwrap();
         let headers = with_cookie(&new.cookie_value);
         let session = sessions.get(&headers, 2_000).expect("live session");
         assert!(session.csrf_matches(&session.csrf.clone()));
@@ -179,9 +215,9 @@ mod tests {
     #[test]
     fn sessions_are_bounded() {
         let sessions = Sessions::default();
-        let first = sessions.create(0).unwrap();
+        let first = sessions.create(0, someone()).unwrap();
         for i in 1..=MAX_SESSIONS as i64 {
-            sessions.create(i).unwrap();
+            sessions.create(i, someone()).unwrap();
         }
         assert!(sessions.get(&with_cookie(&first.cookie_value), 10).is_none(), "the oldest made room");
         assert_eq!(sessions.by_hash.lock().unwrap().len(), MAX_SESSIONS);

@@ -3,6 +3,7 @@
 //! it.
 
 use crate::service::admin::{self, AdminError, ReplayFilter};
+use crate::service::audit::Actor;
 use crate::state::AppState;
 use payhook_store::{OutboxView, Outcome, Store};
 
@@ -11,9 +12,10 @@ pub(crate) async fn replay_one<S: Store>(
     state: &AppState<S>,
     source: &str,
     event_id: &str,
+    by: &Actor,
 ) -> Result<admin::ReplayReport, AdminError> {
-    let report =
-        admin::replay_event(&*state.store, &state.live().settings, source, event_id, state.clock.now_ms()).await?;
+    let now_ms = state.clock.now_ms();
+    let report = admin::replay_event(&*state.store, &state.live().settings, source, event_id, now_ms, by).await?;
     tracing::info!(source, event_id, outcome = report.status.as_str(), "dead letter replayed");
     // A replay may have written outbox rows (a receipt) or deferred the event again.
     state.dispatcher_wake.notify_waiters();
@@ -29,6 +31,7 @@ pub(crate) async fn replay_many<S: Store>(
     state: &AppState<S>,
     filter: &ReplayFilter,
     max: Option<u32>,
+    by: &Actor,
 ) -> Result<admin::BulkReport, AdminError> {
     // Two at once would double the rate meant to protect live traffic.
     let Ok(_running) = state.bulk_replay.try_lock() else {
@@ -36,9 +39,8 @@ pub(crate) async fn replay_many<S: Store>(
     };
     // Receipts written by the replays go out while the rest are still being replayed.
     let progress = |_, _| state.dispatcher_wake.notify_waiters();
-    let report =
-        admin::bulk_replay(&*state.store, &state.live().settings, filter, max, || state.clock.now_ms(), progress)
-            .await?;
+    let now_ms = || state.clock.now_ms();
+    let report = admin::bulk_replay(&*state.store, &state.live().settings, filter, max, now_ms, progress, by).await?;
     tracing::info!(matched = report.matched, outcomes = ?report.outcomes, "dead letters replayed in bulk");
     if report.outcomes.get(Outcome::Deferred.as_str()).is_some_and(|n| *n > 0) {
         state.worker_wake.notify_one();
@@ -47,8 +49,12 @@ pub(crate) async fn replay_many<S: Store>(
 }
 
 /// Re-queues a dead outbox row and wakes the dispatcher: the API's and the dashboard's action.
-pub(crate) async fn retry_one_outbox<S: Store>(state: &AppState<S>, id: i64) -> Result<OutboxView, AdminError> {
-    let row = admin::retry_outbox(&*state.store, id, state.clock.now_ms()).await?;
+pub(crate) async fn retry_one_outbox<S: Store>(
+    state: &AppState<S>,
+    id: i64,
+    by: &Actor,
+) -> Result<OutboxView, AdminError> {
+    let row = admin::retry_outbox(&*state.store, id, state.clock.now_ms(), by).await?;
     state.dispatcher_wake.notify_waiters();
     tracing::info!(id, sink = row.sink, kind = row.kind.as_str(), "dead outbox row re-queued");
     Ok(row)

@@ -11,13 +11,16 @@
 
 pub use crate::base::secret_url::redact_outbox_row;
 use crate::base::settings::{Settings, SourceSettings};
+use crate::service::audit::{self, Actor};
 use base64::Engine;
 use payhook_core::event::{Effect, EventId, SourceName};
 use payhook_store::{
     AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, Listing, OutboxFilter, OutboxView,
     Outcome, Parsed, ReceivedHeaders, Replayed, Stats, Store, StoreError,
 };
+use payhook_store::{AuditAction, AuditEntry};
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -71,6 +74,21 @@ pub enum AdminError {
     /// The store failed; nothing of the failed step was recorded.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl AdminError {
+    /// The audit trail's outcome for an action refused with this error.
+    pub fn word(&self) -> &'static str {
+        match self {
+            AdminError::Invalid(_) => "invalid",
+            AdminError::NotFound(_) => "not_found",
+            AdminError::SourceNotConfigured(_) => "source_not_configured",
+            AdminError::NotDeadLetter { .. } => payhook_store::audit::NOT_DEAD_LETTER,
+            AdminError::ReplayInProgress => "replay_in_progress",
+            AdminError::OutboxNotDead { .. } => payhook_store::audit::NOT_DEAD,
+            AdminError::Store(_) => "store_error",
+        }
+    }
 }
 
 /// Which field carries an event's raw body.
@@ -199,7 +217,7 @@ pub struct ReplayReport {
 }
 
 /// Which dead letters a bulk replay takes. Every field narrows the selection.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayFilter {
     /// Only this source.
@@ -303,45 +321,85 @@ pub async fn event_detail<S: Store>(store: &S, source: &str, event_id: &str) -> 
 }
 
 /// Replays one dead letter: re-parses its stored bytes with its source's current format and runs it through the
-/// same dedup and ledger path as a new delivery.
+/// same dedup and ledger path as a new delivery. The audit trail records it for `by`: in the replay's own
+/// transaction when it got that far, on its own when it was refused before (no such event, not a dead letter, no
+/// source).
 pub async fn replay_event<S: Store>(
     store: &S,
     settings: &Settings,
     source: &str,
     event_id: &str,
     now_ms: i64,
+    by: &Actor,
 ) -> Result<ReplayReport, AdminError> {
-    let (source, event_id) = parse_key(source, event_id)?;
-    let Some(view) = store.event(&source, &event_id).await? else {
-        return Err(AdminError::NotFound(format!("no event {event_id:?} from source {source}")));
+    let entry = by.entry(AuditAction::Replay, Some(format!("{source}/{event_id}")), "", Value::Null, now_ms);
+    let (source, event_id) = match parse_key(source, event_id) {
+        Ok(key) => key,
+        Err(e) => return refuse(store, entry, e).await,
     };
-    replay_view(store, settings, view, now_ms).await
+    let Some(view) = store.event(&source, &event_id).await? else {
+        return refuse(store, entry, AdminError::NotFound(format!("no event {event_id:?} from source {source}"))).await;
+    };
+    replay_view(store, settings, view, now_ms, entry).await
 }
 
+/// Records `entry` as refused with `e`'s word, on its own, and returns `e`.
+async fn refuse<S: Store, T>(store: &S, entry: AuditEntry, e: AdminError) -> Result<T, AdminError> {
+    let _ = audit::record(store, AuditEntry { outcome: e.word().to_owned(), ..entry }).await;
+    Err(e)
+}
+
+/// Replays `view` if it is a dead letter, with `entry` written in the replay's transaction (and logged with the
+/// outcome the store gave it).
 async fn replay_view<S: Store>(
     store: &S,
     settings: &Settings,
     view: EventView,
     now_ms: i64,
+    entry: AuditEntry,
 ) -> Result<ReplayReport, AdminError> {
     let key = format!("{}/{}", view.source, view.event_id);
     if view.status != Outcome::DeadLettered {
-        return Err(AdminError::NotDeadLetter { event: key, status: view.status });
+        return refuse(store, entry, AdminError::NotDeadLetter { event: key, status: view.status }).await;
     }
-    let config = configured_source(settings, view.source.as_str())?;
+    let config = match configured_source(settings, view.source.as_str()) {
+        Ok(config) => config,
+        Err(e) => return refuse(store, entry, e).await,
+    };
     let parsed = reparse(config, &view.event_id, &view.headers, &view.raw_body);
     let replayed_as = Some(parsed.event_id()).filter(|id| **id != view.event_id).map(|id| id.as_str().to_owned());
-    match store.replay(&view.source, &view.event_id, parsed, now_ms).await? {
-        Replayed::Done(recorded) => Ok(ReplayReport {
-            source: view.source.as_str().to_owned(),
-            event_id: view.event_id.as_str().to_owned(),
-            status: recorded.outcome,
-            detail: recorded.detail,
-            replayed_as,
-        }),
-        // Another replay or worker got there between our read and the store's transaction.
-        Replayed::NotDeadLetter(status) => Err(AdminError::NotDeadLetter { event: key, status }),
-        Replayed::NotFound => Err(AdminError::NotFound(format!("no event {key}"))),
+    let mut entry = entry;
+    if let Some(id) = &replayed_as {
+        entry.detail = merged(entry.detail, json!({ "replayed_as": id }));
+    }
+    match store.replay_audited(&view.source, &view.event_id, parsed, now_ms, Some(entry.clone())).await? {
+        Replayed::Done(recorded) => {
+            audit::log(&AuditEntry { outcome: recorded.outcome.as_str().to_owned(), ..entry });
+            Ok(ReplayReport {
+                source: view.source.as_str().to_owned(),
+                event_id: view.event_id.as_str().to_owned(),
+                status: recorded.outcome,
+                detail: recorded.detail,
+                replayed_as,
+            })
+        }
+        // Another replay or worker got there between our read and the store's transaction (which recorded it).
+        Replayed::NotDeadLetter(status) => {
+            audit::log(&AuditEntry { outcome: payhook_store::audit::NOT_DEAD_LETTER.to_owned(), ..entry });
+            Err(AdminError::NotDeadLetter { event: key, status })
+        }
+        Replayed::NotFound => refuse(store, entry, AdminError::NotFound(format!("no event {key}"))).await,
+    }
+}
+
+/// `extra`'s fields added to the object `detail` (or `extra` alone when `detail` is not an object).
+fn merged(detail: Value, extra: Value) -> Value {
+    match (detail, extra) {
+        (Value::Object(mut a), Value::Object(b)) => {
+            a.extend(b);
+            Value::Object(a)
+        }
+        (_, extra) => extra,
     }
 }
 
@@ -387,26 +445,47 @@ pub async fn bulk_replay<S: Store>(
     max: Option<u32>,
     now_ms: impl Fn() -> i64,
     mut progress: impl FnMut(usize, usize),
+    by: &Actor,
 ) -> Result<BulkReport, AdminError> {
-    let (filter, max) = bulk_selection(settings, filter, max)?;
-    let (selected, more) = select_dead_letters(store, filter, max).await?;
+    let started_ms = now_ms();
+    let (selection, max) = bulk_selection(settings, filter, max)?;
+    let (selected, more) = select_dead_letters(store, selection, max).await?;
     let total = selected.len();
     let mut report = BulkReport { matched: total, more, ..BulkReport::empty(max) };
     let interval = Duration::from_secs(1) / settings.replay.per_second.max(1);
     let started = tokio::time::Instant::now();
+    // Each replay's entry names the bulk replay it belongs to by its start; the bulk's own entry follows at the end.
+    let part_of = json!({ "bulk_started_ms": started_ms });
     // Oldest first, so that a payment is replayed before the refund that followed it.
+    let mut failure = None;
     for (i, summary) in selected.iter().rev().enumerate() {
         tokio::time::sleep_until(started + interval * u32::try_from(i).unwrap_or(u32::MAX)).await;
-        let outcome = match replay_summary(store, settings, summary, &now_ms).await {
+        let outcome = match replay_summary(store, settings, summary, &now_ms, by, &part_of).await {
             Ok(report) => report.status.as_str(),
             Err(AdminError::NotDeadLetter { .. } | AdminError::NotFound(_)) => "not_dead_letter",
             Err(AdminError::SourceNotConfigured(_)) => "source_not_configured",
-            Err(e) => return Err(e),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
         };
         *report.outcomes.entry(outcome).or_default() += 1;
         progress(i + 1, total);
     }
-    Ok(report)
+    let detail = json!({
+        "filter": filter,
+        "max": max,
+        "matched": report.matched,
+        "more": report.more,
+        "outcomes": report.outcomes,
+        "started_ms": started_ms,
+    });
+    let outcome = failure.as_ref().map_or("ok", AdminError::word);
+    let _ = audit::record(store, by.entry(AuditAction::BulkReplay, None, outcome, detail, now_ms())).await;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
 }
 
 /// Replays one selected dead letter, waiting and trying again while the writer's queue is full: live traffic
@@ -416,12 +495,17 @@ async fn replay_summary<S: Store>(
     settings: &Settings,
     summary: &EventSummary,
     now_ms: &impl Fn() -> i64,
+    by: &Actor,
+    part_of: &Value,
 ) -> Result<ReplayReport, AdminError> {
     let (source, event_id) = parse_key(&summary.source, &summary.event_id)?;
+    let target = Some(format!("{source}/{event_id}"));
     let mut overloaded = 0;
     loop {
+        let at = now_ms();
+        let entry = by.entry(AuditAction::Replay, target.clone(), "", part_of.clone(), at);
         let result = match store.event(&source, &event_id).await {
-            Ok(Some(view)) => replay_view(store, settings, view, now_ms()).await,
+            Ok(Some(view)) => replay_view(store, settings, view, at, entry).await,
             Ok(None) => Err(AdminError::NotFound(format!("no event {source}/{event_id}"))),
             Err(e) => Err(e.into()),
         };
@@ -484,9 +568,12 @@ async fn select_dead_letters<S: Store>(
     Ok((selected, more))
 }
 
-/// Re-queues a dead outbox row with a fresh budget and returns it as it is now.
-pub async fn retry_outbox<S: Store>(store: &S, id: i64, now_ms: i64) -> Result<OutboxView, AdminError> {
-    let requeued = store.retry_outbox(id, now_ms).await?;
+/// Re-queues a dead outbox row with a fresh budget and returns it as it is now; the audit trail records it for
+/// `by` in the re-queue's transaction.
+pub async fn retry_outbox<S: Store>(store: &S, id: i64, now_ms: i64, by: &Actor) -> Result<OutboxView, AdminError> {
+    let entry = by.entry(AuditAction::OutboxRetry, Some(format!("outbox/{id}")), "", Value::Null, now_ms);
+    let requeued = store.retry_outbox_audited(id, now_ms, Some(entry.clone())).await?;
+    audit::log(&AuditEntry { outcome: payhook_store::audit::retry_outbox_outcome(requeued).to_owned(), ..entry });
     let row = outbox_row(store, id).await?.ok_or_else(|| AdminError::NotFound(format!("no outbox row {id}")))?;
     if requeued { Ok(row) } else { Err(AdminError::OutboxNotDead { id, status: row.status.to_string() }) }
 }

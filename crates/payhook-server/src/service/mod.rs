@@ -3,4 +3,5 @@
 
 pub mod actions;
 pub mod admin;
+pub mod audit;
 pub mod reload;

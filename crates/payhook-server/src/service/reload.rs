@@ -1,7 +1,7 @@
 //! Reloading the configuration while serving (SIGHUP, `POST /v1/reload`).
 //!
-//! The reloadable part of the configuration (sources with their secrets and formats, sinks, alerts, and the
-//! routing the store derives from them) lives in a [`Live`] snapshot behind one pointer. A request takes the
+//! The reloadable part of the configuration (sources with their secrets and formats, sinks, alerts, the tokens
+//! and identities with their scopes, and the routing the store derives from them) lives in a [`Live`] snapshot behind one pointer. A request takes the
 //! snapshot once, at its start, and runs under it to its answer; a reload builds the next snapshot aside and
 //! swaps the pointer. Nothing is ever half-applied: the new file is read and checked in full by the binary's
 //! [`crate::runtime::live::Loader`] first, and a file that does not pass leaves the snapshot in force untouched.
@@ -9,6 +9,9 @@
 //! Invariant: a request runs under one configuration. The store's routing is the one exception, switched between
 //! transactions rather than requests: a delivery committed after the swap is routed by the new routing.
 
+use crate::runtime::access::Credentials;
+use crate::service::audit::{self, Actor};
+use payhook_store::AuditAction;
 use crate::runtime::live::{Live, Reloaded, SourceRuntime};
 use crate::state::AppState;
 use payhook_store::Store;
@@ -45,6 +48,14 @@ pub struct ReloadReport {
     pub sinks_changed: Vec<String>,
     /// Whether the alerts endpoint or thresholds changed.
     pub alerts_changed: bool,
+    /// Tokens that now open the operator surfaces and did not (by name).
+    pub tokens_added: Vec<String>,
+    /// Tokens refused from now on.
+    pub tokens_removed: Vec<String>,
+    /// Tokens whose value, scope or expiry changed.
+    pub tokens_changed: Vec<String>,
+    /// Whether the identity header or the identities' scopes changed.
+    pub identities_changed: bool,
 }
 
 impl ReloadReport {
@@ -62,8 +73,21 @@ fn names_of<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
 
 impl<S: Store> AppState<S> {
     /// Reads the configuration again (the [`Loader`]) and applies it, or refuses it and keeps the one in force.
-    /// Reloads run one at a time. Logged and counted either way; `trigger` (`SIGHUP`, `api`) is logged.
-    pub async fn reload(&self, trigger: &str) -> Result<ReloadReport, ReloadError> {
+    /// Reloads run one at a time. Logged, counted and recorded in the audit trail for `by` either way; `trigger`
+    /// (`SIGHUP`, `api`) is logged.
+    pub async fn reload(&self, trigger: &str, by: &Actor) -> Result<ReloadReport, ReloadError> {
+        let result = self.reload_unrecorded(trigger).await;
+        let (outcome, detail) = match &result {
+            Ok(report) => ("ok", serde_json::to_value(report).unwrap_or_default()),
+            Err(e @ ReloadError::Refused(_)) => ("refused", serde_json::json!({ "message": e.to_string() })),
+            Err(ReloadError::Unavailable) => ("unavailable", serde_json::Value::Null),
+        };
+        let entry = by.entry(AuditAction::Reload, None, outcome, detail, self.clock.now_ms());
+        let _ = audit::record(&*self.store, entry).await;
+        result
+    }
+
+    async fn reload_unrecorded(&self, trigger: &str) -> Result<ReloadReport, ReloadError> {
         let _one_at_a_time = self.reloading.lock().await;
         let Some(loader) = self.loader.get() else {
             return Err(ReloadError::Unavailable);
@@ -81,6 +105,10 @@ impl<S: Store> AppState<S> {
                     sinks_removed = ?report.sinks_removed,
                     sinks_changed = ?report.sinks_changed,
                     alerts_changed = report.alerts_changed,
+                    tokens_added = ?report.tokens_added,
+                    tokens_removed = ?report.tokens_removed,
+                    tokens_changed = ?report.tokens_changed,
+                    identities_changed = report.identities_changed,
                     "configuration reloaded{}",
                     if report.is_unchanged() { " (nothing changed)" } else { "" }
                 );
@@ -114,6 +142,10 @@ impl<S: Store> AppState<S> {
             .collect();
         let old_sinks: Vec<&str> = old.settings.sinks.iter().map(|s| s.name.as_str()).collect();
         let new_sinks: Vec<&str> = settings.sinks.iter().map(|s| s.name.as_str()).collect();
+        let credentials = Credentials::of(&settings);
+        let token = |c: &Credentials, name: &str| c.token(name).cloned();
+        let old_tokens: Vec<&str> = old.credentials.token_names().collect();
+        let new_tokens: Vec<&str> = credentials.token_names().collect();
         let report = ReloadReport {
             generation,
             sources_added: names_of(sources.keys().map(String::as_str).filter(|n| !old.sources.contains_key(*n))),
@@ -125,6 +157,16 @@ impl<S: Store> AppState<S> {
             sinks_removed: names_of(old_sinks.iter().copied().filter(|n| !new_sinks.contains(n))),
             sinks_changed: names_of(changed_sinks.iter().map(String::as_str).filter(|n| old_sinks.contains(n))),
             alerts_changed,
+            tokens_added: names_of(new_tokens.iter().copied().filter(|n| !old_tokens.contains(n))),
+            tokens_removed: names_of(old_tokens.iter().copied().filter(|n| !new_tokens.contains(n))),
+            tokens_changed: names_of(
+                new_tokens
+                    .iter()
+                    .copied()
+                    .filter(|n| old_tokens.contains(n) && token(&old.credentials, n) != token(&credentials, n)),
+            ),
+            identities_changed: old.settings.access.identity_header != settings.access.identity_header
+                || old.settings.access.identities != settings.access.identities,
         };
         self.store.set_routing(settings.routing());
         let mut restart = changed_sinks;
@@ -132,7 +174,7 @@ impl<S: Store> AppState<S> {
             restart.push(crate::base::settings::ALERTS_SINK.to_owned());
         }
         self.dispatcher.reconfigure(&settings, &restart, generation);
-        self.live.replace(Live { generation, settings, sources });
+        self.live.replace(Live { generation, settings, sources, credentials });
         self.reload_metrics.applied(generation, self.clock.now_ms());
         report
     }

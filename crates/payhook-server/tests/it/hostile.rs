@@ -134,18 +134,20 @@ async fn routes_that_read_a_body(app: &TestApp) -> Vec<(String, Vec<(String, Str
         headers.extend(cookie.map(|c| ("Cookie".to_owned(), c.to_owned())));
         headers
     };
-    let mut routes: Vec<(String, Vec<(String, String)>)> = ROUTES
+    let routes: Vec<(String, Vec<(String, String)>)> = ROUTES
         .iter()
-        .filter(|(method, _)| *method == "POST")
-        .map(|(_, path)| {
-            let path = path.replace("{source}", "payments").replace("{event_id}", "evt_none").replace("{id}", "1");
-            (format!("POST {path}"), if path.starts_with("/v1/") { bearer.clone() } else { Vec::new() })
+        .filter(|r| r.method == "POST")
+        .map(|r| {
+            let path = r.path.replace("{source}", "payments").replace("{event_id}", "evt_none").replace("{id}", "1");
+            let headers = match path.as_str() {
+                "/ui/login" => form(None),
+                p if p.starts_with("/ui/") => form(Some(&session.cookie)),
+                p if p.starts_with("/v1/") => bearer.clone(),
+                _ => Vec::new(),
+            };
+            (format!("POST {path}"), headers)
         })
         .collect();
-    routes.push(("POST /ui/login".to_owned(), form(None)));
-    for path in ["/ui/logout", "/ui/events/payments/evt_none/replay", "/ui/dead-letters/replay", "/ui/outbox/1/retry"] {
-        routes.push((format!("POST {path}"), form(Some(&session.cookie))));
-    }
     routes
 }
 

@@ -25,6 +25,7 @@ mod providers;
 mod readers;
 mod reload;
 mod retention;
+mod scopes;
 mod ui;
 mod verification;
 mod webdriver;

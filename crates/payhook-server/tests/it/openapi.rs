@@ -1,7 +1,7 @@
 //! `/openapi.json` describes every route the router registers, with its method.
 
 use crate::helpers::{API_TOKEN, TestApp, read_json};
-use payhook_server::ROUTES;
+use payhook_server::{Need, ROUTES};
 use reqwest::{Method, StatusCode};
 
 /// Routes someone else documents (the dashboard).
@@ -18,23 +18,29 @@ async fn the_openapi_document_describes_every_route_with_its_method() {
     assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")), "{doc}");
     let paths = doc["paths"].as_object().expect("paths");
 
-    for (method, path) in ROUTES.iter().filter(|(_, p)| documented(p)) {
-        let op = &paths.get(*path).unwrap_or_else(|| panic!("{path} is not in the document"))[method.to_lowercase()];
-        assert!(op.is_object(), "{method} {path} is not in the document: {}", paths[*path]);
+    for route in ROUTES.iter().filter(|r| documented(r.path)) {
+        let (method, path) = (route.method, route.path);
+        let op = &paths.get(path).unwrap_or_else(|| panic!("{path} is not in the document"))[method.to_lowercase()];
+        assert!(op.is_object(), "{method} {path} is not in the document: {}", paths[path]);
         assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()), "{method} {path} has no responses");
-        if path.starts_with("/v1/") {
-            assert_eq!(op["security"][0]["bearer"], serde_json::json!([]), "{method} {path} needs the token");
+        // The document states each operation's scope, from the same table the server checks.
+        if let Need::Scope(scope) = route.need {
+            assert_eq!(op["security"], serde_json::json!([{ "bearer": [scope.as_str()] }]), "{method} {path}");
+            assert_eq!(op["x-payhook-scope"], scope.as_str(), "{method} {path}");
+            assert!(op["responses"]["403"].is_object(), "{method} {path} does not document its 403");
+        } else {
+            assert!(op.get("x-payhook-scope").is_none(), "{method} {path} is public");
         }
     }
     for (path, item) in paths {
         for method in item.as_object().unwrap().keys() {
-            let listed = ROUTES.iter().any(|(m, p)| p == path && m.eq_ignore_ascii_case(method));
+            let listed = ROUTES.iter().any(|r| r.path == path && r.method.eq_ignore_ascii_case(method));
             assert!(listed, "{method} {path} is documented but not in ROUTES");
         }
     }
 
     // The list is the router's: each route is served (whatever it answers to placeholder ids), none falls through.
-    for (method, path) in ROUTES.iter().filter(|(_, p)| documented(p)) {
+    for (method, path) in ROUTES.iter().filter(|r| documented(r.path)).map(|r| (r.method, r.path)) {
         let url = path
             .replace("{source}", "payments")
             .replace("{event_id}", "evt_none")
@@ -101,8 +107,8 @@ async fn the_document_describes_the_422_of_every_v1_post_and_the_optional_token_
     let app = TestApp::spawn().await;
     let doc =
         read_json(app.client.get(app.url("/openapi.json")).bearer_auth(API_TOKEN).send().await.unwrap()).await.json;
-    for (_, path) in ROUTES.iter().filter(|(m, p)| *m == "POST" && p.starts_with("/v1/")) {
-        let refused = &doc["paths"][*path]["post"]["responses"]["422"];
+    for path in ROUTES.iter().filter(|r| r.method == "POST" && r.path.starts_with("/v1/")).map(|r| r.path) {
+        let refused = &doc["paths"][path]["post"]["responses"]["422"];
         let text = refused["description"].as_str().unwrap_or_default();
         assert!(text.contains("body"), "POST {path} does not document its refused bodies: {refused}");
     }

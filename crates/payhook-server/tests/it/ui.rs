@@ -25,7 +25,7 @@ async fn app_with_a_dead_letter() -> TestApp {
 }
 
 /// A client that shows redirects instead of following them, and keeps no cookies.
-fn plain_client() -> reqwest::Client {
+pub(crate) fn plain_client() -> reqwest::Client {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
 }
 
@@ -39,8 +39,13 @@ pub(crate) struct Login {
 }
 
 pub(crate) async fn login(app: &TestApp) -> Login {
+    login_with(app, API_TOKEN).await
+}
+
+/// Logs in to the dashboard with `token`: the session's cookie and CSRF token.
+pub(crate) async fn login_with(app: &TestApp, token: &str) -> Login {
     let client = plain_client();
-    let resp = client.post(app.url("/ui/login")).form(&[("token", API_TOKEN)]).send().await.unwrap();
+    let resp = client.post(app.url("/ui/login")).form(&[("token", token)]).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
     assert_eq!(resp.headers()[LOCATION], "/ui");
     let set_cookie = resp.headers()[SET_COOKIE].to_str().unwrap().to_owned();
@@ -65,7 +70,7 @@ pub(crate) async fn get(app: &TestApp, path: &str, cookie: Option<&str>) -> reqw
     req.send().await.unwrap()
 }
 
-async fn post_form(app: &TestApp, path: &str, cookie: Option<&str>, form: &[(&str, &str)]) -> reqwest::Response {
+pub(crate) async fn post_form(app: &TestApp, path: &str, cookie: Option<&str>, form: &[(&str, &str)]) -> reqwest::Response {
     let mut req = plain_client().post(app.url(path)).form(form);
     if let Some(cookie) = cookie {
         req = req.header(COOKIE, cookie);
@@ -125,7 +130,7 @@ async fn ui_login_sets_an_http_only_same_site_strict_cookie_that_is_not_the_toke
 }
 
 #[tokio::test]
-async fn ui_posts_without_or_with_a_wrong_csrf_token_are_refused_with_403_and_change_nothing() {
+async fn ui_posts_without_a_session_or_with_a_wrong_csrf_token_are_refused_and_change_nothing() {
     let app = app_with_a_dead_letter().await;
     app.register_order("ord_late", 1999, "usd").await;
     let session = login(&app).await;
@@ -138,7 +143,6 @@ async fn ui_posts_without_or_with_a_wrong_csrf_token_are_refused_with_403_and_ch
         (replay, cookie, vec![("csrf", "")]),
         (replay, cookie, vec![("csrf", "0123")]),
         (replay, cookie, vec![("csrf", other.csrf.as_str())]),
-        (replay, None, vec![("csrf", session.csrf.as_str())]),
         ("/ui/dead-letters/replay", cookie, confirm.to_vec()),
         ("/ui/dead-letters/replay", cookie, [confirm.as_slice(), &[("csrf", "nope")]].concat()),
         ("/ui/outbox/1/retry", cookie, vec![("csrf", "nope")]),
@@ -148,6 +152,9 @@ async fn ui_posts_without_or_with_a_wrong_csrf_token_are_refused_with_403_and_ch
         let resp = post_form(&app, path, *cookie, form).await;
         assert_eq!(resp.status(), StatusCode::FORBIDDEN, "POST {path} with {form:?}");
     }
+    // Without a session at all, the POST is not authenticated: 401.
+    let resp = post_form(&app, replay, None, &[("csrf", session.csrf.as_str())]).await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     let stored = app.event("payments", "evt_late").await.unwrap();
     assert_eq!((stored.status, stored.attempts), (Outcome::DeadLettered, 2), "a refused POST changed the event");
     assert_eq!(app.order("ord_late").await["status"], "pending");

@@ -1,16 +1,22 @@
 //! Reading the configuration again for a running `payhook serve` (SIGHUP, `payhook reload`): the file is checked
 //! exactly as `payhook config check` checks it, then compared with the configuration in force.
 //!
-//! Only `[[sources]]`, `[[sinks]]` and `[alerts]` are applied by a reload. A file that also changes any other
-//! setting (the listener, storage, TLS paths, the metrics listener, the API token, the worker, …) is refused as a
-//! whole, naming those settings: after a reload that succeeded, the running server is exactly what its file says,
+//! Only `[[sources]]`, `[[sinks]]`, `[alerts]` and who may call the operator surfaces (the API token, the named
+//! tokens, the identity header and identities) are applied by a reload. A file that also changes any other setting
+//! (the listener, storage, TLS paths, the metrics listener, the worker, …) is refused as a whole, naming those
+//! settings: after a reload that succeeded, the running server is exactly what its file says,
 //! and a later restart brings no surprise.
 
 use super::{Config, Merged};
 use payhook_server::Reloaded;
 
-/// The top-level tables a reload applies; every other setting takes effect only on restart.
+/// The top-level tables a reload applies; every other setting takes effect only on restart, except these.
 pub const RELOADABLE: [&str; 3] = ["sources", "sinks", "alerts"];
+
+/// The keys of `[server]` a reload applies: who may call the operator surfaces. (A token read from the
+/// environment is read from the process's environment, which a reload does not change.)
+pub const RELOADABLE_SERVER_KEYS: [&str; 5] =
+    ["server.api_token", "server.api_token_env", "server.tokens", "server.identity_header", "server.identities"];
 
 impl Config {
     /// Reads the file this configuration came from again and checks it against this one: the new configuration
@@ -45,6 +51,7 @@ fn differing_settings(old: &Merged, new: &Merged) -> Vec<String> {
         t.iter().filter(|(k, _)| !RELOADABLE.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
     };
     differing(&keep(&old.0), &keep(&new.0), "", &mut out);
+    out.retain(|path| !RELOADABLE_SERVER_KEYS.contains(&path.as_str()));
     out
 }
 
@@ -96,5 +103,12 @@ mod tests {
         assert!(changed_entries(&old, &merged(SOURCE), "sources").is_empty());
         let moved = format!("[server]\nlisten = \"127.0.0.1:9999\"\n[storage]\nurl = \"sqlite://other.db\"\n{SOURCE}");
         assert_eq!(differing_settings(&old, &merged(&moved)), ["server.listen", "storage.url"]);
+        let tokens = format!(
+            "[server]\nidentity_header = \"X-Email\"\ntrusted_proxies = [\"10.0.0.1\"]\n[[server.tokens]]\nname = \"g\"\n\
+             scopes = [\"read\"]\ntoken_sha256 = \"{}\"\n[[server.identities]]\ndomain = \"example.com\"\n\
+             scopes = [\"read\"]\n{SOURCE}",
+            "ab".repeat(32)
+        );
+        assert_eq!(differing_settings(&old, &merged(&tokens)), ["server.trusted_proxies"], "tokens and identities reload");
     }
 }

@@ -10,6 +10,7 @@ pub(super) struct RawRetention {
     payloads_days: u32,
     keys_days: u32,
     orders_days: u32,
+    audit_days: u32,
     interval_secs: u64,
     batch: u32,
     pause_percent: u32,
@@ -31,6 +32,9 @@ pub(super) fn resolve_retention(r: &RawRetention) -> Result<RetentionSettings> {
             r.keys_days
         );
     }
+    if r.audit_days == 0 {
+        bail!("retention.audit_days: must be at least 1");
+    }
     if r.interval_secs == 0 || r.batch == 0 {
         bail!("retention.interval_secs and retention.batch must be positive");
     }
@@ -39,6 +43,7 @@ pub(super) fn resolve_retention(r: &RawRetention) -> Result<RetentionSettings> {
         payloads_ms: i64::from(r.payloads_days) * DAY_MS,
         keys_ms: i64::from(r.keys_days) * DAY_MS,
         orders_ms: i64::from(r.orders_days) * DAY_MS,
+        audit_ms: i64::from(r.audit_days) * DAY_MS,
         interval_ms: r.interval_secs.saturating_mul(1000),
         batch: r.batch,
         pause_percent: r.pause_percent,

@@ -2,6 +2,9 @@
 //! attempts at it.
 
 use super::*;
+use payhook_server::Scope;
+use payhook_server::settings::{AccessSettings, IdentityMatch, IdentityRule, NamedToken};
+use sha2::{Digest, Sha256};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -28,6 +31,31 @@ pub(super) struct RawServer {
     pub(super) auth_failures_per_minute: u32,
     pub(super) auth_failure_burst: u32,
     pub(super) auth_throttle_max_addresses: usize,
+    #[serde(default)]
+    pub(super) tokens: Vec<RawToken>,
+    pub(super) identity_header: String,
+    #[serde(default)]
+    pub(super) identities: Vec<RawIdentity>,
+}
+
+/// One `[[server.tokens]]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawToken {
+    name: String,
+    scopes: Vec<String>,
+    token_sha256: Option<String>,
+    token_env: Option<String>,
+    not_after: Option<toml::Value>,
+}
+
+/// One `[[server.identities]]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIdentity {
+    name: Option<String>,
+    domain: Option<String>,
+    scopes: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -40,8 +68,8 @@ pub(super) struct RawTls {
 /// The variable `server.api_token_env` names by default. Unset, it means no token: `/v1` and the dashboard are
 /// closed and `payhook serve` warns. Any other variable it names must be set.
 pub const DEFAULT_TOKEN_ENV: &str = "PAYHOOK_API_TOKEN";
-/// The shortest API token accepted, in characters, once surrounding whitespace is trimmed.
-pub const MIN_TOKEN_CHARS: usize = 24;
+/// The shortest token accepted, in characters, once surrounding whitespace is trimmed.
+pub use payhook_server::MIN_TOKEN_CHARS;
 
 /// Where the API token came from, for `config check` and the startup warning.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,4 +214,103 @@ pub(super) fn resolve_auth(server: &RawServer) -> Result<AuthSettings> {
         failure_burst: server.auth_failure_burst,
         max_addresses: server.auth_throttle_max_addresses,
     })
+}
+
+/// The highest of `scopes` (each `read`, `operate` or `admin`); at least one.
+fn highest_scope(scopes: &[String]) -> Result<Scope> {
+    let mut highest = None;
+    for name in scopes {
+        let scope = Scope::parse(name.trim()).with_context(|| {
+            format!("scopes: unknown scope {name:?} (the scopes are read, operate and admin)")
+        })?;
+        highest = highest.max(Some(scope));
+    }
+    highest.context("scopes: give at least one of read, operate and admin")
+}
+
+/// `[[server.tokens]]`, `server.identity_header` and `[[server.identities]]`, checked: unique names, a known scope
+/// each, a digest of 64 hex digits or a set variable holding a token of at least [`MIN_TOKEN_CHARS`], an RFC 3339
+/// `not_after`. Each message names its table (`server.tokens[1] (grafana): scopes: …`), so `config check` gives
+/// its line.
+pub(super) fn resolve_access(server: &RawServer, var: &dyn Fn(&str) -> Option<String>) -> Result<AccessSettings> {
+    let mut tokens: Vec<NamedToken> = Vec::new();
+    for (i, raw) in server.tokens.iter().enumerate() {
+        let name = raw.name.trim();
+        let at = format!("server.tokens[{i}] ({name})");
+        if name.is_empty() {
+            bail!("server.tokens[{i}]: name: must not be empty");
+        }
+        if name == payhook_server::API_TOKEN_NAME || tokens.iter().any(|t| t.name == name) {
+            bail!("{at}: name: {name:?} is already the name of another token (names must be unique; api_token is server.api_token's)");
+        }
+        let scope = highest_scope(&raw.scopes).with_context(|| at.clone())?;
+        let sha256: [u8; 32] = match (&raw.token_sha256, &raw.token_env) {
+            (Some(hex_digest), None) => {
+                let digest = hex::decode(hex_digest.trim()).ok().and_then(|d| <[u8; 32]>::try_from(d).ok());
+                digest.with_context(|| {
+                    format!(
+                        "{at}: token_sha256: must be 64 hexadecimal digits, the SHA-256 of the token \
+                         (`printf %s \"$TOKEN\" | sha256sum`)"
+                    )
+                })?
+            }
+            (None, Some(env)) => {
+                let value = var(env.trim())
+                    .with_context(|| format!("{at}: token_env: the environment variable {env} is not set"))?;
+                let token = value.trim();
+                if token.chars().count() < MIN_TOKEN_CHARS {
+                    bail!("{at}: token_env ({env}): the token must be at least {MIN_TOKEN_CHARS} characters");
+                }
+                Sha256::digest(token.as_bytes()).into()
+            }
+            _ => bail!("{at}: give exactly one of token_sha256 and token_env"),
+        };
+        let not_after_ms = match &raw.not_after {
+            None => None,
+            Some(value) => {
+                let text = match value {
+                    toml::Value::String(text) => text.clone(),
+                    toml::Value::Datetime(at) => at.to_string(),
+                    other => other.to_string(),
+                };
+                let secs = super::sources::rfc3339_secs(&text).with_context(|| {
+                    format!("{at}: not_after: {text:?} is not an RFC 3339 date-time with a zone, such as \"2027-06-30T00:00:00Z\"")
+                })?;
+                Some(secs.saturating_mul(1000))
+            }
+        };
+        tokens.push(NamedToken { name: name.to_owned(), scope, sha256, not_after_ms });
+    }
+    let identity_header = match server.identity_header.trim() {
+        "" => None,
+        name if name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) => {
+            Some(name.to_ascii_lowercase())
+        }
+        name => bail!("server.identity_header: {name:?} is not a header name"),
+    };
+    let mut identities = Vec::new();
+    for (i, raw) in server.identities.iter().enumerate() {
+        let at = format!("server.identities[{i}]");
+        let matches = match (raw.name.as_deref().map(str::trim), raw.domain.as_deref().map(str::trim)) {
+            (Some(name), None) if !name.is_empty() => IdentityMatch::Exact(name.to_owned()),
+            (None, Some(domain)) if !domain.is_empty() && !domain.contains('@') => {
+                IdentityMatch::Domain(domain.to_owned())
+            }
+            (None, Some(domain)) if !domain.is_empty() => {
+                bail!("{at}: domain: {domain:?} is a domain without `@` (example.com), or use name for one identity")
+            }
+            _ => bail!("{at}: give exactly one of name (one identity) and domain (every identity @ that domain)"),
+        };
+        let scope = highest_scope(&raw.scopes).with_context(|| at.clone())?;
+        identities.push(IdentityRule { matches, scope });
+    }
+    if !identities.is_empty() && identity_header.is_none() {
+        bail!("server.identities: set server.identity_header too (the header the proxy names the user in)");
+    }
+    if identity_header.is_some() && server.trusted_proxies.is_empty() {
+        bail!(
+            "server.identity_header: set server.trusted_proxies too (the header is believed only from a trusted proxy)"
+        );
+    }
+    Ok(AccessSettings { tokens, identity_header, identities })
 }

@@ -255,7 +255,7 @@ fn resolve_secret(entry: toml::Value) -> Result<Secret> {
 }
 
 /// Unix seconds of an RFC 3339 date-time, which (unlike the ISO 8601 providers send) must state its zone.
-fn rfc3339_secs(text: &str) -> Option<i64> {
+pub(super) fn rfc3339_secs(text: &str) -> Option<i64> {
     let b = text.as_bytes();
     let zoned = matches!(b.last(), Some(b'Z' | b'z'))
         || (b.len() > 6 && matches!(b[b.len() - 6], b'+' | b'-') && b[b.len() - 3] == b':');

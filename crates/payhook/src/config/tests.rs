@@ -6,6 +6,7 @@ use payhook_core::format::Format;
 use payhook_core::signature::DEFAULT_REQUIRED_COMPONENTS;
 use payhook_server::SinkTransport;
 
+mod access;
 mod postgres_storage;
 mod sources;
 

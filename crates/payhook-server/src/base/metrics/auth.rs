@@ -1,4 +1,4 @@
-//! The API token's refusals, by the surface it was tried on.
+//! The tokens' refusals, by the surface they were tried on, refusals of a scope, and ignored identity headers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,6 +37,8 @@ impl Surface {
 pub(crate) struct AuthMetrics {
     failures: [AtomicU64; SURFACES.len()],
     throttled: [AtomicU64; SURFACES.len()],
+    forbidden: AtomicU64,
+    identity_ignored: AtomicU64,
 }
 
 impl AuthMetrics {
@@ -50,10 +52,26 @@ impl AuthMetrics {
         self.throttled[surface.index()].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a caller refused for want of a scope.
+    pub(crate) fn forbidden(&self) {
+        self.forbidden.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an identity header from a peer that is not a trusted proxy.
+    pub(crate) fn identity_ignored(&self) {
+        self.identity_ignored.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters, with the number of addresses the throttle holds.
     pub(crate) fn snapshot(&self, addresses: usize) -> AuthSnapshot {
         let load = |c: &[AtomicU64; SURFACES.len()]| std::array::from_fn(|i| c[i].load(Ordering::Relaxed));
-        AuthSnapshot { failures: load(&self.failures), throttled: load(&self.throttled), addresses: addresses as u64 }
+        AuthSnapshot {
+            failures: load(&self.failures),
+            throttled: load(&self.throttled),
+            forbidden: self.forbidden.load(Ordering::Relaxed),
+            identity_ignored: self.identity_ignored.load(Ordering::Relaxed),
+            addresses: addresses as u64,
+        }
     }
 }
 
@@ -62,5 +80,7 @@ impl AuthMetrics {
 pub(crate) struct AuthSnapshot {
     pub(super) failures: [u64; SURFACES.len()],
     pub(super) throttled: [u64; SURFACES.len()],
+    pub(super) forbidden: u64,
+    pub(super) identity_ignored: u64,
     pub(super) addresses: u64,
 }

@@ -19,15 +19,15 @@ pub(super) async fn dead_letters<S: Store>(
             (text_filter("Reason contains", "reason", reason.as_deref()))
             button type="submit" { "Filter" }
         }
-        form method="post" action="/ui/dead-letters/replay" style="margin-bottom:.75rem" {
+        @if session.may(Scope::Operate) { form method="post" action="/ui/dead-letters/replay" style="margin-bottom:.75rem" {
             (csrf_field(&session.csrf))
             (hidden("source", source.as_deref()))
             (hidden("type", event_type.as_deref()))
             (hidden("reason", reason.as_deref()))
             input type="hidden" name="step" value="preview";
             button type="submit" id="bulk-preview" { "Replay all matching… (dry run first)" }
-        }
-        (events_table(&page.events, Some(&session.csrf)))
+        } }
+        (events_table(&page.events, session.may(Scope::Operate).then_some(session.csrf.as_str())))
         (older_link("/ui/dead-letters", &f, page.next_cursor, page.partial))
     };
     Ok(html_page(&state, &session, "Dead letters", Section::DeadLetters, content))
@@ -55,7 +55,7 @@ pub(super) async fn bulk_replay<S: Store>(
     let back = with_query("/ui/dead-letters", &f.query_string(None));
     if form.step == "confirm" {
         let max = form.max.ok_or_else(|| UiError::new(StatusCode::UNPROCESSABLE_ENTITY, "max is missing"))?;
-        let message = match replay_many(&state, &filter, Some(max)).await {
+        let message = match replay_many(&state, &filter, Some(max), &Actor::of(&session.principal)).await {
             Ok(report) => {
                 let outcomes: Vec<String> =
                     report.outcomes.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k} {n}")).collect();

@@ -86,7 +86,8 @@ pub(super) async fn events<S: Store>(
     Ok(html_page(&state, &session, "Events", Section::Events, content))
 }
 
-pub(super) fn outbox_table(rows: &[OutboxView], csrf: &str) -> Markup {
+/// The rows, with a retry button on dead ones when `retry_csrf` is given (the caller may operate).
+pub(super) fn outbox_table(rows: &[OutboxView], retry_csrf: Option<&str>) -> Markup {
     html! {
         div.scroll {
             table.outbox {
@@ -118,7 +119,7 @@ pub(super) fn outbox_table(rows: &[OutboxView], csrf: &str) -> Markup {
                                 }
                             }
                             td {
-                                @if r.status == OutboxStatus::Dead {
+                                @if let (OutboxStatus::Dead, Some(csrf)) = (r.status, retry_csrf) {
                                     form.inline method="post" action={ "/ui/outbox/" (r.id) "/retry" } {
                                         (csrf_field(csrf))
                                         button.quiet type="submit" { "Retry" }
@@ -165,7 +166,7 @@ pub(super) async fn event<S: Store>(
     let here = event_href(&d.source, &d.event_id);
     let content = html! {
         h1 { "Event " span.mono { (d.event_id) } }
-        @if d.status == Outcome::DeadLettered {
+        @if d.status == Outcome::DeadLettered && session.may(Scope::Operate) {
             form method="post" action={ (event_href(&d.source, &d.event_id)) "/replay" } style="margin-bottom:1rem" {
                 (csrf_field(&session.csrf))
                 button type="submit" id="replay" { "Replay this dead letter" }
@@ -227,7 +228,7 @@ pub(super) async fn event<S: Store>(
             } }
         }
         h2 { "Outbox rows" }
-        (outbox_table(&d.outbox, &session.csrf))
+        (outbox_table(&d.outbox, session.may(Scope::Operate).then_some(session.csrf.as_str())))
         h2 { "Headers" }
         div.scroll { table id="headers" {
             tbody {
@@ -275,7 +276,7 @@ pub(super) async fn replay<S: Store>(
     Path((source, event_id)): Path<(String, String)>,
 ) -> Response {
     let back = event_href(&source, &event_id);
-    let message = match replay_one(&state, &source, &event_id).await {
+    let message = match replay_one(&state, &source, &event_id, &Actor::of(&session.principal)).await {
         Ok(report) => {
             let mut m = format!("Replayed {source}/{event_id}: {}", report.status.as_str());
             if let Some(detail) = &report.detail {

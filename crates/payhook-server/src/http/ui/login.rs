@@ -1,6 +1,9 @@
-//! The login page, logging in (through the API token's gate, throttled per client address) and logging out.
+//! The login page, logging in with a token (through the tokens' gate, throttled per client address) and logging
+//! out.
 
 use super::*;
+use crate::service::audit;
+use payhook_store::AuditAction;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct LoginForm {
@@ -23,7 +26,7 @@ pub(super) fn login_form(error: Option<&str>) -> Markup {
                     }
                     button type="submit" id="login" { "Log in" }
                 }
-                p.muted { "The token is the one /v1 takes (server.api_token_env)." }
+                p.muted { "Any token /v1 takes (server.api_token_env, server.tokens); the dashboard shows what its scope allows." }
             }
         },
     )
@@ -42,15 +45,17 @@ pub(super) async fn login<S: Store>(
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
-    // An empty token would let an empty form in: without a configured token the dashboard is closed, as /v1 is.
-    let Some(expected) = state.settings.api_token.as_ref().filter(|t| !t.expose().trim().is_empty()) else {
-        let page = login_form(Some("No API token is configured (server.api_token_env), so the dashboard is closed."));
+    let live = state.live();
+    // Without a configured token the dashboard's login is closed, as /v1 is (an empty form never gets in).
+    if live.credentials.token_names().next().is_none() {
+        let page = login_form(Some("No token is configured (server.api_token_env, server.tokens), so logging in is closed."));
         return (StatusCode::UNAUTHORIZED, Html(page.into_string())).into_response();
-    };
+    }
     let peer = connect.map(|Extension(ConnectInfo(peer))| peer);
     let client = Client::of(peer, &headers, &state.settings.auth.trusted_proxies);
-    match state.auth.authenticate(Surface::Ui, client, expected, Some(&form.token), state.clock.now_ms()) {
-        Ok(()) => {}
+    let now_ms = state.clock.now_ms();
+    let principal = match state.auth.authenticate(Surface::Ui, client, &live.credentials, Some(&form.token), now_ms) {
+        Ok(principal) => principal,
         Err(Refusal::Throttled { retry_after_secs }) => {
             let (status, message) = ApiError::TooManyAuthFailures { retry_after_secs }.status_and_message();
             // "too many failed attempts …; retry in 6 s" as a sentence.
@@ -60,22 +65,22 @@ pub(super) async fn login<S: Store>(
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
             return response;
         }
+        Err(Refusal::Expired { name }) => {
+            let page = login_form(Some(&format!("The token {name} has expired.")));
+            return (StatusCode::UNAUTHORIZED, Html(page.into_string())).into_response();
+        }
         Err(Refusal::Missing | Refusal::Wrong) => {
             return (StatusCode::UNAUTHORIZED, Html(login_form(Some("Wrong token.")).into_string())).into_response();
         }
-    }
-    let new = match state.ui_sessions.create(state.clock.now_ms()) {
-        Ok(new) => new,
-        Err(e) => {
-            tracing::error!(error = %e, "no randomness for a dashboard session");
-            return UiError::new(StatusCode::SERVICE_UNAVAILABLE, "could not open a session; try again")
-                .into_response();
-        }
     };
-    let cookie = session::set_cookie(&new.cookie_value, session::is_https(&headers));
+    let entry = Actor::of(&principal).entry(AuditAction::Login, None, "ok", serde_json::Value::Null, now_ms);
+    let _ = audit::record(&*state.store, entry).await;
     let mut response = Redirect::to("/ui").into_response();
-    if let Ok(value) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
+    match open_session(&state, principal, &headers, now_ms) {
+        Ok((_, cookie)) => {
+            response.headers_mut().insert(header::SET_COOKIE, cookie);
+        }
+        Err(refused) => return refused,
     }
     response
 }
@@ -86,6 +91,9 @@ pub(super) async fn logout<S: Store>(
     headers: HeaderMap,
 ) -> Response {
     state.ui_sessions.remove(&session);
+    let entry =
+        Actor::of(&session.principal).entry(AuditAction::Logout, None, "ok", serde_json::Value::Null, state.clock.now_ms());
+    let _ = audit::record(&*state.store, entry).await;
     let mut response = Redirect::to("/ui/login").into_response();
     if let Ok(value) = HeaderValue::from_str(&session::clear_cookie(session::is_https(&headers))) {
         response.headers_mut().insert(header::SET_COOKIE, value);

@@ -6,6 +6,7 @@
 //! - `dead_letters`: the dead letters and their bulk replay.
 //! - `outbox`: the outbox and re-queueing a dead row.
 //! - `orders`: orders with their history, and billing.
+//! - `audit`: the audit trail (admin only).
 //! - `session`: login sessions in memory, the cookie, CSRF tokens.
 //! - `render`: layout, stylesheet, badges, times, the throughput chart.
 //!
@@ -14,6 +15,7 @@
 //! from the API or the CLI. Every state-changing request is a POST carrying the session's CSRF token, checked by
 //! [`require_session`] before any handler runs.
 
+mod audit;
 mod dead_letters;
 mod events;
 mod login;
@@ -22,6 +24,7 @@ mod outbox;
 mod overview;
 mod render;
 
+use audit::*;
 use dead_letters::*;
 use events::*;
 use login::*;
@@ -30,23 +33,28 @@ use outbox::*;
 use overview::*;
 
 use crate::http::error::ApiError;
+use crate::base::scope::Scope;
+use crate::http::api::record_refusal;
+use crate::http::routes::scope_needed;
+use crate::runtime::access::{Principal, Via, Vouched};
 use crate::runtime::auth::{Client, Refusal, Surface};
 use crate::runtime::body::BodyError;
 use crate::runtime::session::{self, Session};
 use crate::service::actions::{replay_many, replay_one, retry_one_outbox};
+use crate::service::audit::Actor;
 use crate::service::admin::{self, EventQuery, OutboxQuery, ReplayFilter};
 use crate::state::AppState;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{ConnectInfo, Extension, Form, Path, Query, Request, State};
+use axum::extract::{ConnectInfo, Extension, Form, MatchedPath, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use maud::{Markup, html};
 use payhook_core::event::OrderId;
-use payhook_store::{EventSummary, OutboxView, Outcome, Store};
+use payhook_store::{AuditAction, EventSummary, OutboxView, Outcome, Store};
 use render::{Frame, Section, badge, csrf_field, time};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -71,6 +79,7 @@ pub(crate) fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S
         .route("/outbox/{id}/retry", post(retry_outbox::<S>))
         .route("/orders", get(orders::<S>))
         .route("/billing", get(billing::<S>))
+        .route("/audit", get(audit::<S>))
         .route_layer(middleware::from_fn_with_state(state, require_session::<S>));
     Router::new()
         .route("/login", get(login_page::<S>).post(login::<S>))
@@ -139,18 +148,57 @@ async fn security_headers(request: Request, next: Next) -> Response {
     response
 }
 
-/// Lets through requests of a live session: a read goes on, a POST only with the session's CSRF token in its form.
-/// A read without a session is sent to the login page; a POST without one, or with a missing or wrong token, is
-/// refused with 403 and reaches no handler.
+/// Lets through requests of a live session whose caller holds the route's scope ([`crate::http::routes`]): a read
+/// goes on, a POST only with the session's CSRF token in its form. Without a session, a request that a trusted
+/// proxy's identity header vouches for opens one (on a read); any other read is sent to the login page, and a POST
+/// is refused with 401. A caller below the route's scope is refused with 403 naming the scope. Nothing refused
+/// reaches a handler.
 async fn require_session<S: Store>(State(state): State<Arc<AppState<S>>>, request: Request, next: Next) -> Response {
     let reads = matches!(*request.method(), Method::GET | Method::HEAD);
-    let Some(session) = state.ui_sessions.get(request.headers(), state.clock.now_ms()) else {
-        if reads {
-            return Redirect::to("/ui/login").into_response();
+    let now_ms = state.clock.now_ms();
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    let trusted = &state.settings.auth.trusted_proxies;
+    let live = state.live();
+    let vouched = live.credentials.vouched(request.headers(), peer.map(|p| p.ip()), trusted);
+    let client = Client::of(peer, request.headers(), trusted);
+    if vouched == Vouched::Untrusted {
+        state.auth.identity_ignored(client);
+    }
+    let standing = state
+        .ui_sessions
+        .get(request.headers(), now_ms)
+        .and_then(|session| session.current(&live.credentials, &vouched, now_ms).map(|p| (session, p)));
+    let (session, principal, opened) = match (standing, &vouched) {
+        (Some((session, principal)), _) => (session, principal, None),
+        (None, Vouched::Known(actor, scope)) if reads => {
+            let principal =
+                Principal { actor: actor.clone(), scope: *scope, via: Via::Identity, address: client.addr.map(|a| a.to_string()) };
+            match open_session(&state, principal.clone(), request.headers(), now_ms) {
+                Ok((session, cookie)) => (session, principal, Some(cookie)),
+                Err(refused) => return refused,
+            }
         }
-        return UiError::new(StatusCode::FORBIDDEN, "not logged in, or the session expired: log in again")
-            .into_response();
+        (None, Vouched::Unknown(actor)) => {
+            state.auth.forbidden();
+            let message = format!("{actor} holds no scope here (no server.identities rule names it)");
+            let refused = ApiError::Forbidden { needed: Scope::Read, held: None, actor: actor.clone() };
+            let address = client.addr.map(|a| a.to_string());
+            record_refusal(&state, &refused, address, request.method().as_str(), request.uri().path()).await;
+            return UiError::new(StatusCode::FORBIDDEN, message).into_response();
+        }
+        (None, _) if reads => return Redirect::to("/ui/login").into_response(),
+        (None, _) => {
+            return UiError::new(StatusCode::UNAUTHORIZED, "not logged in, or the session expired: log in again")
+                .into_response();
+        }
     };
+    let path = request.extensions().get::<MatchedPath>().map_or_else(|| request.uri().path(), MatchedPath::as_str);
+    let needed = scope_needed(request.method().as_str(), path);
+    if let Err(refused) = crate::http::api::permit(&state, &principal, needed) {
+        let (method, path) = (request.method().as_str(), request.uri().path());
+        record_refusal(&state, &refused, principal.address.clone(), method, path).await;
+        return UiError::from(refused).into_response();
+    }
     let mut request = if reads {
         request
     } else {
@@ -180,8 +228,32 @@ async fn require_session<S: Store>(State(state): State<Arc<AppState<S>>>, reques
         }
         Request::from_parts(parts, Body::from(bytes))
     };
+    let mut session = session;
+    session.principal = principal.clone();
     request.extensions_mut().insert(session);
-    next.run(request).await
+    request.extensions_mut().insert(principal);
+    let mut response = next.run(request).await;
+    if let Some(cookie) = opened {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// Opens a dashboard session for `principal`: the session and its `Set-Cookie` value, or the page that says why not.
+fn open_session<S: Store>(
+    state: &AppState<S>,
+    principal: Principal,
+    headers: &HeaderMap,
+    now_ms: i64,
+) -> Result<(Session, HeaderValue), Response> {
+    let unavailable = || UiError::new(StatusCode::SERVICE_UNAVAILABLE, "could not open a session; try again");
+    let new = state.ui_sessions.create(now_ms, principal).map_err(|e| {
+        tracing::error!(error = %e, "no randomness for a dashboard session");
+        unavailable().into_response()
+    })?;
+    let cookie = session::set_cookie(&new.cookie_value, session::is_https(headers));
+    let value = HeaderValue::from_str(&cookie).map_err(|_| unavailable().into_response())?;
+    Ok((new.session, value))
 }
 
 fn html_page<S>(state: &AppState<S>, session: &Session, title: &str, section: Section, content: Markup) -> Response {
@@ -197,7 +269,7 @@ fn html_page_refreshing<S>(
     content: Markup,
 ) -> Response {
     let frame =
-        Frame { title, section, csrf: &session.csrf, flash: state.ui_sessions.take_flash(session), refresh_secs };
+        Frame { title, section, session, flash: state.ui_sessions.take_flash(session), refresh_secs };
     Html(render::page(frame, content).into_string()).into_response()
 }
 
@@ -217,6 +289,8 @@ struct Filters {
     id: Option<String>,
     subscription: Option<String>,
     customer: Option<String>,
+    actor: Option<String>,
+    action: Option<String>,
     before: Option<String>,
 }
 
@@ -262,6 +336,8 @@ impl Filters {
             ("kind", &self.kind),
             ("sink", &self.sink),
             ("order_id", &self.order_id),
+            ("actor", &self.actor),
+            ("action", &self.action),
         ];
         for (name, value) in fields {
             if let Some(v) = set(value) {

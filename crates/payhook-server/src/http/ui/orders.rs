@@ -51,7 +51,7 @@ pub(super) async fn orders<S: Store>(
                     }
                 } }
                 h2 { "Outbox rows" }
-                (outbox_table(&o.outbox, &session.csrf))
+                (outbox_table(&o.outbox, session.may(Scope::Operate).then_some(session.csrf.as_str())))
             }
             _ => { p.muted { "Enter an order id to see its state, its audit history and its outbox rows." } }
         }

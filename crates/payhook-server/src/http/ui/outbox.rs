@@ -33,7 +33,7 @@ pub(super) async fn outbox<S: Store>(
             (text_filter("Order", "order_id", query.order_id.as_deref()))
             button type="submit" { "Filter" }
         }
-        (outbox_table(&page.outbox, &session.csrf))
+        (outbox_table(&page.outbox, session.may(Scope::Operate).then_some(session.csrf.as_str())))
         (older_link("/ui/outbox", &f, page.next_cursor, page.partial))
     };
     Ok(html_page(&state, &session, "Outbox", Section::Outbox, content))
@@ -44,7 +44,7 @@ pub(super) async fn retry_outbox<S: Store>(
     Extension(session): Extension<Session>,
     Path(id): Path<i64>,
 ) -> Response {
-    let message = match retry_one_outbox(&state, id).await {
+    let message = match retry_one_outbox(&state, id, &Actor::of(&session.principal)).await {
         Ok(row) => {
             format!("Outbox row {id} ({} to {}) is queued again", row.kind, row.sink.as_deref().unwrap_or("no sink"))
         }

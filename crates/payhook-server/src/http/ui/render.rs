@@ -2,6 +2,8 @@
 //! throughput chart as inline SVG. Everything is rendered on the server; the pages carry no JavaScript.
 
 use crate::base::metrics::Minute;
+use crate::base::scope::Scope;
+use crate::runtime::session::Session;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 /// The stylesheet, inline: one request per page, and a Content-Security-Policy without any other source.
@@ -74,15 +76,17 @@ pub(crate) enum Section {
     Outbox,
     Orders,
     Billing,
+    Audit,
 }
 
-const SECTIONS: [(Section, &str, &str); 6] = [
-    (Section::Overview, "/ui", "Overview"),
-    (Section::Events, "/ui/events", "Events"),
-    (Section::DeadLetters, "/ui/dead-letters", "Dead letters"),
-    (Section::Outbox, "/ui/outbox", "Outbox"),
-    (Section::Orders, "/ui/orders", "Orders"),
-    (Section::Billing, "/ui/billing", "Billing"),
+const SECTIONS: [(Section, &str, &str, Scope); 7] = [
+    (Section::Overview, "/ui", "Overview", Scope::Read),
+    (Section::Events, "/ui/events", "Events", Scope::Read),
+    (Section::DeadLetters, "/ui/dead-letters", "Dead letters", Scope::Read),
+    (Section::Outbox, "/ui/outbox", "Outbox", Scope::Read),
+    (Section::Orders, "/ui/orders", "Orders", Scope::Read),
+    (Section::Billing, "/ui/billing", "Billing", Scope::Read),
+    (Section::Audit, "/ui/audit", "Audit", Scope::Admin),
 ];
 
 /// What a page needs besides its content.
@@ -90,7 +94,8 @@ const SECTIONS: [(Section, &str, &str); 6] = [
 pub(crate) struct Frame<'a> {
     pub(crate) title: &'a str,
     pub(crate) section: Section,
-    pub(crate) csrf: &'a str,
+    /// The session, with its caller as the configuration in force sees it.
+    pub(crate) session: &'a Session,
     pub(crate) flash: Option<String>,
     /// Reload the page every this many seconds (the overview's live counters).
     pub(crate) refresh_secs: Option<u32>,
@@ -120,12 +125,17 @@ pub(crate) fn page(frame: Frame<'_>, content: Markup) -> Markup {
                 header {
                     span.brand { "payhook" }
                     nav style="display:flex;flex-wrap:wrap;gap:.25rem 1rem" {
-                        @for (section, href, label) in SECTIONS {
-                            a href=(href) class=[(section == frame.section).then_some("on")] { (label) }
+                        @for (section, href, label, needed) in SECTIONS {
+                            @if frame.session.may(needed) {
+                                a href=(href) class=[(section == frame.section).then_some("on")] { (label) }
+                            }
                         }
                     }
+                    span.muted id="who" title="What this login may do: read, operate (replay, retry) or admin" {
+                        (frame.session.principal.actor) " · " (frame.session.principal.scope.as_str())
+                    }
                     form.inline method="post" action="/ui/logout" {
-                        (csrf_field(frame.csrf))
+                        (csrf_field(&frame.session.csrf))
                         button type="submit" id="logout" { "Log out" }
                     }
                 }

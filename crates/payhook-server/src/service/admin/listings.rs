@@ -2,7 +2,7 @@
 //! becomes a page (`next_cursor`, and `partial` when the scan bound stopped it short).
 
 use super::*;
-use payhook_store::{OutboxKind, OutboxStatus};
+use payhook_store::{AuditAction, AuditFilter, AuditRecord, OutboxKind, OutboxStatus};
 
 /// Filters of an event listing, as the API's query string and the CLI's flags give them.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
@@ -139,6 +139,63 @@ pub struct OutboxPage {
     /// `true` when the page stopped at `storage.list_scan_rows` examined rows before it found `limit` rows (a
     /// filter no index serves whole): it may hold fewer rows, even none, and `next_cursor` continues the listing.
     pub partial: bool,
+}
+
+/// Filters of the audit trail's listing.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    /// Only this actor's entries (a token's name, an identity, `cli:USER`, `signal:SIGHUP`).
+    pub actor: Option<String>,
+    /// Only this action (`replay`, `bulk_replay`, `outbox_retry`, `order_register`, `order_import`, `reload`,
+    /// `prune`, `login`, `logout`, `refused`).
+    #[param(pattern = "^(replay|bulk_replay|outbox_retry|order_register|order_import|reload|prune|login|logout|refused)$")]
+    pub action: Option<String>,
+    /// Only entries on this target (`stripe/evt_1`, `outbox/42`, `order/ord_1`, `POST /v1/reload`).
+    pub target: Option<String>,
+    /// Made at or after, unix milliseconds.
+    pub since: Option<i64>,
+    /// Made before, unix milliseconds.
+    pub until: Option<i64>,
+    /// Entries per page ([`DEFAULT_LIMIT`] when absent; more than [`MAX_LIMIT`] is lowered to it).
+    #[param(value_type = Option<u64>, minimum = 1, maximum = 4294967295_u64)]
+    pub limit: Option<u32>,
+    /// Cursor: the `next_cursor` of the previous page.
+    pub before: Option<i64>,
+}
+
+/// One page of the audit trail, newest first.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct AuditPage {
+    /// The entries: `id`, `at_ms`, `actor`, `address`, `action`, `target`, `outcome`, `detail`.
+    #[schema(value_type = Vec<Object>)]
+    pub entries: Vec<AuditRecord>,
+    /// Pass as `before` to get the next page; `null` on the last page.
+    pub next_cursor: Option<i64>,
+    /// `true` when the page stopped at `storage.list_scan_rows` examined entries before it found `limit` (a filter
+    /// no index serves whole): it may hold fewer entries, even none, and `next_cursor` continues the listing.
+    pub partial: bool,
+}
+
+/// Lists the audit trail, newest first.
+pub async fn list_audit<S: Store>(store: &S, query: &AuditQuery) -> Result<AuditPage, AdminError> {
+    let action = match query.action.as_deref() {
+        None => None,
+        Some(a) => Some(a.parse::<AuditAction>().map_err(|e| AdminError::Invalid(e.to_string()))?),
+    };
+    let limit = page_limit(query.limit)?;
+    let filter = AuditFilter {
+        actor: query.actor.clone(),
+        action,
+        target: query.target.clone(),
+        since_ms: query.since,
+        until_ms: query.until,
+        before: query.before,
+        limit: limit + 1,
+    };
+    let (entries, next_cursor, partial) = page_of(store.list_audit(filter).await?, limit as usize, |r| r.id);
+    Ok(AuditPage { entries, next_cursor, partial })
 }
 
 /// Lists events, newest first.
