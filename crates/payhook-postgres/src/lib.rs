@@ -5,7 +5,7 @@
 //! applies a plan and reports when its guard matched nothing, Rust explains why and settles the row in the same
 //! transaction.
 //!
-//! Why one file of about 650 lines: the module map below, the options and the `Store` implementation, whose
+//! Why one file of about 700 lines: the module map below, the options and the `Store` implementation, whose
 //! methods each hand the call to the module that does it; split, one trait's implementation would be scattered.
 //!
 //! # Layout
@@ -18,6 +18,8 @@
 //!   connection was lost before `COMMIT`, are run again whole.
 //! - `ops`: what each operation sends to the schema's SQL functions, the ledger decisions taken in Rust, the
 //!   worker's operations (`claim_due` with `FOR UPDATE SKIP LOCKED`, `retry` under its lease) and `replay`.
+//! - `audit`: the operator audit trail's appends (alone, or in the transaction of the action they record) and
+//!   pruning, in the one table every instance shares.
 //! - `billing`: subscription and invoice effects (decided by `payhook_core::billing` from rows read under their
 //!   advisory locks, applied after the batch function recorded them, in the same transaction), the subscription
 //!   and entitlement reads, and signature nonce claims.
@@ -46,7 +48,7 @@
 //!
 //! # Reads on a standby
 //!
-//! With [`PgOptions::read`] (`storage.read_url`), listings (`list_events`, `list_outbox`) and the counts of
+//! With [`PgOptions::read`] (`storage.read_url`), listings (`list_events`, `list_outbox`, `list_audit`) and the counts of
 //! `stats` are read from a pool of their own there, a standby typically. They may lag the primary by the
 //! replication delay, which an operator's page can afford. Everything else stays on the primary: every write, the
 //! claims and leases, and the reads that must see a write just made (an order, an event, a subscription, one
@@ -67,6 +69,7 @@
 //! is connected (on the probe's connection); the store logs it when it opens (a warning when a 2xx would not be on
 //! a standby), and with [`PgOptions::require_sync_standby`] `/readyz` is not ready unless it is.
 
+mod audit;
 mod billing;
 mod counters;
 mod error;
@@ -83,7 +86,9 @@ mod tls;
 mod writer;
 
 pub use error::PgError;
-pub use listing::{ListingSql, RECEIVED_SQL, Walk, event_listing_sql, outbox_listing_sql};
+pub use listing::{
+    AUDIT_AT_SQL, ListingSql, RECEIVED_SQL, Walk, audit_listing_sql, event_listing_sql, outbox_listing_sql,
+};
 pub use order_retention::SCAN_SQL as ORDER_RETENTION_SCAN;
 pub use read::STATS_STATEMENTS;
 pub use tls::{SslMode, TlsConfigError, TlsError, TlsOptions, TlsProblem};
@@ -93,9 +98,10 @@ use crate::pool::Pool;
 use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, SubscriptionId};
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
-    Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, Listing,
-    NewOrder, NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, PruneRequest, Pruned,
-    Recorded, Recounted, Registered, Replayed, Retried, Stats, Store, StoreError, SubscriptionView,
+    Alert, AuditEntry, AuditFilter, AuditRecord, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter,
+    EventSummary, EventView, Listing, NewOrder, NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob,
+    OutboxView, Parsed, PruneRequest, Pruned, Recorded, Recounted, Registered, Replayed, Retried, Stats, Store,
+    StoreError, SubscriptionView,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -492,8 +498,12 @@ impl Store for PgStore {
         async move { queued?.await }
     }
 
-    fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send {
-        self.writer.register(order)
+    fn register_order_audited(
+        &self,
+        order: NewOrder,
+        audit: Option<AuditEntry>,
+    ) -> impl Future<Output = Result<Registered, StoreError>> + Send {
+        self.writer.register(order, audit)
     }
 
     async fn order(&self, id: &OrderId) -> Result<Option<OrderView>, StoreError> {
@@ -549,9 +559,9 @@ impl Store for PgStore {
         outbox::finish(&self.pool, &self.ctx.current(), job, &outcome, now_ms).await
     }
 
-    async fn retry_outbox(&self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
+    async fn retry_outbox_audited(&self, id: i64, now_ms: i64, audit: Option<AuditEntry>) -> Result<bool, StoreError> {
         let _turn = self.turn().await?;
-        outbox::requeue(&self.pool, id, now_ms).await
+        outbox::requeue(&self.pool, id, now_ms, audit.as_ref()).await
     }
 
     async fn next_outbox_due_ms(&self, sink: &str) -> Result<Option<i64>, StoreError> {
@@ -582,15 +592,34 @@ impl Store for PgStore {
         Ok(page)
     }
 
-    async fn replay(
+    async fn replay_audited(
         &self,
         source: &SourceName,
         event_id: &EventId,
         parsed: Parsed,
         now_ms: i64,
+        audit: Option<AuditEntry>,
     ) -> Result<Replayed, StoreError> {
         let _turn = self.turn().await?;
-        ops::replay(&self.pool, &self.ctx.current(), source, event_id, &parsed, now_ms).await
+        ops::replay(&self.pool, &self.ctx.current(), (source, event_id), &parsed, now_ms, audit.as_ref()).await
+    }
+
+    async fn audit(&self, entries: Vec<AuditEntry>) -> Result<(), StoreError> {
+        let _turn = self.turn().await?;
+        audit::append(&self.pool, &entries).await
+    }
+
+    /// Read where the other listings are: on the read URL's pool, when there is one.
+    async fn list_audit(&self, filter: AuditFilter) -> Result<Listing<AuditRecord>, StoreError> {
+        let (pool, _turn) = self.lagging_read().await?;
+        let page = listing::list_audit(pool, &filter, self.list_scan_rows).await?;
+        self.count_stop(&page);
+        Ok(page)
+    }
+
+    async fn prune_audit(&self, before_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        let _turn = self.turn().await?;
+        audit::prune(&self.pool, before_ms, limit).await
     }
 
     async fn raise_alert(&self, alert: Alert) -> Result<(), StoreError> {

@@ -1,11 +1,13 @@
-//! Listings of events and outbox rows, newest first by row id, each read down an index that matches its filter.
+//! Listings of events, outbox rows and audit entries, newest first by row id, each read down an index that matches
+//! its filter.
 //!
 //! A listing walks one ordered path: an index `(value, id)` of one of its equality filters (the baseline:
-//! `inbox (status, id)`, `(source, id)`, `(event_type, id)`, `outbox (status, id)`, `(sink, id)`), or the id index
-//! (`inbox_newest`, the outbox's primary key), or, for an order's outbox rows, `UNIQUE (order_id, kind, sink)`
-//! (an order has a handful). A time range becomes a row id range through `inbox_received`: the first row received
-//! at or after `since` is the lowest id, the first received at or after `until` the highest (exclusive); ids grow
-//! with arrival, and the exact `received_at` conditions stay on each row.
+//! `inbox (status, id)`, `(source, id)`, `(event_type, id)`, `outbox (status, id)`, `(sink, id)`; migration 0012:
+//! `audit (actor, id)`, `(action, id)`, `(target, id)`), or the id index (`inbox_newest`, the outbox's and the
+//! audit trail's primary keys), or, for an order's outbox rows, `UNIQUE (order_id, kind, sink)` (an order has a
+//! handful). A time range becomes a row id range through `inbox_received` (`audit_at` for the audit trail): the
+//! first row received at or after `since` is the lowest id, the first received at or after `until` the highest
+//! (exclusive); ids grow with arrival, and the exact time conditions stay on each row.
 //!
 //! The conditions the path does not serve (a reason substring, a second equality filter, the exact time) are
 //! checked on each row the path yields, and then a page examines at most `list_scan_rows` rows: a first statement
@@ -16,8 +18,11 @@
 use crate::error::PgError;
 use crate::pool;
 use crate::pool::{Object, Pool};
-use payhook_store::listing::{Check, Column, Path, Route, event_route, outbox_route};
-use payhook_store::{EventFilter, EventSummary, Listing, OutboxFilter, OutboxView, Outcome, StoreError};
+use payhook_store::listing::{Check, Column, Path, Route, audit_route, event_route, outbox_route};
+use payhook_store::{
+    AuditAction, AuditEntry, AuditFilter, AuditRecord, EventFilter, EventSummary, Listing, OutboxFilter, OutboxView,
+    Outcome, StoreError,
+};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
@@ -29,6 +34,12 @@ type Value = Box<dyn ToSql + Sync + Send>;
 /// every partition) and checking each row's time: the rows of one millisecond come from `inbox_received`.
 pub const RECEIVED_SQL: &str = "SELECT min(id) FROM (SELECT id FROM inbox
      WHERE received_at = (SELECT min(received_at) FROM inbox WHERE received_at >= $1) OFFSET 0) AS first_ms";
+
+/// The first audit entry made at or after a time (`NULL` when there is none), down `audit_at`: how an audit
+/// listing's `since` and `until` become row ids.
+pub const AUDIT_AT_SQL: &str = "SELECT (SELECT id FROM audit WHERE at_ms >= $1 ORDER BY at_ms, id LIMIT 1)";
+
+const AUDIT_COLUMNS: &str = "id, at_ms, actor, address, action, target, outcome, detail::text";
 
 const EVENT_COLUMNS: &str = "id, source, event_id, event_type, status, reason, attempts, next_attempt_at, received_at";
 const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
@@ -55,7 +66,8 @@ impl Walk {
 /// The statements one listing runs, in their order, for tests to check their plans.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListingSql {
-    /// [`RECEIVED_SQL`], once for `since` and once for `until`, when the filter has them.
+    /// [`RECEIVED_SQL`] ([`AUDIT_AT_SQL`] for the audit trail), once for `since` and once for `until`, when the
+    /// filter has them.
     pub time_bounds: Vec<&'static str>,
     /// Where the scan bound falls; `None` when the path serves the whole filter (every row it yields matches).
     pub boundary: Option<String>,
@@ -142,12 +154,17 @@ fn check_sql(check: &Check<'_>) -> (&'static str, Value) {
                 Column::Kind => "kind = $",
                 Column::Sink => "sink = $",
                 Column::OrderId => "order_id = $",
+                Column::Actor => "actor = $",
+                Column::Action => "action = $",
+                Column::Target => "target = $",
             },
             text(v),
         ),
         Check::ReasonContains(r) => ("strpos(reason, $) > 0", text(r)),
         Check::ReceivedFrom(t) => ("received_at >= $", Box::new(t)),
         Check::ReceivedBefore(t) => ("received_at < $", Box::new(t)),
+        Check::AtFrom(t) => ("at_ms >= $", Box::new(t)),
+        Check::AtBefore(t) => ("at_ms < $", Box::new(t)),
     }
 }
 
@@ -155,6 +172,7 @@ fn check_sql(check: &Check<'_>) -> (&'static str, Value) {
 fn route_plan(table: &str, columns: &str, route: &Route<'_>) -> Plan {
     let (walk, path) = match route.path {
         Path::Newest if table == "inbox" => (Walk::Index("inbox_newest"), Vec::new()),
+        Path::Newest if table == "audit" => (Walk::Index("audit_pkey"), Vec::new()),
         Path::Newest => (Walk::Index("outbox_pkey"), Vec::new()),
         Path::Value(column, v) => {
             let walk = match (table, column) {
@@ -164,6 +182,9 @@ fn route_plan(table: &str, columns: &str, route: &Route<'_>) -> Plan {
                 (_, Column::EventType) => Walk::Index("inbox_by_type"),
                 (_, Column::Source) => Walk::Index("inbox_by_source"),
                 (_, Column::Sink) => Walk::Index("outbox_by_sink"),
+                (_, Column::Actor) => Walk::Index("audit_by_actor"),
+                (_, Column::Action) => Walk::Index("audit_by_action"),
+                (_, Column::Target) => Walk::Index("audit_by_target"),
                 // No listing walks the outbox by kind (`outbox_route` never chooses it): its primary key.
                 (_, Column::Kind) => Walk::Index("outbox_pkey"),
             };
@@ -188,6 +209,12 @@ fn outbox_plan(f: &OutboxFilter) -> Plan {
     route_plan("outbox", crate::read::OUTBOX_COLUMNS, &outbox_route(f))
 }
 
+fn audit_plan(f: &AuditFilter) -> Plan {
+    let mut plan = route_plan("audit", AUDIT_COLUMNS, &audit_route(f));
+    plan.sql.time_bounds = [f.since_ms, f.until_ms].iter().flatten().map(|_| AUDIT_AT_SQL).collect();
+    plan
+}
+
 /// The statements [`list_events`] runs for `f`.
 pub fn event_listing_sql(f: &EventFilter) -> ListingSql {
     event_plan(f).sql
@@ -198,22 +225,30 @@ pub fn outbox_listing_sql(f: &OutboxFilter) -> ListingSql {
     outbox_plan(f).sql
 }
 
+/// The statements [`list_audit`] runs for `f`.
+pub fn audit_listing_sql(f: &AuditFilter) -> ListingSql {
+    audit_plan(f).sql
+}
+
 fn refs(values: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
     values.iter().map(|v| v.as_ref() as &(dyn ToSql + Sync)).collect()
 }
+
+/// A listing's time range, and the statement that finds the first row id at or after a time of it.
+type Times = (&'static str, [Option<i64>; 2]);
 
 /// The rows of one page and where the scan bound stopped it, read in one snapshot.
 async fn read_page(
     client: &Object,
     p: Plan,
     before: Option<i64>,
-    times: [Option<i64>; 2],
+    (first_at, times): Times,
     limit: u32,
     scan_rows: u32,
 ) -> std::result::Result<(Vec<Row>, Option<i64>), tokio_postgres::Error> {
     client.batch_execute(SNAPSHOT).await?;
     let first_received = async |at: i64| -> std::result::Result<Option<i64>, tokio_postgres::Error> {
-        let stmt = client.prepare_cached(RECEIVED_SQL).await?;
+        let stmt = client.prepare_cached(first_at).await?;
         client.query_one(&stmt, &[&at]).await?.try_get(0)
     };
     let [since, until] = times;
@@ -263,7 +298,7 @@ async fn page(
     pool: &Pool,
     p: Plan,
     before: Option<i64>,
-    times: [Option<i64>; 2],
+    times: Times,
     limit: u32,
     scan_rows: u32,
 ) -> Result<(Vec<Row>, Option<i64>)> {
@@ -286,7 +321,7 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize, what: 
 /// filter.
 pub(crate) async fn list_events(pool: &Pool, f: &EventFilter, scan_rows: u32) -> Result<Listing<EventSummary>> {
     let (rows, scan_stopped_before) =
-        page(pool, event_plan(f), f.before, [f.since_ms, f.until_ms], f.limit, scan_rows).await?;
+        page(pool, event_plan(f), f.before, (RECEIVED_SQL, [f.since_ms, f.until_ms]), f.limit, scan_rows).await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in &rows {
         let attempts: i32 = get(r, 6, "attempts")?;
@@ -310,6 +345,35 @@ pub(crate) async fn list_events(pool: &Pool, f: &EventFilter, scan_rows: u32) ->
 /// Outbox rows, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the
 /// whole filter.
 pub(crate) async fn list_outbox(pool: &Pool, f: &OutboxFilter, scan_rows: u32) -> Result<Listing<OutboxView>> {
-    let (rows, scan_stopped_before) = page(pool, outbox_plan(f), f.before, [None, None], f.limit, scan_rows).await?;
+    let times = (RECEIVED_SQL, [None, None]);
+    let (rows, scan_stopped_before) = page(pool, outbox_plan(f), f.before, times, f.limit, scan_rows).await?;
     Ok(Listing { rows: crate::read::outbox_views(&rows)?, scan_stopped_before })
+}
+
+/// Audit entries, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the
+/// whole filter.
+pub(crate) async fn list_audit(pool: &Pool, f: &AuditFilter, scan_rows: u32) -> Result<Listing<AuditRecord>> {
+    let times = (AUDIT_AT_SQL, [f.since_ms, f.until_ms]);
+    let (rows, scan_stopped_before) = page(pool, audit_plan(f), f.before, times, f.limit, scan_rows).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let action: &str = get(r, 4, "audit action")?;
+        let action: AuditAction = action.parse().map_err(|e| StoreError::corrupt("stored audit action", e))?;
+        let detail: Option<&str> = get(r, 7, "audit detail")?;
+        let detail = match detail {
+            Some(json) => serde_json::from_str(json).map_err(|e| StoreError::corrupt("stored audit detail", e))?,
+            None => serde_json::Value::Null,
+        };
+        let entry = AuditEntry {
+            at_ms: get(r, 1, "audit time")?,
+            actor: get(r, 2, "audit actor")?,
+            address: get(r, 3, "audit address")?,
+            action,
+            target: get(r, 5, "audit target")?,
+            outcome: get(r, 6, "audit outcome")?,
+            detail,
+        };
+        out.push(AuditRecord { id: get(r, 0, "audit id")?, entry });
+    }
+    Ok(Listing { rows: out, scan_stopped_before })
 }

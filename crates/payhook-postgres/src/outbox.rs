@@ -2,11 +2,15 @@
 //! outcomes recorded only by the lease holder, re-queueing dead rows, and raising alerts through the schema's
 //! `payhook_raise_alert`, whose window row lock makes them race-free across instances.
 //!
-//! Each is one statement (autocommit: atomic on its own), run again when the server rolled it back for a deadlock.
+//! Each is one statement (autocommit: atomic on its own), or, for a re-queue with its audit entry, one transaction
+//! of two, run again when the server rolled it back for a deadlock.
 
 use crate::ops::{Ctx, Failure, rerun_on_conflict};
+use crate::pipeline::send;
 use crate::pool::{Object, Pool};
-use payhook_store::{ALERT_KIND, Alert, Claim, Dispatched, OutboxJob, StoreError};
+use payhook_store::audit::retry_outbox_outcome;
+use payhook_store::{ALERT_KIND, Alert, AuditEntry, Claim, Dispatched, OutboxJob, StoreError};
+use tokio_postgres::types::ToSql;
 
 const CLAIM_SQL: &str = "WITH due AS (
          SELECT id FROM outbox
@@ -120,12 +124,22 @@ pub(crate) async fn finish(
     .await
 }
 
-/// Re-queues a dead row with a fresh budget (see [`payhook_store::Store::retry_outbox`]).
-pub(crate) async fn requeue(pool: &Pool, id: i64, now_ms: i64) -> Result<bool, StoreError> {
+/// Re-queues a dead row with a fresh budget, and appends `audit` (when given) in its transaction with the
+/// outcome (see [`payhook_store::Store::retry_outbox_audited`]).
+pub(crate) async fn requeue(pool: &Pool, id: i64, now_ms: i64, audit: Option<&AuditEntry>) -> Result<bool, StoreError> {
     rerun_on_conflict(pool, "outbox re-queue", || {
         async |client: &Object| {
             let stmt = client.prepare_cached(REQUEUE_SQL).await?;
-            Ok(client.execute(&stmt, &[&id, &now_ms]).await? == 1)
+            let params: [&(dyn ToSql + Sync); 2] = [&id, &now_ms];
+            let Some(entry) = audit else {
+                return Ok(client.execute(&stmt, &params).await? == 1);
+            };
+            let begun = send(client.batch_execute("BEGIN")).await;
+            let requeued = send(client.execute(&stmt, &params)).await;
+            begun.answer().await?;
+            let requeued = requeued.answer().await? == 1;
+            crate::audit::commit_with(client, Some((entry, retry_outbox_outcome(requeued)))).await?;
+            Ok(requeued)
         }
     })
     .await

@@ -8,8 +8,8 @@ use crate::pool;
 use crate::pool::{Object, Pool};
 use payhook_core::event::{Effect, EventId, OrderId, SourceName};
 use payhook_store::{
-    AttemptEntry, AuditEntry, BillingChange, BillingObject, EventView, OrderView, OutboxKind, OutboxStatus, OutboxView,
-    Outcome, ReceivedHeaders, Stats, StoreError,
+    AttemptEntry, BillingChange, BillingObject, EventView, OrderChange, OrderView, OutboxKind, OutboxStatus,
+    OutboxView, Outcome, ReceivedHeaders, Stats, StoreError,
 };
 use std::time::Duration;
 use tokio_postgres::Row;
@@ -117,10 +117,10 @@ pub(crate) fn outbox_views(rows: &[Row]) -> Result<Vec<OutboxView>> {
     rows.iter().map(outbox_view).collect()
 }
 
-fn audit_entries(rows: &[Row]) -> Result<Vec<AuditEntry>> {
+fn audit_entries(rows: &[Row]) -> Result<Vec<OrderChange>> {
     let mut history = Vec::with_capacity(rows.len());
     for r in rows {
-        history.push(AuditEntry {
+        history.push(OrderChange {
             source: get(r, 0, "audit source")?,
             event_id: get(r, 1, "audit event id")?,
             event_type: get(r, 2, "audit event type")?,

@@ -26,7 +26,10 @@
 //! The second statement is sent only when there is something to settle, forward or alert; alerts are raised
 //! there, after every delivery of the batch took its locks (the schema's locking protocol).
 //!
-//! Registrations drained with the ingests go first, in a transaction of their own (`payhook_register_batch`).
+//! Registrations drained with the ingests go first, in a transaction of their own (`payhook_register_batch`); the
+//! audit entries that came with some of them are appended with the settlements, before its `COMMIT`, in one more
+//! statement only when there are any (a batch run again after the answer to its `COMMIT` was lost may append them a
+//! second time: see `Store::register_order_audited`).
 //!
 //! Invariant: a job is answered only after the COMMIT of the transaction that holds its work has returned (or
 //! with an error, and then none of its work is stored). A deadlock or serialization failure rolls the whole
@@ -48,7 +51,7 @@ use crate::pipeline::send;
 use crate::pool;
 use crate::pool::{Object, Pool};
 use payhook_store::metrics::{BATCH_SIZE_BOUNDS, Histogram, WriterMetrics};
-use payhook_store::{NewOrder, Recorded, Registered, StoreError};
+use payhook_store::{AuditEntry, NewOrder, Recorded, Registered, StoreError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -166,14 +169,16 @@ impl Counters {
 #[derive(Debug)]
 enum Work {
     Ingest(IngestCall),
-    Register(NewOrder),
+    /// A registration, and the audit entry to append with it (boxed: most have none, and every job carries a
+    /// `Work`).
+    Register(NewOrder, Option<Box<AuditEntry>>),
 }
 
 impl Work {
     fn lock_key(&self) -> (bool, i64, &str, &str, &str) {
         match self {
             Work::Ingest(call) => call.lock_key(),
-            Work::Register(order) => ops::register_lock_key(order),
+            Work::Register(order, _) => ops::register_lock_key(order),
         }
     }
 }
@@ -240,13 +245,16 @@ impl Writer {
         }
     }
 
-    /// Queues a registration now; resolves after its batch has committed.
+    /// Queues a registration now, with the audit entry to append in its transaction; resolves after its batch has
+    /// committed.
     pub(crate) fn register(
         &self,
         order: NewOrder,
+        audit: Option<AuditEntry>,
     ) -> impl Future<Output = Result<Registered, StoreError>> + Send + use<> {
         let (reply, answer) = oneshot::channel();
-        let queued = self.queue(Job { work: Work::Register(order), reply: Reply::Register(reply) });
+        let queued =
+            self.queue(Job { work: Work::Register(order, audit.map(Box::new)), reply: Reply::Register(reply) });
         async move {
             queued?;
             answer.await.map_err(|_| StoreError::ShuttingDown)?
@@ -424,7 +432,7 @@ pub struct BatchFailed(#[source] Arc<PgError>);
 async fn run_batch(pool: &Pool, jobs: Vec<Job>, config: &WriterConfig, counters: &Counters, turn: Turn) {
     counters.in_flight.fetch_add(1, Ordering::Relaxed);
     let (registers, ingests): (Vec<Job>, Vec<Job>) =
-        jobs.into_iter().partition(|j| matches!(j.work, Work::Register(_)));
+        jobs.into_iter().partition(|j| matches!(j.work, Work::Register(..)));
     // Registrations first: an event drained together with its order's registration then finds the order.
     let groups: Vec<Vec<Job>> = [registers, ingests].into_iter().filter(|g| !g.is_empty()).collect();
     let last = groups.len().saturating_sub(1);
@@ -584,14 +592,14 @@ async fn transact(
     // One routing for the whole batch, even if a reload replaces it meanwhile.
     let ctx = config.ctx.current();
     let (policy, routing) = (&ctx.retry, &ctx.routing);
-    let registering = jobs.iter().any(|j| matches!(j.work, Work::Register(_)));
+    let registering = jobs.iter().any(|j| matches!(j.work, Work::Register(..)));
     let statement = client.prepare_cached(if registering { ops::REGISTER_SQL } else { ops::INGEST_SQL }).await?;
     let settle = client.prepare_cached(ops::SETTLE_SQL).await?;
     let (mut ingests, mut registers) = (ops::IngestColumns::default(), ops::RegisterColumns::default());
     for job in jobs {
         match &job.work {
             Work::Ingest(call) => ingests.push(call, routing),
-            Work::Register(order) => registers.push(order),
+            Work::Register(order, _) => registers.push(order),
         }
     }
     let (ingest_params, register_params) = (ingests.params(), registers.params());
@@ -607,7 +615,7 @@ async fn transact(
     for (job, row) in jobs.iter().zip(&rows) {
         pending.push(match &job.work {
             Work::Ingest(call) => Pending::Ingest(call.landed(row, policy)?),
-            Work::Register(order) => Pending::Register(ops::registered(order, row)?),
+            Work::Register(order, _) => Pending::Register(ops::registered(order, row)?),
         });
     }
 
@@ -631,6 +639,18 @@ async fn transact(
             call.follow_ups(landed, routing, &mut follow);
         }
     }
+    // The audit entries of the registrations that landed (a failed one's savepoint rolled back: it has none).
+    let mut audits = crate::audit::AuditColumns::default();
+    if registering {
+        for (job, p) in jobs.iter().zip(&pending) {
+            if let (Work::Register(_, Some(entry)), Pending::Register(ops::RegisterLanded::Done(registered))) =
+                (&job.work, p)
+            {
+                audits.push(entry, payhook_store::audit::registration_outcome(registered))?;
+            }
+        }
+    }
+    let audit = if audits.is_empty() { None } else { Some(client.prepare_cached(crate::audit::INSERT_SQL).await?) };
     // In a block: the settlements borrow `pending` until their answer is in.
     {
         let mut settlements = ops::SettleColumns::default();
@@ -643,14 +663,23 @@ async fn transact(
         let settle_params = settlements.params();
         let settled =
             if settlements.is_empty() { None } else { Some(send(client.query_one(&settle, &settle_params)).await) };
+        let audit_params = audits.params();
+        let audited = match &audit {
+            Some(insert) => Some(send(client.execute(insert, &audit_params)).await),
+            None => None,
+        };
         *commit_sent = true;
-        let commit = if settled.is_none() && !pending.iter().any(Pending::wrote) { QUIET_COMMIT_SQL } else { "COMMIT" };
+        let quiet = settled.is_none() && audited.is_none() && !pending.iter().any(Pending::wrote);
+        let commit = if quiet { QUIET_COMMIT_SQL } else { "COMMIT" };
         let committed = send(client.batch_execute(commit)).await;
         // The statements are done; what is left is the flush. The next batch may run meanwhile.
         drop(turn.take());
         // A failed settlement aborted the transaction, and the COMMIT after it rolled back: report the settlement.
         if let Some(settled) = settled {
             settled.answer().await?;
+        }
+        if let Some(audited) = audited {
+            audited.answer().await?;
         }
         committed.answer().await?;
     }

@@ -4,6 +4,7 @@
 //! - `writer`: the single writer thread and its group commit; `kept`: the connection its jobs get, with the
 //!   statements of the common path kept prepared.
 //! - `ops`: the write transactions (ingest, retry, claim, register).
+//! - `audit`: the operator audit trail's appends (alone, or in the job of the action they record) and pruning.
 //! - `pool`: the read connections (a small pool beside the writer) and the time limit on every read.
 //! - `read`: the read-only queries they run.
 //! - `counters`: the row counters behind `stats`, and their recount.
@@ -21,6 +22,7 @@
 //! processes may share one file: each has its own writer, and `BEGIN IMMEDIATE` with `busy_timeout` serializes
 //! them; unique keys keep dedup correct across them.
 
+mod audit;
 mod billing;
 mod checkpoint;
 mod context;
@@ -42,13 +44,17 @@ mod writer;
 use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, SubscriptionId};
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
-    Alert, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter, EventSummary, EventView, Listing,
-    NewOrder, NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob, OutboxView, Parsed, PruneRequest, Pruned,
-    Recorded, Recounted, Registered, Replayed, Retried, Routing, Stats, Store, StoreError, SubscriptionView,
+    Alert, AuditEntry, AuditFilter, AuditRecord, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter,
+    EventSummary, EventView, Listing, NewOrder, NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob,
+    OutboxView, Parsed, PruneRequest, Pruned, Recorded, Recounted, Registered, Replayed, Retried, Routing, Stats,
+    Store, StoreError, SubscriptionView,
 };
 use rusqlite::Connection;
 
-pub use listing::{ListingSql, RECEIVED_SQL, Walk, event_listing_sql, list_events, list_outbox, outbox_listing_sql};
+pub use listing::{
+    AUDIT_AT_SQL, ListingSql, RECEIVED_SQL, Walk, audit_listing_sql, event_listing_sql, list_audit, list_events,
+    list_outbox, outbox_listing_sql,
+};
 pub use read::STATS_STATEMENTS;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -358,8 +364,15 @@ impl Store for SqliteStore {
         self.writer.submit(move |conn| ops::ingest(conn, &delivery, encoded, &ctx))
     }
 
-    fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send {
-        self.writer.submit(move |conn| ops::register_order(conn, &order))
+    fn register_order_audited(
+        &self,
+        order: NewOrder,
+        entry: Option<AuditEntry>,
+    ) -> impl Future<Output = Result<Registered, StoreError>> + Send {
+        self.writer.submit(move |conn| {
+            let registered = ops::register_order(conn, &order);
+            audit::after(conn, registered, entry.as_ref(), |r| Some(payhook_store::audit::registration_outcome(r)))
+        })
     }
 
     async fn order(&self, id: &OrderId) -> Result<Option<OrderView>, StoreError> {
@@ -433,8 +446,16 @@ impl Store for SqliteStore {
         self.writer.submit(move |conn| outbox::finish_outbox(conn, &ctx, &job, &outcome, now_ms))
     }
 
-    fn retry_outbox(&self, id: i64, now_ms: i64) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.writer.submit(move |conn| outbox::retry_outbox(conn, id, now_ms))
+    fn retry_outbox_audited(
+        &self,
+        id: i64,
+        now_ms: i64,
+        entry: Option<AuditEntry>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.writer.submit(move |conn| {
+            let requeued = outbox::retry_outbox(conn, id, now_ms);
+            audit::after(conn, requeued, entry.as_ref(), |r| Some(payhook_store::audit::retry_outbox_outcome(*r)))
+        })
     }
 
     async fn next_outbox_due_ms(&self, sink: &str) -> Result<Option<i64>, StoreError> {
@@ -456,15 +477,40 @@ impl Store for SqliteStore {
         Ok(page)
     }
 
-    fn replay(
+    fn replay_audited(
         &self,
         source: &SourceName,
         event_id: &EventId,
         parsed: Parsed,
         now_ms: i64,
+        entry: Option<AuditEntry>,
     ) -> impl Future<Output = Result<Replayed, StoreError>> + Send {
         let (ctx, source, event_id) = (self.ctx.current(), source.clone(), event_id.clone());
-        self.writer.submit(move |conn| ops::replay(conn, &ctx, source.as_str(), event_id.as_str(), &parsed, now_ms))
+        self.writer.submit(move |conn| {
+            let replayed = ops::replay(conn, &ctx, source.as_str(), event_id.as_str(), &parsed, now_ms);
+            audit::after(conn, replayed, entry.as_ref(), payhook_store::audit::replay_outcome)
+        })
+    }
+
+    fn audit(&self, entries: Vec<AuditEntry>) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let appended = (!entries.is_empty()).then(|| self.writer.submit(move |conn| audit::append(conn, &entries)));
+        async move {
+            match appended {
+                Some(appended) => appended.await,
+                None => Ok(()),
+            }
+        }
+    }
+
+    async fn list_audit(&self, filter: AuditFilter) -> Result<Listing<AuditRecord>, StoreError> {
+        let scan_rows = self.list_scan_rows;
+        let page = self.read(move |conn| listing::list_audit(conn, &filter, scan_rows)).await?;
+        self.count_stop(&page);
+        Ok(page)
+    }
+
+    fn prune_audit(&self, before_ms: i64, limit: u32) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        self.writer.submit(move |conn| audit::prune(conn, before_ms, limit))
     }
 
     fn raise_alert(&self, alert: Alert) -> impl Future<Output = Result<(), StoreError>> + Send {

@@ -1,13 +1,15 @@
-//! Listings of events and outbox rows, newest first by row id, each read down an index that matches its filter.
+//! Listings of events, outbox rows and audit entries, newest first by row id, each read down an index that matches
+//! its filter.
 //!
 //! A listing walks one ordered path: the index of one of its equality filters (migration 0011: `inbox (status)`,
 //! which migration 0013 narrows to the statuses other than `processed`, `inbox (source)`, `inbox (event_type)`,
-//! `outbox (status)`, narrowed to `pending` and `dead`, `outbox (sink)`; SQLite appends the row id to every index
-//! entry, so each is ordered by id within its value), or the table itself in row id order, or, for an order's
-//! outbox rows, the ids the order lists (`orders.outbox_ids`). The path is named in the statement (`INDEXED BY`,
-//! `NOT INDEXED`), so the plan does not depend on statistics. A time range becomes a row id range through
-//! `inbox_received`: the first row received at or after `since` is the lowest id, the first received at or after
-//! `until` the highest (exclusive); ids grow with arrival, and the exact `received_at` conditions stay on each row.
+//! `outbox (status)`, narrowed to `pending` and `dead`, `outbox (sink)`; migration 0014: `audit (actor)`,
+//! `audit (action)`, `audit (target)`; SQLite appends the row id to every index entry, so each is ordered by id
+//! within its value), or the table itself in row id order, or, for an order's outbox rows, the ids the order lists
+//! (`orders.outbox_ids`). The path is named in the statement (`INDEXED BY`, `NOT INDEXED`), so the plan does not
+//! depend on statistics. A time range becomes a row id range through `inbox_received` (`audit_at` for the audit
+//! trail): the first row received at or after `since` is the lowest id, the first received at or after `until`
+//! the highest (exclusive); ids grow with arrival, and the exact time conditions stay on each row.
 //!
 //! The conditions the path does not serve (a reason substring, a second equality filter, the exact time) are
 //! checked on each row the path yields, and then a page examines at most `list_scan_rows` rows: a first statement
@@ -16,8 +18,11 @@
 
 use crate::read::{OUTBOX_COLUMNS, in_snapshot, outbox_rows, outcome};
 use crate::writer::unavailable;
-use payhook_store::listing::{Check, Column, Path, Route, event_route, outbox_route};
-use payhook_store::{EventFilter, EventSummary, Listing, OutboxFilter, OutboxView, StoreError};
+use payhook_store::listing::{Check, Column, Path, Route, audit_route, event_route, outbox_route};
+use payhook_store::{
+    AuditAction, AuditEntry, AuditFilter, AuditRecord, EventFilter, EventSummary, Listing, OutboxFilter, OutboxView,
+    StoreError,
+};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql};
 
@@ -26,6 +31,11 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// The first row received at or after a time: how `since` and `until` become row ids.
 pub const RECEIVED_SQL: &str =
     "SELECT id FROM inbox INDEXED BY inbox_received WHERE received_at >= ?1 ORDER BY received_at, id LIMIT 1";
+
+/// The first audit entry made at or after a time: how an audit listing's `since` and `until` become row ids.
+pub const AUDIT_AT_SQL: &str = "SELECT id FROM audit INDEXED BY audit_at WHERE at_ms >= ?1 ORDER BY at_ms, id LIMIT 1";
+
+const AUDIT_COLUMNS: &str = "id, at_ms, actor, address, action, target, outcome, detail";
 
 const EVENT_COLUMNS: &str = "id, source, event_id, event_type, status, reason, attempts, next_attempt_at, received_at";
 
@@ -43,7 +53,8 @@ pub enum Walk {
 /// The statements one listing runs, in their order, for tests to check their plans.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListingSql {
-    /// [`RECEIVED_SQL`], once for `since` and once for `until`, when the filter has them.
+    /// [`RECEIVED_SQL`] ([`AUDIT_AT_SQL`] for the audit trail), once for `since` and once for `until`, when the
+    /// filter has them.
     pub time_bounds: Vec<&'static str>,
     /// Where the scan bound falls; `None` when the path serves the whole filter (every row it yields matches).
     pub boundary: Option<String>,
@@ -103,12 +114,17 @@ fn check_sql(check: &Check<'_>) -> (&'static str, Value) {
                 Column::Kind => "kind = ?",
                 Column::Sink => "sink = ?",
                 Column::OrderId => "id IN (SELECT value FROM orders, json_each(orders.outbox_ids) WHERE orders.id = ?)",
+                Column::Actor => "actor = ?",
+                Column::Action => "action = ?",
+                Column::Target => "target = ?",
             },
             text(v),
         ),
         Check::ReasonContains(r) => ("instr(reason, ?) > 0", text(r)),
         Check::ReceivedFrom(t) => ("received_at >= ?", Value::Integer(t)),
         Check::ReceivedBefore(t) => ("received_at < ?", Value::Integer(t)),
+        Check::AtFrom(t) => ("at_ms >= ?", Value::Integer(t)),
+        Check::AtBefore(t) => ("at_ms < ?", Value::Integer(t)),
     }
 }
 
@@ -124,6 +140,9 @@ fn route_plan(table: &str, columns: &str, route: &Route<'_>) -> Plan {
                 (_, Column::EventType) => Walk::Index("inbox_by_type"),
                 (_, Column::Source) => Walk::Index("inbox_by_source"),
                 (_, Column::Sink) => Walk::Index("outbox_by_sink"),
+                (_, Column::Actor) => Walk::Index("audit_by_actor"),
+                (_, Column::Action) => Walk::Index("audit_by_action"),
+                (_, Column::Target) => Walk::Index("audit_by_target"),
                 // No listing walks the outbox by kind (`outbox_route` never chooses it): read every row.
                 (_, Column::Kind) => Walk::RowId,
             };
@@ -148,6 +167,12 @@ fn outbox_plan(f: &OutboxFilter) -> Plan {
     route_plan("outbox", OUTBOX_COLUMNS, &outbox_route(f))
 }
 
+fn audit_plan(f: &AuditFilter) -> Plan {
+    let mut plan = route_plan("audit", AUDIT_COLUMNS, &audit_route(f));
+    plan.sql.time_bounds = [f.since_ms, f.until_ms].iter().flatten().map(|_| AUDIT_AT_SQL).collect();
+    plan
+}
+
 /// The statements [`list_events`] runs for `f`.
 pub fn event_listing_sql(f: &EventFilter) -> ListingSql {
     event_plan(f).sql
@@ -158,6 +183,11 @@ pub fn outbox_listing_sql(f: &OutboxFilter) -> ListingSql {
     outbox_plan(f).sql
 }
 
+/// The statements [`list_audit`] runs for `f`.
+pub fn audit_listing_sql(f: &AuditFilter) -> ListingSql {
+    audit_plan(f).sql
+}
+
 /// The id range a page may read, and where the scan bound put its floor.
 struct Range {
     below: i64,
@@ -166,17 +196,17 @@ struct Range {
 }
 
 /// Finds the range of ids the page reads: below the cursor (and the first row received at or after `until`), at or
-/// above the first row received at or after `since`, and no lower than `scan_rows` rows down the path. `None`
-/// when the range is empty.
+/// above the first row received at or after `since` (each found by `first_at`, the table's statement for it), and
+/// no lower than `scan_rows` rows down the path. `None` when the range is empty.
 fn range(
     conn: &Connection,
     p: &Plan,
     before: Option<i64>,
-    times: [Option<i64>; 2],
+    (first_at, times): (&str, [Option<i64>; 2]),
     scan_rows: u32,
 ) -> Result<Option<Range>> {
     let first_received = |at: i64| -> Result<Option<i64>> {
-        conn.prepare_cached(RECEIVED_SQL)
+        conn.prepare_cached(first_at)
             .map_err(unavailable)?
             .query_row([at], |r| r.get(0))
             .optional()
@@ -239,7 +269,7 @@ fn listing<T>(rows: Vec<T>, limit: u32, r: &Range) -> Listing<T> {
 pub fn list_events(conn: &Connection, f: &EventFilter, scan_rows: u32) -> Result<Listing<EventSummary>> {
     in_snapshot(conn, |tx| {
         let p = event_plan(f);
-        let Some(r) = range(tx, &p, f.before, [f.since_ms, f.until_ms], scan_rows)? else {
+        let Some(r) = range(tx, &p, f.before, (RECEIVED_SQL, [f.since_ms, f.until_ms]), scan_rows)? else {
             return Ok(Listing::complete(Vec::new()));
         };
         let sql = p.sql.page.clone();
@@ -285,7 +315,7 @@ pub fn list_events(conn: &Connection, f: &EventFilter, scan_rows: u32) -> Result
 pub fn list_outbox(conn: &Connection, f: &OutboxFilter, scan_rows: u32) -> Result<Listing<OutboxView>> {
     in_snapshot(conn, |tx| {
         let p = outbox_plan(f);
-        let Some(r) = range(tx, &p, f.before, [None, None], scan_rows)? else {
+        let Some(r) = range(tx, &p, f.before, (RECEIVED_SQL, [None, None]), scan_rows)? else {
             return Ok(Listing::complete(Vec::new()));
         };
         let sql = p.sql.page.clone();
@@ -293,5 +323,45 @@ pub fn list_outbox(conn: &Connection, f: &OutboxFilter, scan_rows: u32) -> Resul
         let args: Vec<&dyn ToSql> = values.iter().map(|v| v as &dyn ToSql).collect();
         let rows = outbox_rows(tx, &sql, &args)?;
         Ok(listing(rows, f.limit, &r))
+    })
+}
+
+/// Audit entries, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the
+/// whole filter. Reads in one snapshot.
+pub fn list_audit(conn: &Connection, f: &AuditFilter, scan_rows: u32) -> Result<Listing<AuditRecord>> {
+    in_snapshot(conn, |tx| {
+        let p = audit_plan(f);
+        let Some(r) = range(tx, &p, f.before, (AUDIT_AT_SQL, [f.since_ms, f.until_ms]), scan_rows)? else {
+            return Ok(Listing::complete(Vec::new()));
+        };
+        let sql = p.sql.page.clone();
+        let mut stmt = tx.prepare_cached(&sql).map_err(unavailable)?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(page_values(p, &r, f.limit)), |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, String>(6)?,
+                    r.get::<_, Option<String>>(7)?,
+                ))
+            })
+            .map_err(unavailable)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, at_ms, actor, address, action, target, outcome, detail) = row.map_err(unavailable)?;
+            let action: AuditAction = action.parse().map_err(|e| StoreError::corrupt("stored audit action", e))?;
+            let detail = match detail {
+                Some(json) => serde_json::from_str(&json).map_err(|e| StoreError::corrupt("stored audit detail", e))?,
+                None => serde_json::Value::Null,
+            };
+            let entry = AuditEntry { at_ms, actor, address, action, target, outcome, detail };
+            out.push(AuditRecord { id, entry });
+        }
+        drop(stmt);
+        Ok(listing(out, f.limit, &r))
     })
 }

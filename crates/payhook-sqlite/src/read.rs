@@ -5,7 +5,7 @@ use crate::writer::unavailable;
 use payhook_core::event::{Currency, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
 use payhook_store::{
-    AttemptEntry, AuditEntry, BillingChange, BillingObject, EventView, OrderView, OutboxStatus, OutboxView, Outcome,
+    AttemptEntry, BillingChange, BillingObject, EventView, OrderChange, OrderView, OutboxStatus, OutboxView, Outcome,
     ReceivedHeaders, Stats, StoreError,
 };
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
@@ -134,13 +134,13 @@ pub(crate) fn outbox_rows(conn: &Connection, sql: &str, args: &[&dyn ToSql]) -> 
 }
 
 /// An order's history as stored in its row: `[[source, event_id, event_type, from, to, at_ms], …]`, oldest first.
-fn history_entries(json: &str) -> Result<Vec<AuditEntry>> {
+fn history_entries(json: &str) -> Result<Vec<OrderChange>> {
     type Entry = (String, String, String, String, String, i64);
     let entries: Vec<Entry> = serde_json::from_str(json).map_err(|e| StoreError::corrupt("stored order history", e))?;
     entries
         .into_iter()
         .map(|(source, event_id, event_type, from, to, at_ms)| {
-            Ok(AuditEntry { source, event_id, event_type, from: status(&from)?, to: status(&to)?, at_ms })
+            Ok(OrderChange { source, event_id, event_type, from: status(&from)?, to: status(&to)?, at_ms })
         })
         .collect()
 }

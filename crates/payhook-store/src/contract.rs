@@ -1,7 +1,8 @@
 //! The store contract: the behaviour every [`Store`] backend must show, as a test suite they all run.
 //!
-//! Why one file of about 1,300 lines: the fixtures and checked calls every case uses, and the core ledger cases
-//! that use nothing else; the billing, counters, documents, listings and order-retention cases are in `contract/`.
+//! Why one file of about 1,400 lines: the fixtures and checked calls every case uses, and the core ledger cases
+//! that use nothing else; the audit trail, billing, counters, documents, listings and order-retention cases are in
+//! `contract/`.
 //!
 //! Each case is a `pub async fn` generic over `S: Store` that takes a freshly created, empty store and panics
 //! when the backend misbehaves. A backend runs the whole suite with one macro call in its integration tests:
@@ -28,12 +29,14 @@ use std::sync::Arc;
 
 pub use payhook_core::retry::RetryPolicy;
 
+mod audit;
 mod billing;
 mod counters;
 mod documents;
 mod implicit_orders;
 mod listings;
 mod order_retention;
+pub use audit::*;
 pub use billing::*;
 pub use counters::*;
 pub use documents::*;
@@ -80,6 +83,7 @@ macro_rules! store_contract_tests {
                 an_unparseable_dead_letter_that_now_parses_is_recorded_under_its_own_id,
                 events_and_outbox_rows_are_listed_newest_first_with_filters_and_cursors,
                 stats_equal_a_full_count_after_a_mixed_workload,
+                an_audited_requeue_writes_requeued_for_a_dead_row_and_not_dead_for_any_other,
             ],
             $crate::contract::setup($crate::contract::test_policy(), $crate::Routing::default()) => [
                 an_empty_store_answers_and_holds_nothing,
@@ -108,6 +112,11 @@ macro_rules! store_contract_tests {
                 the_end_of_a_subscription_revokes_its_entitlements,
                 a_signature_nonce_is_claimed_once_and_forgotten_after_its_window,
                 pruning_removes_only_settled_events_older_than_the_retention,
+                audit_entries_are_listed_newest_first_and_narrowed_by_each_filter,
+                an_audited_replay_writes_one_entry_with_its_outcome_and_a_replay_of_nothing_writes_none,
+                an_audited_registration_writes_its_entry_with_the_registration_outcome,
+                registrations_sent_at_once_write_the_entries_of_the_audited_ones_only,
+                pruning_the_audit_trail_deletes_at_most_its_limit_of_the_oldest_entries_before_its_time,
             ],
             $crate::contract::setup($crate::contract::test_policy(), $crate::contract::implicit_routing()) => [
                 orders_of_an_implicit_source_are_created_by_their_first_payment,
@@ -124,6 +133,7 @@ macro_rules! store_contract_tests {
             ) => [
                 a_filter_no_index_serves_stops_at_the_scan_bound_and_pages_on_to_every_match,
                 filters_an_index_serves_whole_never_stop_at_the_scan_bound,
+                paging_the_audit_trail_visits_every_entry_once_whatever_the_scan_bound,
             ],
         }
     };
@@ -148,6 +158,14 @@ macro_rules! delegate_store {
                 order: $crate::NewOrder,
             ) -> impl ::std::future::Future<Output = Result<$crate::Registered, $crate::StoreError>> + Send {
                 self.$field.register_order(order)
+            }
+
+            fn register_order_audited(
+                &self,
+                order: $crate::NewOrder,
+                audit: Option<$crate::AuditEntry>,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Registered, $crate::StoreError>> + Send {
+                self.$field.register_order_audited(order, audit)
             }
 
             fn order(
@@ -221,6 +239,15 @@ macro_rules! delegate_store {
                 self.$field.retry_outbox(id, now_ms)
             }
 
+            fn retry_outbox_audited(
+                &self,
+                id: i64,
+                now_ms: i64,
+                audit: Option<$crate::AuditEntry>,
+            ) -> impl ::std::future::Future<Output = Result<bool, $crate::StoreError>> + Send {
+                self.$field.retry_outbox_audited(id, now_ms, audit)
+            }
+
             fn next_outbox_due_ms(
                 &self,
                 sink: &str,
@@ -257,6 +284,39 @@ macro_rules! delegate_store {
                 now_ms: i64,
             ) -> impl ::std::future::Future<Output = Result<$crate::Replayed, $crate::StoreError>> + Send {
                 self.$field.replay(source, event_id, parsed, now_ms)
+            }
+
+            fn replay_audited(
+                &self,
+                source: &::payhook_core::event::SourceName,
+                event_id: &::payhook_core::event::EventId,
+                parsed: $crate::Parsed,
+                now_ms: i64,
+                audit: Option<$crate::AuditEntry>,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Replayed, $crate::StoreError>> + Send {
+                self.$field.replay_audited(source, event_id, parsed, now_ms, audit)
+            }
+
+            fn audit(
+                &self,
+                entries: Vec<$crate::AuditEntry>,
+            ) -> impl ::std::future::Future<Output = Result<(), $crate::StoreError>> + Send {
+                self.$field.audit(entries)
+            }
+
+            fn list_audit(
+                &self,
+                filter: $crate::AuditFilter,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Listing<$crate::AuditRecord>, $crate::StoreError>> + Send {
+                self.$field.list_audit(filter)
+            }
+
+            fn prune_audit(
+                &self,
+                before_ms: i64,
+                limit: u32,
+            ) -> impl ::std::future::Future<Output = Result<u64, $crate::StoreError>> + Send {
+                self.$field.prune_audit(before_ms, limit)
             }
 
             fn raise_alert(

@@ -5,6 +5,8 @@
 //! `payhook-postgres`) owns its SQL, its migrations and its group commit; nothing above this crate speaks SQL.
 //!
 //! - [`model`]: what goes in and what comes out (`Delivery`, `Recorded`, `OrderView`, …).
+//! - [`audit`]: the operator audit trail ([`AuditEntry`], [`AuditRecord`], [`AuditFilter`]) and the outcome words the
+//!   store writes for the actions it records in their own transaction.
 //! - `counts`: the row counters' keys ([`CounterKey`]), the [`Stats`] read from them and a recount's [`Recounted`].
 //! - `delivery`: [`Delivery`], a verified delivery to record: made only from payhook-core's `Verified` (or, for
 //!   tests, with the `contract` feature).
@@ -20,6 +22,7 @@
 
 use std::future::Future;
 
+pub mod audit;
 #[cfg(feature = "contract")]
 pub mod checker;
 #[cfg(feature = "contract")]
@@ -35,6 +38,7 @@ pub mod payload;
 pub mod replication;
 mod write_ctx;
 
+pub use audit::{AuditAction, AuditEntry, AuditFilter, AuditRecord, UnknownAuditAction};
 pub use current::Current;
 pub use listing::Listing;
 pub use model::*;
@@ -107,7 +111,20 @@ pub trait Store: Send + Sync + 'static {
     fn ingest(&self, delivery: Delivery) -> impl Future<Output = Result<Recorded, StoreError>> + Send;
 
     /// Registers an order. Deferred events waiting for it become due at once.
-    fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send;
+    fn register_order(&self, order: NewOrder) -> impl Future<Output = Result<Registered, StoreError>> + Send {
+        self.register_order_audited(order, None)
+    }
+
+    /// [`Store::register_order`], with `audit` (when given) appended in the registration's own transaction, its
+    /// `outcome` written from the result ([`audit::registration_outcome`]: `created`, `already_exists`,
+    /// `conflict`). A registration that fails with an error writes no entry. Where a backend runs a transaction again
+    /// after the answer to its `COMMIT` was lost (PostgreSQL's batches), the entry of a registration that did commit
+    /// may be written a second time, with the outcome of the second run (`already_exists`).
+    fn register_order_audited(
+        &self,
+        order: NewOrder,
+        audit: Option<AuditEntry>,
+    ) -> impl Future<Output = Result<Registered, StoreError>> + Send;
 
     /// An order with its audit history and outbox rows.
     fn order(
@@ -156,7 +173,19 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Re-queues a dead outbox row with a fresh budget. Returns `false` when the row is not dead.
-    fn retry_outbox(&self, id: i64, now_ms: i64) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn retry_outbox(&self, id: i64, now_ms: i64) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.retry_outbox_audited(id, now_ms, None)
+    }
+
+    /// [`Store::retry_outbox`], with `audit` (when given) appended in the re-queue's own transaction, its
+    /// `outcome` written from the result ([`audit::retry_outbox_outcome`]: `requeued`, or `not_dead` for a row
+    /// that is not dead or does not exist). A re-queue that fails with an error writes no entry.
+    fn retry_outbox_audited(
+        &self,
+        id: i64,
+        now_ms: i64,
+        audit: Option<AuditEntry>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// When the earliest pending outbox row of `sink` can next be claimed.
     fn next_outbox_due_ms(&self, sink: &str) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
@@ -193,7 +222,37 @@ pub trait Store: Send + Sync + 'static {
         event_id: &payhook_core::event::EventId,
         parsed: Parsed,
         now_ms: i64,
+    ) -> impl Future<Output = Result<Replayed, StoreError>> + Send {
+        self.replay_audited(source, event_id, parsed, now_ms, None)
+    }
+
+    /// [`Store::replay`], with `audit` (when given) appended in the replay's own transaction, its `outcome`
+    /// written from the result ([`audit::replay_outcome`]: what the event came to, `processed`, `duplicate`,
+    /// `deferred`, `ignored` or `dead_lettered`, or `not_dead_letter`). A replay of an event that does not exist
+    /// ([`Replayed::NotFound`]) writes no entry, nor does a replay that fails with an error.
+    fn replay_audited(
+        &self,
+        source: &payhook_core::event::SourceName,
+        event_id: &payhook_core::event::EventId,
+        parsed: Parsed,
+        now_ms: i64,
+        audit: Option<AuditEntry>,
     ) -> impl Future<Output = Result<Replayed, StoreError>> + Send;
+
+    /// Appends operator actions to the audit trail, all in one transaction, each with the `outcome` it carries:
+    /// what is not recorded with its action (a refusal, a login, a reload, an action that failed). The caller
+    /// bounds how many one call appends.
+    fn audit(&self, entries: Vec<AuditEntry>) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Audit entries, newest first (by id), narrowed by `filter` (its fields combine with AND) and paged with its
+    /// `before` cursor; read down an index matching the filter, and a filter no index serves whole examines at
+    /// most the scan bound of entries and says where it stopped ([`Listing`]), as [`Store::list_events`] does.
+    fn list_audit(&self, filter: AuditFilter) -> impl Future<Output = Result<Listing<AuditRecord>, StoreError>> + Send;
+
+    /// Deletes at most `limit` audit entries made before `before_ms`, oldest first, in one transaction; returns how
+    /// many it deleted. Entries made since are never touched; the caller repeats the step until it deletes fewer
+    /// than `limit`.
+    fn prune_audit(&self, before_ms: i64, limit: u32) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Raises an alert: a durable outbox row for the alerts sink, collapsed with the alerts of the same key within
     /// the suppression window. Does nothing when no alerts sink is configured.

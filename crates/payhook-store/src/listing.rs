@@ -1,6 +1,6 @@
 //! Listings: one page of rows newest first, and where the next page begins.
 
-use crate::{EventFilter, OutboxFilter, Outcome};
+use crate::{AuditAction, AuditFilter, EventFilter, OutboxFilter, Outcome};
 use payhook_core::event::SourceName;
 
 /// One page of a listing, newest first.
@@ -78,6 +78,24 @@ pub fn every_outbox_filter() -> Vec<OutboxFilter> {
     out
 }
 
+/// [`every_event_filter`] for the audit trail.
+pub fn every_audit_filter() -> Vec<AuditFilter> {
+    (0u32..64)
+        .map(|bits| {
+            let on = |bit: u32| bits & (1 << bit) != 0;
+            AuditFilter {
+                actor: on(0).then(|| "ops".to_owned()),
+                action: on(1).then_some(AuditAction::Replay),
+                target: on(2).then(|| "shop/evt_1".to_owned()),
+                since_ms: on(3).then_some(1),
+                until_ms: on(4).then_some(i64::MAX),
+                before: on(5).then_some(i64::MAX),
+                limit: 50,
+            }
+        })
+        .collect()
+}
+
 /// A column a listing filters on by equality.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Column {
@@ -93,6 +111,12 @@ pub enum Column {
     Sink,
     /// `outbox.order_id`.
     OrderId,
+    /// `audit.actor`.
+    Actor,
+    /// `audit.action`.
+    Action,
+    /// `audit.target`.
+    Target,
 }
 
 /// A condition of a listing's filter.
@@ -106,6 +130,10 @@ pub enum Check<'a> {
     ReceivedFrom(i64),
     /// Received before, unix ms.
     ReceivedBefore(i64),
+    /// An audit entry made at or after, unix ms.
+    AtFrom(i64),
+    /// An audit entry made before, unix ms.
+    AtBefore(i64),
 }
 
 /// The ordered path a listing walks, newest first: the rows of one value of a column (an index on it, ordered by
@@ -205,6 +233,23 @@ pub fn outbox_route(f: &OutboxFilter) -> Route<'_> {
         .on_status_index(OUTBOX_STATUS_INDEXED)
 }
 
+/// The route of an audit listing: a target's entries (a handful), else an actor's, else an action's, else every
+/// entry; the rest as checks, the time range among them.
+pub fn audit_route(f: &AuditFilter) -> Route<'_> {
+    let (actor, target) = (f.actor.as_deref(), f.target.as_deref());
+    let action = f.action.map(AuditAction::as_str);
+    let path = match (target, actor, action) {
+        (Some(t), ..) => Path::Value(Column::Target, t),
+        (None, Some(a), _) => Path::Value(Column::Actor, a),
+        (None, None, Some(a)) => Path::Value(Column::Action, a),
+        (None, None, None) => Path::Newest,
+    };
+    let mut route = Route::new(path, &[(Column::Target, target), (Column::Actor, actor), (Column::Action, action)]);
+    route.checks.extend(f.since_ms.map(Check::AtFrom));
+    route.checks.extend(f.until_ms.map(Check::AtBefore));
+    route
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +299,18 @@ mod tests {
             }
             assert!(f.order_id.is_none() || matches!(route.path, Path::Value(Column::OrderId, _)), "{f:?}");
             assert!(!matches!(route.path, Path::Value(Column::Kind, _)), "no outbox index on kind: {f:?}");
+        }
+        for f in every_audit_filter() {
+            let route = audit_route(&f);
+            let served = match route.path {
+                Path::Value(column, _) => Some(column),
+                _ => None,
+            };
+            let equalities = [f.target.is_some(), f.actor.is_some(), f.action.is_some()];
+            let times = usize::from(f.since_ms.is_some()) + usize::from(f.until_ms.is_some());
+            let unserved = equalities.iter().filter(|on| **on).count() - usize::from(served.is_some());
+            assert_eq!(route.checks.len(), unserved + times, "each condition is served or checked once: {f:?}");
+            assert!(f.target.is_none() || served == Some(Column::Target), "a target's entries are few: {f:?}");
         }
     }
 }

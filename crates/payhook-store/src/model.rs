@@ -110,7 +110,7 @@ pub enum Registered {
 
 /// One change in an order's audit history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AuditEntry {
+pub struct OrderChange {
     /// The source of the event that made the change.
     pub source: String,
     /// The event that made the change.
@@ -310,7 +310,7 @@ pub struct OrderView {
     /// Last change, unix milliseconds.
     pub updated_at_ms: i64,
     /// Every transition, oldest first.
-    pub history: Vec<AuditEntry>,
+    pub history: Vec<OrderChange>,
     /// Its outbox rows, oldest first.
     pub outbox: Vec<OutboxView>,
 }
@@ -347,7 +347,7 @@ pub struct EventView {
     /// Attempts that did not end the event (deferrals, dead letters, replays), oldest first.
     pub attempt_log: Vec<AttemptEntry>,
     /// The order changes it made.
-    pub changes: Vec<AuditEntry>,
+    pub changes: Vec<OrderChange>,
     /// The subscription and entitlement changes it made.
     pub billing_changes: Vec<BillingChange>,
     /// The outbox rows it caused.

@@ -35,8 +35,8 @@ use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Plan, Unapplied};
 use payhook_core::retry::{Next, RetryPolicy};
 use payhook_store::payload;
 use payhook_store::{
-    ALERT_KIND, Claim, Claimed, Delivery, FORWARD_KIND, NewOrder, Outcome, Parsed, Recorded, Registered, Replayed,
-    Retried, Routing, StoreError,
+    ALERT_KIND, AuditEntry, Claim, Claimed, Delivery, FORWARD_KIND, NewOrder, Outcome, Parsed, Recorded, Registered,
+    Replayed, Retried, Routing, StoreError,
 };
 use postgres_types::ToSql;
 use tokio_postgres::Row;

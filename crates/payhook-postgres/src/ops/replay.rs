@@ -19,7 +19,8 @@ pub(super) const REPLAY_RECORD_SQL: &str = "WITH claimed AS (
      FROM inbox WHERE source = $1 AND event_id = $2 AND EXISTS (SELECT 1 FROM claimed)
      RETURNING id";
 
-/// Replays a dead-lettered event in its own transaction (see [`payhook_store::Store::replay`]).
+/// Replays a dead-lettered event in its own transaction, with `audit` (when given) appended in it with the
+/// outcome (see [`payhook_store::Store::replay_audited`]).
 ///
 /// Locks as every transaction does: the order (or the billing objects) of the re-parsed event first, then its inbox row (`FOR UPDATE`, so
 /// that concurrent replays of one event queue up and the later one finds it no longer dead), then the keys it
@@ -27,13 +28,15 @@ pub(super) const REPLAY_RECORD_SQL: &str = "WITH claimed AS (
 pub(crate) async fn replay(
     pool: &Pool,
     ctx: &Ctx,
-    source: &SourceName,
-    event_id: &EventId,
+    (source, event_id): (&SourceName, &EventId),
     parsed: &Parsed,
     now_ms: i64,
+    audit: Option<&AuditEntry>,
 ) -> Result<Replayed, StoreError> {
     rerun_on_conflict(pool, "replay", || {
-        async |client: &Object| replay_on(client, ctx, source.as_str(), event_id.as_str(), parsed, now_ms).await
+        async |client: &Object| {
+            replay_on(client, ctx, (source.as_str(), event_id.as_str()), parsed, now_ms, audit).await
+        }
     })
     .await
 }
@@ -41,11 +44,13 @@ pub(crate) async fn replay(
 pub(super) async fn replay_on(
     client: &Object,
     ctx: &Ctx,
-    source: &str,
-    event_id: &str,
+    (source, event_id): (&str, &str),
     parsed: &Parsed,
     now_ms: i64,
+    audit: Option<&AuditEntry>,
 ) -> Result<Replayed, Failure> {
+    // The entry and the outcome it is appended with, for a replay that ended with `replayed`.
+    let entry = |replayed: &Replayed| audit.zip(payhook_store::audit::replay_outcome(replayed));
     let event = match parsed {
         Parsed::Event(e) => Some(e),
         Parsed::Unparseable { .. } => None,
@@ -83,8 +88,9 @@ pub(super) async fn replay_on(
     let status =
         Outcome::parse(&status).ok_or_else(|| StoreError::inconsistent(format!("stored event status {status:?}")))?;
     if status != Outcome::DeadLettered {
-        client.batch_execute("COMMIT").await?;
-        return Ok(Replayed::NotDeadLetter(status));
+        let replayed = Replayed::NotDeadLetter(status);
+        crate::audit::commit_with(client, entry(&replayed)).await?;
+        return Ok(replayed);
     }
     // The attempt count goes on: an event whose order still does not exist is dead-lettered again rather than
     // retried for another three days.
@@ -95,8 +101,9 @@ pub(super) async fn replay_on(
         Parsed::Unparseable { reason, .. } => {
             let recorded = Recorded { outcome: Outcome::DeadLettered, detail: Some(reason.clone()) };
             let settle = Settle::recorded(source, event_id, row_id, attempt, now_ms, &recorded);
-            settle_and_commit(client, ctx, &[settle], FollowUps::default()).await?;
-            return Ok(Replayed::Done(recorded));
+            let replayed = Replayed::Done(recorded);
+            settle_and_commit(client, ctx, &[settle], FollowUps::default(), entry(&replayed)).await?;
+            return Ok(replayed);
         }
     };
     let effect_json = match &event.effect {
@@ -140,11 +147,12 @@ pub(super) async fn replay_on(
             Recorded { outcome: Outcome::Duplicate, detail: Some(format!("replayed as event {}", event.event_id)) };
         settles.push(Settle::recorded(source, event_id, row_id, attempt, now_ms, &retired));
         let Some(inserted) = inserted else {
-            settle_and_commit(client, ctx, &settles, FollowUps::default()).await?;
-            return Ok(Replayed::Done(Recorded {
+            let replayed = Replayed::Done(Recorded {
                 outcome: Outcome::Duplicate,
                 detail: Some(format!("event {} was already recorded", event.event_id)),
-            }));
+            });
+            settle_and_commit(client, ctx, &settles, FollowUps::default(), entry(&replayed)).await?;
+            return Ok(replayed);
         };
         inserted.try_get(0).map_err(|e| StoreError::corrupt("inbox id", e))?
     };
@@ -164,6 +172,7 @@ pub(super) async fn replay_on(
     settles.push(settle);
     let mut follow = FollowUps::default();
     follow.dead_letter(&ctx.routing, source, event.event_id.as_str(), &recorded, now_ms);
-    settle_and_commit(client, ctx, &settles, follow).await?;
-    Ok(Replayed::Done(recorded))
+    let replayed = Replayed::Done(recorded);
+    settle_and_commit(client, ctx, &settles, follow, entry(&replayed)).await?;
+    Ok(replayed)
 }

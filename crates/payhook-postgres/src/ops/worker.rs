@@ -105,6 +105,7 @@ pub(super) async fn settle_and_commit(
     ctx: &Ctx,
     settles: &[Settle],
     mut follow: FollowUps,
+    audit: Option<(&AuditEntry, &str)>,
 ) -> Result<(), Failure> {
     let settle = client.prepare_cached(SETTLE_SQL).await?;
     let mut columns = SettleColumns::default();
@@ -114,7 +115,9 @@ pub(super) async fn settle_and_commit(
     columns.follow(&mut follow, &ctx.routing);
     let params = columns.params();
     let settled = send(client.query_one(&settle, &params)).await;
-    let committed = send(client.batch_execute("COMMIT")).await;
+    // Sends the audit entry's insert (if any) and the COMMIT when first polled, once the insert is prepared on this
+    // connection: in the common case with the settlement, before any answer is read.
+    let committed = send(crate::audit::commit_with(client, audit)).await;
     // A failed settlement aborted the transaction, and the COMMIT after it rolled back: report the settlement.
     settled.answer().await?;
     committed.answer().await?;
@@ -173,6 +176,6 @@ pub(super) async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ct
     };
     let mut follow = FollowUps::default();
     follow.dead_letter(&ctx.routing, c.source.as_str(), c.event_id.as_str(), &recorded, now_ms);
-    settle_and_commit(client, ctx, &[settlement], follow).await?;
+    settle_and_commit(client, ctx, &[settlement], follow, None).await?;
     Ok(Retried::Done(recorded))
 }

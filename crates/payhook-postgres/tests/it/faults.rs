@@ -1,17 +1,20 @@
 //! Faults inside a batch: a delivery whose write fails (an order's or a billing effect's), a deadlock with another
-//! session, a statement timeout.
+//! session, a statement timeout; an audit entry the database refuses, which takes its action down with it.
 //!
 //! Batches are shaped with a side session holding `LOCK TABLE inbox`: with one writer, the first delivery is taken
 //! alone and blocks on the lock, and everything queued meanwhile forms the next batch together.
 
 use crate::{TempStore, eventually, test_url, waiting_for_locks};
 use payhook_core::billing::InvoiceAction;
+use payhook_core::event::OrderId;
 use payhook_core::ledger::OrderStatus;
 use payhook_store::contract::{
-    T0, entitlements_of, event_view, ignored, ingest, invoice_event, new_order, order_view, paid_rows, pay, processed,
-    register_new, source, test_policy,
+    T0, audit_entry, claim, entitlements_of, event_id, event_view, ignored, ingest, invoice_event, new_order,
+    order_view, paid_rows, pay, processed, register_new, source, test_policy, test_routing, unparseable,
 };
-use payhook_store::{Delivery, Outcome, Recorded, Store, StoreError};
+use payhook_store::{
+    AuditAction, AuditFilter, Delivery, Dispatched, OutboxStatus, Outcome, Recorded, Replayed, Store, StoreError,
+};
 use std::time::Duration;
 
 /// Holds `LOCK TABLE inbox IN EXCLUSIVE MODE` on a side session until [`Jam::release`]: ingests wait for it.
@@ -239,4 +242,44 @@ async fn a_statement_timeout_answers_unavailable_stores_nothing_and_the_retry_go
 
     assert_eq!(ingest(&store, delivery).await, processed());
     assert_eq!(order_view(&store, "ord_t").await.status, OrderStatus::Paid);
+}
+
+/// An audited action and its entry are stored together or not at all: an entry the database refuses undoes its
+/// replay, its re-queue and its registration (each answered with an error), and once it is accepted both are stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audited_action_and_its_entry_are_stored_together_or_not_at_all() {
+    let Some(url) = test_url() else { return };
+    let store = TempStore::open_with(&url, test_policy(), |o| o.routing = test_routing()).await;
+    register_new(&store, new_order("ord_x", 100, T0)).await;
+    let good = pay("evt_x", "ord_x", 100, T0);
+    ingest(&store, unparseable("sha256:x", good.raw_body(), "format was broken", T0)).await;
+    register_new(&store, new_order("ord_d", 100, T0)).await;
+    ingest(&store, pay("evt_d", "ord_d", 100, T0)).await;
+    let job = store.claim_outbox("crm", claim("d", T0 + 1, 30_000)).await.expect("claim").pop().expect("a crm row");
+    let dead = Dispatched::Dead { status: Some(400), error: "400".into() };
+    assert!(store.finish_outbox(&job, dead, T0 + 1).await.expect("finish"));
+    let side = store.schema().side().await;
+    side.batch_execute("ALTER TABLE audit ADD CONSTRAINT refuse_mallory CHECK (actor <> 'mallory')")
+        .await
+        .expect("plant the constraint");
+    let replay = async |actor: &str, at_ms: i64| {
+        let entry = audit_entry(at_ms, actor, AuditAction::Replay, Some("shop/sha256:x"));
+        store.replay_audited(&source(), &event_id("sha256:x"), good.parsed().clone(), at_ms, Some(entry)).await
+    };
+
+    assert!(replay("mallory", T0 + 2).await.is_err());
+    assert_eq!(event_view(&store, "sha256:x").await.status, Outcome::DeadLettered, "the replay was undone");
+    let entry = audit_entry(T0 + 2, "mallory", AuditAction::OutboxRetry, Some("outbox/1"));
+    assert!(store.retry_outbox_audited(job.id, T0 + 2, Some(entry)).await.is_err());
+    let row = store.outbox_row(job.id).await.expect("outbox row").expect("the row");
+    assert_eq!(row.status, OutboxStatus::Dead, "the re-queue was undone");
+    let entry = audit_entry(T0 + 2, "mallory", AuditAction::OrderRegister, Some("order/ord_y"));
+    assert!(store.register_order_audited(new_order("ord_y", 100, T0 + 2), Some(entry)).await.is_err());
+    let ord_y = store.order(&OrderId::parse("ord_y").expect("order id")).await.expect("order");
+    assert_eq!(ord_y, None, "the registration was undone");
+
+    assert_eq!(replay("ops", T0 + 3).await.expect("replay"), Replayed::Done(processed()));
+    let trail = store.list_audit(AuditFilter { limit: 10, ..AuditFilter::default() }).await.expect("list").rows;
+    let written: Vec<(&str, &str)> = trail.iter().map(|r| (r.entry.actor.as_str(), r.entry.outcome.as_str())).collect();
+    assert_eq!(written, [("ops", "processed")]);
 }

@@ -8,10 +8,12 @@ use payhook_core::ledger::OrderStatus;
 use payhook_core::retry::RetryPolicy;
 use payhook_postgres::PgStore;
 use payhook_store::contract::{
-    BASE_MS, T0, claim, event_id, event_view, new_order, order_view, pay, processed, refund, register_new, source,
-    stats, test_policy, test_routing, unparseable,
+    BASE_MS, T0, audit_entry, claim, event_id, event_view, new_order, order_view, pay, processed, refund, register_new,
+    source, stats, test_policy, test_routing, unparseable,
 };
-use payhook_store::{Alert, Claim, Dispatched, OutboxFilter, Outcome, Registered, Replayed, Stats, Store};
+use payhook_store::{
+    Alert, AuditAction, AuditFilter, Claim, Dispatched, OutboxFilter, Outcome, Registered, Replayed, Stats, Store,
+};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -33,7 +35,8 @@ async fn instances_starting_together_migrate_once_and_deduplicate_together() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, [PgStore::schema_version() as i32], "the baseline, applied once");
+    let steps: Vec<i32> = (11..=PgStore::schema_version() as i32).collect();
+    assert_eq!(versions, steps, "the baseline and each migration after it, applied once");
 
     assert_eq!(stores[0].register_order(new_order("ord_s", 100, T0)).await.unwrap(), Registered::Created);
     assert_eq!(stores[1].register_order(new_order("ord_s", 100, T0)).await.unwrap(), Registered::AlreadyExists);
@@ -46,6 +49,38 @@ async fn instances_starting_together_migrate_once_and_deduplicate_together() {
     for store in &stores {
         store.shutdown().await;
     }
+}
+
+/// Every instance appends to the one audit trail: entries written by one (alone, or with a registration batched
+/// with another instance's) are listed whole by another, and by a store opened on the database after the first
+/// has shut down; each instance's pruning steps prune them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_entries_written_by_one_instance_are_seen_by_another_and_outlive_it() {
+    let Some(url) = test_url() else { return };
+    let schema = TempSchema::create(&url).await;
+    let stores = instances(&schema, 2).await;
+    stores[0].audit(vec![audit_entry(T0, "ops", AuditAction::Login, None)]).await.expect("audit");
+    let entry = audit_entry(T0 + 1, "ops", AuditAction::OrderRegister, Some("order/ord_a"));
+    let (first, second) = tokio::join!(
+        stores[0].register_order_audited(new_order("ord_a", 100, T0 + 1), Some(entry)),
+        stores[1].register_order(new_order("ord_b", 100, T0 + 1)),
+    );
+    assert_eq!((first.expect("register"), second.expect("register")), (Registered::Created, Registered::Created));
+    stores[1].audit(vec![audit_entry(T0 + 2, "ci", AuditAction::Reload, None)]).await.expect("audit");
+    let all = AuditFilter { limit: 10, ..AuditFilter::default() };
+    let written = stores[1].list_audit(all.clone()).await.expect("list").rows;
+    let seen: Vec<(&str, &str)> = written.iter().map(|r| (r.entry.actor.as_str(), r.entry.outcome.as_str())).collect();
+    assert_eq!(seen, [("ci", "ok"), ("ops", "created"), ("ops", "ok")]);
+    assert_eq!(stores[0].list_audit(all.clone()).await.expect("list").rows, written);
+    for store in &stores {
+        store.shutdown().await;
+    }
+
+    let later = PgStore::open(schema.options(test_policy())).await.expect("open again");
+    assert_eq!(later.list_audit(all.clone()).await.expect("list").rows, written, "the entries outlive the instances");
+    assert_eq!(later.prune_audit(T0 + 2, 10).await.expect("prune"), 2);
+    assert_eq!(later.list_audit(all).await.expect("list").rows, written[..1]);
+    later.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

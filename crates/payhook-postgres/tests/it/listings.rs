@@ -1,10 +1,11 @@
 //! Every listing walks an index that matches its filter, or is a bounded scan, whatever the table's size.
 //!
 //! The rule, for every filter shape the API, the dashboard and the CLI can send
-//! (`payhook_store::listing::every_event_filter`, `every_outbox_filter`): each statement is prepared and its
+//! (`payhook_store::listing::every_event_filter`, `every_outbox_filter`, `every_audit_filter`): each statement is
+//! prepared and its
 //! generic plan (the one a prepared statement keeps for every binding) explained with sequential scans, bitmap
 //! scans and sorts priced out (`enable_* = off`), so that the plan shows the path the planner has for a big table:
-//! * every scan of `inbox` or `outbox` is an index scan (backward: newest first) on the index the listing names,
+//! * every scan of `inbox`, `outbox` or `audit` is an index scan (backward: newest first) on the index the listing names,
 //!   never a sequential or bitmap scan, and nothing is sorted (an order's outbox rows, a handful read through
 //!   `UNIQUE (order_id, kind, sink)`, are sorted, and only they);
 //! * a page whose conditions are not all `Index Cond` (the plan shows the others as `Filter`) comes with a
@@ -13,7 +14,7 @@
 use crate::{TempStore, test_url};
 use payhook_postgres::{ListingSql, Walk};
 use payhook_store::contract::test_policy;
-use payhook_store::listing::{every_event_filter, every_outbox_filter};
+use payhook_store::listing::{every_audit_filter, every_event_filter, every_outbox_filter};
 
 /// The generic plan of `sql`, one line per row of `EXPLAIN`.
 async fn plan(side: &tokio_postgres::Client, sql: &str, sorts: bool) -> Vec<String> {
@@ -84,11 +85,14 @@ async fn check_search(side: &tokio_postgres::Client, table: &str, s: &ListingSql
 }
 
 async fn check_listing(side: &tokio_postgres::Client, table: &str, s: &ListingSql) {
-    let received = index_family(side, "inbox_received").await;
+    let (timed, time_index) = if table == "audit" { ("audit", "audit_at") } else { ("inbox", "inbox_received") };
+    let received = index_family(side, time_index).await;
     for sql in &s.time_bounds {
         let lines = plan(side, sql, false).await;
-        for line in scans_of(&lines, "inbox") {
-            assert!(received.iter().any(|i| line.contains(&format!("using {i} on inbox"))), "`{sql}`: {lines:#?}");
+        let scans = scans_of(&lines, timed);
+        assert!(!scans.is_empty(), "`{sql}` does not read {timed}: {lines:#?}");
+        for line in scans {
+            assert!(received.iter().any(|i| line.contains(&format!("using {i} on {timed}"))), "`{sql}`: {lines:#?}");
         }
     }
     match &s.boundary {
@@ -122,5 +126,12 @@ async fn every_listing_walks_an_index_matching_its_filter_or_is_a_bounded_scan()
     for f in every_outbox_filter() {
         check_listing(&side, "outbox", &payhook_postgres::outbox_listing_sql(&f)).await;
     }
+    let (mut audit_bounded, mut audit_whole) = (0, 0);
+    for f in every_audit_filter() {
+        let s = payhook_postgres::audit_listing_sql(&f);
+        check_listing(&side, "audit", &s).await;
+        if s.boundary.is_some() { audit_bounded += 1 } else { audit_whole += 1 }
+    }
+    assert!(audit_bounded > 0 && audit_whole > 0, "audit: {audit_bounded} bounded, {audit_whole} whole");
     assert!(bounded > 0 && whole > 0, "both kinds are checked: {bounded} bounded, {whole} whole");
 }

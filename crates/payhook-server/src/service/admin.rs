@@ -15,7 +15,7 @@ use crate::service::audit::{self, Actor};
 use base64::Engine;
 use payhook_core::event::{Effect, EventId, SourceName};
 use payhook_store::{
-    AttemptEntry, AuditEntry, BillingChange, EventFilter, EventSummary, EventView, Listing, OutboxFilter, OutboxView,
+    AttemptEntry, BillingChange, EventFilter, EventSummary, EventView, Listing, OrderChange, OutboxFilter, OutboxView,
     Outcome, Parsed, ReceivedHeaders, Replayed, Stats, Store, StoreError,
 };
 use payhook_store::{AuditAction, AuditEntry};
@@ -145,7 +145,7 @@ pub struct EventDetail {
     pub attempt_log: Vec<AttemptEntry>,
     /// The order changes it made.
     #[schema(value_type = Vec<Object>)]
-    pub changes: Vec<AuditEntry>,
+    pub changes: Vec<OrderChange>,
     /// The subscription and entitlement changes it made.
     #[schema(value_type = Vec<Object>)]
     pub billing_changes: Vec<BillingChange>,

@@ -1,19 +1,20 @@
-//! Fault injection: schema planted by a side connection makes chosen outbox inserts fail inside SQLite, the way a
-//! full disk or a constraint bug would. The failing event must leave no trace; its batch-mates must commit.
+//! Fault injection: schema planted by a side connection makes chosen outbox (or audit) inserts fail inside SQLite,
+//! the way a full disk or a constraint bug would. The failing event must leave no trace; its batch-mates must
+//! commit. An audited action and its entry fail together.
 //!
 //! The writer's connection runs with triggers off (`tally`), so the faults are planted where it cannot skip them:
 //! an index whose expression overflows for the rows it covers, a generated column whose foreign key fails at
 //! `COMMIT`.
 
 use crate::{TempStore, side_connection};
-use payhook_core::event::EventId;
+use payhook_core::event::{EventId, OrderId};
 use payhook_core::ledger::OrderStatus;
 use payhook_sqlite::{SqliteOptions, SqliteStore};
 use payhook_store::contract::{
-    T0, counters_equal_a_full_count, event_view, ingest, new_order, order_view, pay, processed, register_new, source,
-    test_policy,
+    T0, audit_entry, counters_equal_a_full_count, event_id, event_view, ingest, new_order, order_view, pay, processed,
+    register_new, source, test_policy, unparseable,
 };
-use payhook_store::{Delivery, Outcome, Store, StoreError};
+use payhook_store::{AuditAction, AuditFilter, Delivery, Outcome, Replayed, Store, StoreError};
 
 fn business_keys(conn: &rusqlite::Connection) -> i64 {
     conn.query_row("SELECT count(*) FROM business_keys", [], |r| r.get(0)).expect("count business keys")
@@ -181,4 +182,45 @@ async fn a_failed_commit_answers_every_job_of_its_batch_with_an_error_and_keeps_
         assert_eq!(ingest(&store, delivery).await, processed(), "the provider's retry goes through");
     }
     assert_eq!(payhook_store::contract::paid_rows(&store).await, N as u64 + 1);
+}
+
+/// An audited action and its entry are stored together or not at all: a replay whose outbox row cannot be written
+/// writes no entry, and an entry that cannot be written undoes its replay and its registration; once both can be
+/// written, both are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audited_action_and_its_entry_are_stored_together_or_not_at_all() {
+    let store = TempStore::open(test_policy());
+    register_new(&store, new_order("ord_x", 100, T0)).await;
+    let good = pay("evt_x", "ord_x", 100, T0);
+    ingest(&store, unparseable("sha256:x", good.raw_body(), "format was broken", T0)).await;
+    let replay = async |at_ms: i64| {
+        let entry = audit_entry(at_ms, "ops", AuditAction::Replay, Some("shop/sha256:x"));
+        store.replay_audited(&source(), &event_id("sha256:x"), good.parsed().clone(), at_ms, Some(entry)).await
+    };
+    let trail = async || store.list_audit(AuditFilter { limit: 10, ..AuditFilter::default() }).await.expect("list");
+    let side = side_connection(store.path());
+
+    plant_failing_outbox_index(&side, "1");
+    assert!(matches!(replay(T0 + 1).await, Err(StoreError::Unavailable(_))));
+    side.execute_batch("DROP INDEX fail_outbox").expect("drop the index");
+    assert_eq!(trail().await.rows, [], "a replay that failed writes no entry");
+
+    side.execute_batch("CREATE INDEX fail_audit ON audit (abs(-9223372036854775807 - 1 + 0 * length(actor)))")
+        .expect("plant the failing index");
+    assert!(matches!(replay(T0 + 2).await, Err(StoreError::Unavailable(_))));
+    assert_eq!(event_view(&store, "sha256:x").await.status, Outcome::DeadLettered, "the replay was undone");
+    let entry = audit_entry(T0 + 2, "ops", AuditAction::OrderRegister, Some("order/ord_y"));
+    let registered = store.register_order_audited(new_order("ord_y", 100, T0 + 2), Some(entry)).await;
+    assert!(matches!(registered, Err(StoreError::Unavailable(_))), "{registered:?}");
+    let ord_y = store.order(&OrderId::parse("ord_y").expect("order id")).await.expect("order");
+    assert_eq!(ord_y, None, "the registration was undone");
+    side.execute_batch("DROP INDEX fail_audit").expect("drop the index");
+
+    assert_eq!(replay(T0 + 3).await.expect("replay"), Replayed::Done(processed()));
+    let written = trail().await.rows;
+    assert_eq!(
+        written.iter().map(|r| (r.entry.at_ms, r.entry.outcome.as_str())).collect::<Vec<_>>(),
+        [(T0 + 3, "processed")]
+    );
+    counters_equal_a_full_count(&store).await;
 }

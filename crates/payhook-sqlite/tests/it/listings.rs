@@ -2,8 +2,9 @@
 //! matches its filter, and a filter no index serves whole examines at most `list_scan_rows` rows a page.
 //!
 //! The rule the plan test enforces, for every filter shape the API, the dashboard and the CLI can send
-//! (`payhook_store::listing::every_event_filter`, `every_outbox_filter`), with and without `ANALYZE`:
-//! * every step on `inbox` or `outbox` is a `SEARCH` (never a `SCAN`, never a temporary b-tree for the order), on
+//! (`payhook_store::listing::every_event_filter`, `every_outbox_filter`, `every_audit_filter`), with and without
+//! `ANALYZE`:
+//! * every step on `inbox`, `outbox` or `audit` is a `SEARCH` (never a `SCAN`, never a temporary b-tree for the order), on
 //!   the index the listing names (the row id for the table's own order), bounded by the id range;
 //! * a page whose conditions are not all constraints of that search (SQLite lists them in the plan, one `?` each)
 //!   comes with a boundary statement that walks the same path with only its constraints, `LIMIT 1 OFFSET n`:
@@ -11,7 +12,7 @@
 
 use crate::{TempStore, side_connection};
 use payhook_sqlite::{ListingSql, Walk};
-use payhook_store::listing::{every_event_filter, every_outbox_filter};
+use payhook_store::listing::{every_audit_filter, every_event_filter, every_outbox_filter};
 use payhook_store::{EventFilter, Listing, Outcome};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,12 +55,13 @@ fn check_search(conn: &rusqlite::Connection, table: &str, s: &ListingSql, sql: &
 }
 
 fn check_listing(conn: &rusqlite::Connection, table: &str, s: &ListingSql) {
+    let time_index = match table {
+        "audit" => "SEARCH audit USING COVERING INDEX audit_at (at_ms>?)",
+        _ => "SEARCH inbox USING COVERING INDEX inbox_received (received_at>?)",
+    };
     for sql in &s.time_bounds {
         let lines = plan(conn, sql);
-        assert!(
-            lines.iter().all(|l| l.starts_with("SEARCH inbox USING COVERING INDEX inbox_received (received_at>?)")),
-            "`{sql}`: {lines:?}"
-        );
+        assert!(lines.iter().all(|l| l.starts_with(time_index)), "`{sql}`: {lines:?}");
     }
     match &s.boundary {
         Some(boundary) => {
@@ -88,6 +90,13 @@ async fn every_listing_walks_an_index_matching_its_filter_or_is_a_bounded_scan()
         for f in every_outbox_filter() {
             check_listing(&conn, "outbox", &payhook_sqlite::outbox_listing_sql(&f));
         }
+        let (mut audit_bounded, mut audit_whole) = (0, 0);
+        for f in every_audit_filter() {
+            let s = payhook_sqlite::audit_listing_sql(&f);
+            check_listing(&conn, "audit", &s);
+            if s.boundary.is_some() { audit_bounded += 1 } else { audit_whole += 1 }
+        }
+        assert!(audit_bounded > 0 && audit_whole > 0, "audit: {audit_bounded} bounded, {audit_whole} whole");
     }
     assert!(bounded > 0 && whole > 0, "both kinds are checked: {bounded} bounded, {whole} whole");
 }

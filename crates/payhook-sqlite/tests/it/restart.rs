@@ -4,10 +4,10 @@ use crate::{TempStore, side_connection};
 use payhook_core::ledger::OrderStatus;
 use payhook_sqlite::{SqliteOptions, SqliteStore};
 use payhook_store::contract::{
-    BASE_MS, T0, claim, claim_due, event_id, event_view, headers, ingest, new_order, order_view, pay, processed,
-    register_new, retry, source, stats, test_policy, unparseable,
+    BASE_MS, T0, audit_entry, claim, claim_due, event_id, event_view, headers, ingest, new_order, order_view, pay,
+    processed, register_new, retry, source, stats, test_policy, unparseable,
 };
-use payhook_store::{Outcome, PruneRequest, Registered, Replayed, Retried, Stats, Store};
+use payhook_store::{AuditAction, AuditFilter, Outcome, PruneRequest, Registered, Replayed, Retried, Stats, Store};
 use std::path::Path;
 
 fn reopen(path: &Path) -> SqliteStore {
@@ -76,6 +76,28 @@ async fn everything_committed_survives_a_reopen_and_migrations_run_once() {
     assert_eq!(c.event_id.as_str(), "evt_r2");
     assert_eq!(retry(&store, c, T0 + 21).await, Retried::Done(processed()));
     assert_eq!(order_view(&store, "ord_r2").await.status, OrderStatus::Paid);
+}
+
+/// Audit entries, appended alone or with their action, read back whole after the store is closed and opened
+/// again, and the entries appended after that take later ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_entries_survive_closing_and_reopening_the_store() {
+    let store = TempStore::open(test_policy());
+    store.audit(vec![audit_entry(T0, "ops", AuditAction::Login, None)]).await.expect("audit");
+    let entry = audit_entry(T0 + 1, "ops", AuditAction::OrderRegister, Some("order/ord_a"));
+    let registered = store.register_order_audited(new_order("ord_a", 100, T0 + 1), Some(entry)).await;
+    assert_eq!(registered.expect("register"), Registered::Created);
+    let all = AuditFilter { limit: 10, ..AuditFilter::default() };
+    let before = store.list_audit(all.clone()).await.expect("list").rows;
+    assert_eq!(before.iter().map(|r| r.entry.outcome.as_str()).collect::<Vec<_>>(), ["created", "ok"]);
+
+    let (_dir, path) = store.close();
+    let store = reopen(&path);
+    assert_eq!(store.list_audit(all.clone()).await.expect("list").rows, before);
+    store.audit(vec![audit_entry(T0 + 2, "ops", AuditAction::Logout, None)]).await.expect("audit");
+    let after = store.list_audit(all).await.expect("list").rows;
+    assert_eq!((after.len(), &after[1..]), (3, &before[..]));
+    assert!(after[0].id > before[0].id, "{after:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

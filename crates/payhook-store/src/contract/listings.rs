@@ -66,7 +66,7 @@ pub async fn events_and_outbox_rows_are_listed_newest_first_with_filters_and_cur
 }
 
 /// Pages through `first` with `list`, following each page's continuation, and returns every row with the pages.
-async fn page_through<T: Clone, F: Clone>(
+pub(super) async fn page_through<T: Clone, F: Clone>(
     first: F,
     limit: u32,
     set_before: impl Fn(&mut F, Option<i64>),

@@ -1,0 +1,23 @@
+-- The operator audit trail (`payhook_store::audit`): one row per action an operator took through the API, the
+-- dashboard or the CLI, appended in the action's own transaction where the action is one.
+--
+-- AUTOINCREMENT: an entry's id is never given to another entry, even once pruning has deleted every entry (an
+-- operator may quote one). Entries are rare, so its `sqlite_sequence` row costs nothing that matters.
+CREATE TABLE audit (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    at_ms   INTEGER NOT NULL,
+    actor   TEXT    NOT NULL,
+    address TEXT,
+    action  TEXT    NOT NULL,
+    target  TEXT,
+    outcome TEXT    NOT NULL,
+    detail  TEXT    CHECK (detail IS NULL OR json_valid(detail))
+);
+
+-- Pruning walks it oldest first; a listing's time range becomes a range of ids through it.
+CREATE INDEX audit_at ON audit (at_ms);
+-- The listings' paths: an actor's, an action's, a target's entries, each in id order within its value (SQLite
+-- appends the row id to every index entry).
+CREATE INDEX audit_by_actor ON audit (actor);
+CREATE INDEX audit_by_action ON audit (action);
+CREATE INDEX audit_by_target ON audit (target);
