@@ -91,6 +91,21 @@ mod tests {
     }
 
     #[test]
+    fn reads_need_read_actions_operate_and_reload_and_the_audit_trail_admin() {
+        for r in ROUTES {
+            let admin = r.path == "/v1/reload" || r.path.ends_with("/audit");
+            let public = r.path.starts_with("/webhooks/") || ["/healthz", "/readyz", "/ui/login"].contains(&r.path);
+            let expected = match (r.method, r.path) {
+                _ if public => PUBLIC,
+                _ if admin => ADMIN,
+                ("GET", _) | ("POST", "/ui/logout") => READ,
+                _ => OPERATE,
+            };
+            assert_eq!(r.need, expected, "{} {}", r.method, r.path);
+        }
+    }
+
+    #[test]
     fn every_route_is_listed_once() {
         for (i, a) in ROUTES.iter().enumerate() {
             assert!(
