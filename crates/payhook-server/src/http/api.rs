@@ -10,7 +10,7 @@ use crate::runtime::auth::{Client, Refusal, Surface};
 use crate::service::audit::{self, Actor};
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::{ConnectInfo, MatchedPath, Path, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, OriginalUri, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -45,8 +45,13 @@ pub(crate) async fn require_scope<S: Store>(
     };
     let address = Client::of(peer, request.headers(), &state.settings.auth.trusted_proxies).addr;
     let address = address.map(|a| a.to_string());
-    record_refusal(&state, &refused, address, request.method().as_str(), request.uri().path()).await;
+    record_refusal(&state, &refused, address, request.method().as_str(), full_path(&request)).await;
     Err(refused)
+}
+
+/// The request's path as the client sent it, before a nested router took its prefix off.
+pub(crate) fn full_path(request: &Request) -> &str {
+    request.extensions().get::<OriginalUri>().map_or_else(|| request.uri().path(), |uri| uri.0.path())
 }
 
 /// Records a 403 in the audit trail: who was refused what (`METHOD /path`), with the scopes needed and held.

@@ -312,7 +312,7 @@ pub fn signer() -> Verifier {
     Verifier::new(scheme, &[Secret::new(SECRET)], 300).expect("test secret")
 }
 
-fn now_secs() -> i64 {
+pub fn now_secs() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64
 }
 

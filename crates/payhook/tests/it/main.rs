@@ -3,6 +3,7 @@
 
 mod admin_cli;
 mod allocator;
+mod audit;
 mod cli;
 mod crash;
 mod declared;

@@ -34,7 +34,7 @@ use overview::*;
 
 use crate::http::error::ApiError;
 use crate::base::scope::Scope;
-use crate::http::api::record_refusal;
+use crate::http::api::{full_path, record_refusal};
 use crate::http::routes::scope_needed;
 use crate::runtime::access::{Principal, Via, Vouched};
 use crate::runtime::auth::{Client, Refusal, Surface};
@@ -183,7 +183,7 @@ async fn require_session<S: Store>(State(state): State<Arc<AppState<S>>>, reques
             let message = format!("{actor} holds no scope here (no server.identities rule names it)");
             let refused = ApiError::Forbidden { needed: Scope::Read, held: None, actor: actor.clone() };
             let address = client.addr.map(|a| a.to_string());
-            record_refusal(&state, &refused, address, request.method().as_str(), request.uri().path()).await;
+            record_refusal(&state, &refused, address, request.method().as_str(), full_path(&request)).await;
             return UiError::new(StatusCode::FORBIDDEN, message).into_response();
         }
         (None, _) if reads => return Redirect::to("/ui/login").into_response(),
@@ -195,7 +195,7 @@ async fn require_session<S: Store>(State(state): State<Arc<AppState<S>>>, reques
     let path = request.extensions().get::<MatchedPath>().map_or_else(|| request.uri().path(), MatchedPath::as_str);
     let needed = scope_needed(request.method().as_str(), path);
     if let Err(refused) = crate::http::api::permit(&state, &principal, needed) {
-        let (method, path) = (request.method().as_str(), request.uri().path());
+        let (method, path) = (request.method().as_str(), full_path(&request));
         record_refusal(&state, &refused, principal.address.clone(), method, path).await;
         return UiError::from(refused).into_response();
     }
