@@ -22,12 +22,10 @@ mod service;
 mod state;
 
 pub use app::{Running, router, start, start_with_clock};
-pub use base::scope::{Need, Scope};
-pub use http::routes::{ROUTES, Route};
-pub use runtime::access::{API_TOKEN_NAME, MIN_TOKEN_CHARS, Principal, Via};
 pub use base::clock::{Clock, system_now_ms as now_ms};
 pub use base::ip_range::{InvalidIpRange, IpRange};
 pub use base::metrics::SourceMetrics;
+pub use base::scope::{Need, Scope};
 pub use base::secret_url::SecretUrl;
 pub use base::settings::{
     AuthSettings, BuildInfo, ListenerSettings, RetentionSettings, Settings, SinkTransport, SourceSettings, TlsSettings,
@@ -37,9 +35,11 @@ pub use base::{secret_url, settings};
 pub use http::api::parse_order;
 pub use http::error::ApiError;
 pub use http::listener::TlsError;
+pub use http::routes::{ROUTES, Route};
+pub use runtime::access::{API_TOKEN_NAME, MIN_TOKEN_CHARS, Principal, Via};
 pub use runtime::live::{Live, Loader, Reloaded, SourceRuntime};
 pub use runtime::{dispatcher, retention, worker};
-pub use service::reload::{ReloadError, ReloadReport};
 pub use service::audit::Actor;
+pub use service::reload::{ReloadError, ReloadReport};
 pub use service::{admin, audit, reload};
 pub use state::AppState;

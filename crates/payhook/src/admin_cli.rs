@@ -348,7 +348,8 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
             let min_pause = std::time::Duration::from_millis(settings.retention.cli_min_pause_ms);
             let pruned =
                 payhook_server::retention::prune_all(store, &settings.retention, now_ms(), 0, min_pause).await?;
-            let audit_deleted = payhook_server::retention::prune_audit(store, &settings.retention, now_ms(), min_pause).await?;
+            let audit_deleted =
+                payhook_server::retention::prune_audit(store, &settings.retention, now_ms(), min_pause).await?;
             let mut detail = serde_json::to_value(&pruned).unwrap_or_default();
             detail["audit_deleted"] = audit_deleted.into();
             audit::record(store, Actor::cli().entry(AuditAction::Prune, None, "ok", detail, now_ms())).await?;

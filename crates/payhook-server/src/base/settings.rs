@@ -197,9 +197,9 @@ impl IdentityRule {
     pub fn names(&self, identity: &str) -> bool {
         match &self.matches {
             IdentityMatch::Exact(name) => identity.eq_ignore_ascii_case(name),
-            IdentityMatch::Domain(domain) => identity
-                .rsplit_once('@')
-                .is_some_and(|(local, d)| !local.is_empty() && d.eq_ignore_ascii_case(domain)),
+            IdentityMatch::Domain(domain) => {
+                identity.rsplit_once('@').is_some_and(|(local, d)| !local.is_empty() && d.eq_ignore_ascii_case(domain))
+            }
         }
     }
 }

@@ -65,7 +65,8 @@ pub(crate) async fn record_refusal<S: Store>(
     let ApiError::Forbidden { needed, held, actor } = refused else { return };
     let by = Actor { name: actor.clone(), address };
     let detail = json!({ "scope_needed": needed.as_str(), "scope_held": held.map(Scope::as_str) });
-    let entry = by.entry(AuditAction::Refused, Some(format!("{method} {path}")), "refused", detail, state.clock.now_ms());
+    let entry =
+        by.entry(AuditAction::Refused, Some(format!("{method} {path}")), "refused", detail, state.clock.now_ms());
     let _ = audit::record(&*state.store, entry).await;
 }
 
@@ -183,7 +184,8 @@ pub(crate) async fn register_order<S: Store>(
     let order = parse_order(req.id, req.amount, &req.currency, state.clock.now_ms())?;
     let id = order.id.clone();
     let detail = json!({ "amount": order.money.amount_minor, "currency": order.money.currency.as_str() });
-    let entry = Actor::of(&caller).entry(AuditAction::OrderRegister, Some(format!("order/{id}")), "", detail, order.now_ms);
+    let entry =
+        Actor::of(&caller).entry(AuditAction::OrderRegister, Some(format!("order/{id}")), "", detail, order.now_ms);
     let registered = state.store.register_order_audited(order.clone(), Some(entry.clone())).await?;
     audit::log(&AuditEntry { outcome: payhook_store::audit::registration_outcome(&registered).to_owned(), ..entry });
     let status = match registered {

@@ -2,9 +2,9 @@
 //! `/openapi.json`. [`crate::http::routes::ROUTES`] lists every route the router registers with its scope; a test
 //! checks that the document describes each of them with its method and scope.
 
+use crate::base::schema::{ErrorBody, Id, Readiness, ReplicationPart, Source, WebhookAnswer};
 use crate::base::scope::Need;
 use crate::http::routes::ROUTES;
-use crate::base::schema::{ErrorBody, Id, Readiness, ReplicationPart, Source, WebhookAnswer};
 use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -76,7 +76,10 @@ impl Modify for Scopes {
                     "The token or identity does not hold the {scope} scope (`insufficient_scope`, naming the scope \
                      needed)"
                 ))
-                .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build(),
+                )
                 .build();
             operation.responses.responses.insert("403".to_owned(), RefOr::T(forbidden));
             let extensions = operation.extensions.get_or_insert_with(Default::default);

@@ -189,7 +189,10 @@ mod tests {
     #[test]
     fn a_token_is_found_by_its_digest_trimmed_and_a_short_one_never() {
         let c = credentials();
-        assert_eq!(c.find(&format!(" {ADMIN}\n")).map(|t| (t.name.as_str(), t.scope)), Some(("api_token", Scope::Admin)));
+        assert_eq!(
+            c.find(&format!(" {ADMIN}\n")).map(|t| (t.name.as_str(), t.scope)),
+            Some(("api_token", Scope::Admin))
+        );
         assert_eq!(c.find(READ).map(|t| (t.name.as_str(), t.not_after_ms)), Some(("grafana", Some(1_000))));
         assert!(c.find("short").is_none(), "below the minimum length, even with its digest configured");
         for near in [&ADMIN[1..], &format!("{ADMIN}8"), &ADMIN.to_uppercase(), ""] {

@@ -12,10 +12,10 @@
 //! Time is a parameter (`now_ms`), so the bucket is tested without sleeping.
 
 use crate::base::ip_range::IpRange;
-use crate::runtime::access::{Credentials, Principal, Via};
 use crate::base::metrics::AuthMetrics;
 pub(crate) use crate::base::metrics::Surface;
 use crate::base::settings::AuthSettings;
+use crate::runtime::access::{Credentials, Principal, Via};
 use axum::http::HeaderMap;
 use std::collections::HashMap;
 use std::fmt;

@@ -10,10 +10,10 @@
 //! transactions rather than requests: a delivery committed after the swap is routed by the new routing.
 
 use crate::runtime::access::Credentials;
-use crate::service::audit::{self, Actor};
-use payhook_store::AuditAction;
 use crate::runtime::live::{Live, Reloaded, SourceRuntime};
+use crate::service::audit::{self, Actor};
 use crate::state::AppState;
+use payhook_store::AuditAction;
 use payhook_store::Store;
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -326,11 +326,16 @@ async fn an_unparseable_dead_letter_is_reparsed_from_its_stored_bytes_with_the_s
     // The source's format is changed; the same stored bytes now read as an event with its own id.
     let mut settings = app.settings.clone();
     settings.sources.iter_mut().find(|s| s.name.as_str() == "payments").unwrap().format = Format::Stripe;
-    let report = admin::replay_event(&*app.store, &settings, "payments", &stored_id, now_ms(), &payhook_server::Actor::cli()).await.unwrap();
+    let report =
+        admin::replay_event(&*app.store, &settings, "payments", &stored_id, now_ms(), &payhook_server::Actor::cli())
+            .await
+            .unwrap();
     assert_eq!((report.status, report.replayed_as.as_deref()), (Outcome::Ignored, Some("evt_fmt")), "{report:?}");
     assert_eq!(status_of(&app, "evt_fmt").await, Outcome::Ignored);
     assert_eq!(status_of(&app, &stored_id).await, Outcome::Duplicate);
-    let again = admin::replay_event(&*app.store, &settings, "payments", &stored_id, now_ms(), &payhook_server::Actor::cli()).await;
+    let again =
+        admin::replay_event(&*app.store, &settings, "payments", &stored_id, now_ms(), &payhook_server::Actor::cli())
+            .await;
     assert!(matches!(again, Err(AdminError::NotDeadLetter { status: Outcome::Duplicate, .. })), "{again:?}");
 }
 

@@ -37,7 +37,10 @@ fn token_of(scope: Scope) -> &'static str {
 }
 
 fn url_of(path: &str) -> String {
-    path.replace("{source}", "payments").replace("{event_id}", "evt_none").replace("/outbox/{id}", "/outbox/1").replace("{id}", "none")
+    path.replace("{source}", "payments")
+        .replace("{event_id}", "evt_none")
+        .replace("/outbox/{id}", "/outbox/1")
+        .replace("{id}", "none")
 }
 
 #[tokio::test]
@@ -116,7 +119,10 @@ async fn every_dashboard_route_sends_no_session_to_login_refuses_a_lower_scope_w
                 assert_eq!(status, StatusCode::FORBIDDEN, "{what} with {held}: {page}");
                 assert!(page.contains(&format!("needs the {needed} scope")), "{what}: {page}");
             } else {
-                assert!(![StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN].contains(&status), "{what} with {held}: {status} {page}");
+                assert!(
+                    ![StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN].contains(&status),
+                    "{what} with {held}: {status} {page}"
+                );
             }
         }
         walked += 1;

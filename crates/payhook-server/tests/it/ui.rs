@@ -70,7 +70,12 @@ pub(crate) async fn get(app: &TestApp, path: &str, cookie: Option<&str>) -> reqw
     req.send().await.unwrap()
 }
 
-pub(crate) async fn post_form(app: &TestApp, path: &str, cookie: Option<&str>, form: &[(&str, &str)]) -> reqwest::Response {
+pub(crate) async fn post_form(
+    app: &TestApp,
+    path: &str,
+    cookie: Option<&str>,
+    form: &[(&str, &str)],
+) -> reqwest::Response {
     let mut req = plain_client().post(app.url(path)).form(form);
     if let Some(cookie) = cookie {
         req = req.header(COOKIE, cookie);

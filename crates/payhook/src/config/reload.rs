@@ -109,6 +109,10 @@ mod tests {
              scopes = [\"read\"]\n{SOURCE}",
             "ab".repeat(32)
         );
-        assert_eq!(differing_settings(&old, &merged(&tokens)), ["server.trusted_proxies"], "tokens and identities reload");
+        assert_eq!(
+            differing_settings(&old, &merged(&tokens)),
+            ["server.trusted_proxies"],
+            "tokens and identities reload"
+        );
     }
 }

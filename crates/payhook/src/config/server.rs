@@ -220,9 +220,8 @@ pub(super) fn resolve_auth(server: &RawServer) -> Result<AuthSettings> {
 fn highest_scope(scopes: &[String]) -> Result<Scope> {
     let mut highest = None;
     for name in scopes {
-        let scope = Scope::parse(name.trim()).with_context(|| {
-            format!("scopes: unknown scope {name:?} (the scopes are read, operate and admin)")
-        })?;
+        let scope = Scope::parse(name.trim())
+            .with_context(|| format!("scopes: unknown scope {name:?} (the scopes are read, operate and admin)"))?;
         highest = highest.max(Some(scope));
     }
     highest.context("scopes: give at least one of read, operate and admin")
@@ -241,7 +240,9 @@ pub(super) fn resolve_access(server: &RawServer, var: &dyn Fn(&str) -> Option<St
             bail!("server.tokens[{i}]: name: must not be empty");
         }
         if name == payhook_server::API_TOKEN_NAME || tokens.iter().any(|t| t.name == name) {
-            bail!("{at}: name: {name:?} is already the name of another token (names must be unique; api_token is server.api_token's)");
+            bail!(
+                "{at}: name: {name:?} is already the name of another token (names must be unique; api_token is server.api_token's)"
+            );
         }
         let scope = highest_scope(&raw.scopes).with_context(|| at.clone())?;
         let sha256: [u8; 32] = match (&raw.token_sha256, &raw.token_env) {

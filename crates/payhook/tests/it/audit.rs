@@ -86,6 +86,7 @@ async fn the_audit_trail_names_who_replayed_and_who_reloaded_also_after_a_restar
     let out = dir.run(&["--config", config.to_str().unwrap(), "audit", "--actor", "oncall", "--json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let actions: Vec<&str> = listed["entries"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    let actions: Vec<&str> =
+        listed["entries"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
     assert_eq!(actions, ["refused", "refused", "replay"]);
 }

@@ -48,7 +48,8 @@ pub(super) async fn login<S: Store>(
     let live = state.live();
     // Without a configured token the dashboard's login is closed, as /v1 is (an empty form never gets in).
     if live.credentials.token_names().next().is_none() {
-        let page = login_form(Some("No token is configured (server.api_token_env, server.tokens), so logging in is closed."));
+        let page =
+            login_form(Some("No token is configured (server.api_token_env, server.tokens), so logging in is closed."));
         return (StatusCode::UNAUTHORIZED, Html(page.into_string())).into_response();
     }
     let peer = connect.map(|Extension(ConnectInfo(peer))| peer);
@@ -91,8 +92,13 @@ pub(super) async fn logout<S: Store>(
     headers: HeaderMap,
 ) -> Response {
     state.ui_sessions.remove(&session);
-    let entry =
-        Actor::of(&session.principal).entry(AuditAction::Logout, None, "ok", serde_json::Value::Null, state.clock.now_ms());
+    let entry = Actor::of(&session.principal).entry(
+        AuditAction::Logout,
+        None,
+        "ok",
+        serde_json::Value::Null,
+        state.clock.now_ms(),
+    );
     let _ = audit::record(&*state.store, entry).await;
     let mut response = Redirect::to("/ui/login").into_response();
     if let Ok(value) = HeaderValue::from_str(&session::clear_cookie(session::is_https(&headers))) {

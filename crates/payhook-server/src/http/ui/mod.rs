@@ -32,17 +32,17 @@ use orders::*;
 use outbox::*;
 use overview::*;
 
-use crate::http::error::ApiError;
 use crate::base::scope::Scope;
 use crate::http::api::{full_path, record_refusal};
+use crate::http::error::ApiError;
 use crate::http::routes::scope_needed;
 use crate::runtime::access::{Principal, Via, Vouched};
 use crate::runtime::auth::{Client, Refusal, Surface};
 use crate::runtime::body::BodyError;
 use crate::runtime::session::{self, Session};
 use crate::service::actions::{replay_many, replay_one, retry_one_outbox};
-use crate::service::audit::Actor;
 use crate::service::admin::{self, EventQuery, OutboxQuery, ReplayFilter};
+use crate::service::audit::Actor;
 use crate::state::AppState;
 use axum::Router;
 use axum::body::Body;
@@ -171,8 +171,12 @@ async fn require_session<S: Store>(State(state): State<Arc<AppState<S>>>, reques
     let (session, principal, opened) = match (standing, &vouched) {
         (Some((session, principal)), _) => (session, principal, None),
         (None, Vouched::Known(actor, scope)) if reads => {
-            let principal =
-                Principal { actor: actor.clone(), scope: *scope, via: Via::Identity, address: client.addr.map(|a| a.to_string()) };
+            let principal = Principal {
+                actor: actor.clone(),
+                scope: *scope,
+                via: Via::Identity,
+                address: client.addr.map(|a| a.to_string()),
+            };
             match open_session(&state, principal.clone(), request.headers(), now_ms) {
                 Ok((session, cookie)) => (session, principal, Some(cookie)),
                 Err(refused) => return refused,
@@ -268,8 +272,7 @@ fn html_page_refreshing<S>(
     refresh_secs: Option<u32>,
     content: Markup,
 ) -> Response {
-    let frame =
-        Frame { title, section, session, flash: state.ui_sessions.take_flash(session), refresh_secs };
+    let frame = Frame { title, section, session, flash: state.ui_sessions.take_flash(session), refresh_secs };
     Html(render::page(frame, content).into_string()).into_response()
 }
 

@@ -150,7 +150,9 @@ pub struct AuditQuery {
     pub actor: Option<String>,
     /// Only this action (`replay`, `bulk_replay`, `outbox_retry`, `order_register`, `order_import`, `reload`,
     /// `prune`, `login`, `logout`, `refused`).
-    #[param(pattern = "^(replay|bulk_replay|outbox_retry|order_register|order_import|reload|prune|login|logout|refused)$")]
+    #[param(
+        pattern = "^(replay|bulk_replay|outbox_retry|order_register|order_import|reload|prune|login|logout|refused)$"
+    )]
     pub action: Option<String>,
     /// Only entries on this target (`stripe/evt_1`, `outbox/42`, `order/ord_1`, `POST /v1/reload`).
     pub target: Option<String>,

@@ -31,7 +31,7 @@ fn three_tokens_resolve_with_their_highest_scope_digest_and_expiry() {
     let summary: Vec<(&str, Scope)> = tokens.iter().map(|t| (t.name.as_str(), t.scope)).collect();
     assert_eq!(summary, [("grafana", Scope::Read), ("oncall", Scope::Operate), ("platform", Scope::Admin)]);
     assert_eq!(tokens[0].sha256, <[u8; 32]>::from(Sha256::digest(GRAFANA.as_bytes())));
-    assert_eq!(tokens[0].not_after_ms, Some(1_782_777_600_000));
+    assert_eq!(tokens[0].not_after_ms, Some(1_814_313_600_000));
     assert_eq!(tokens[1].sha256, <[u8; 32]>::from(Sha256::digest(b"oncall-token-0123456789abcdef")), "trimmed");
     assert_eq!(tokens[2].sha256, tokens[0].sha256, "hex digits in either case");
     assert!(!format!("{:?}", c.settings.access).contains(&digest(GRAFANA)[..16]), "no digest in Debug");
@@ -50,7 +50,7 @@ fn an_unknown_scope_a_duplicate_name_or_a_malformed_digest_is_refused_with_its_l
     let err = refusal(&token("api_token", "[\"read\"]", &good));
     assert!(err.contains("name: \"api_token\" is already"), "{err}");
     let err = refusal(&token("a", "[\"read\"]", &good[1..]));
-    assert!(err.starts_with("f.toml:1: server.tokens[0] (a): token_sha256: must be 64 hexadecimal digits"), "{err}");
+    assert!(err.starts_with("f.toml:4: server.tokens[0] (a): token_sha256: must be 64 hexadecimal digits"), "{err}");
     let err = refusal(&token("a", "[]", &good));
     assert!(err.contains("server.tokens[0] (a): scopes: give at least one"), "{err}");
     let err = refusal(&format!("{}not_after = \"2027-06-30\"\n", token("a", "[\"read\"]", &good)));
@@ -75,7 +75,8 @@ fn identities_resolve_by_name_or_domain_and_need_a_header_and_trusted_proxies() 
     );
     let c = with_env(&text, &[]).unwrap();
     assert_eq!(c.settings.access.identity_header.as_deref(), Some("x-forwarded-email"));
-    let rules: Vec<(&IdentityMatch, Scope)> = c.settings.access.identities.iter().map(|r| (&r.matches, r.scope)).collect();
+    let rules: Vec<(&IdentityMatch, Scope)> =
+        c.settings.access.identities.iter().map(|r| (&r.matches, r.scope)).collect();
     assert_eq!(rules[0], (&IdentityMatch::Domain("example.com".into()), Scope::Read));
     assert_eq!(rules[1], (&IdentityMatch::Exact("oncall@example.com".into()), Scope::Operate));
 
