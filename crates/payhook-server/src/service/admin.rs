@@ -333,38 +333,87 @@ pub async fn replay_event<S: Store>(
     by: &Actor,
 ) -> Result<ReplayReport, AdminError> {
     let entry = by.entry(AuditAction::Replay, Some(format!("{source}/{event_id}")), "", Value::Null, now_ms);
+    let trail = &mut Trail::Own;
     let (source, event_id) = match parse_key(source, event_id) {
         Ok(key) => key,
-        Err(e) => return refuse(store, entry, e).await,
+        Err(e) => return trail.refused(store, entry, e).await,
     };
     let Some(view) = store.event(&source, &event_id).await? else {
-        return refuse(store, entry, AdminError::NotFound(format!("no event {event_id:?} from source {source}"))).await;
+        let e = AdminError::NotFound(format!("no event {event_id:?} from source {source}"));
+        return trail.refused(store, entry, e).await;
     };
-    replay_view(store, settings, view, now_ms, entry).await
+    replay_view(store, settings, view, now_ms, entry, trail).await
 }
 
-/// Records `entry` as refused with `e`'s word, on its own, and returns `e`.
-async fn refuse<S: Store, T>(store: &S, entry: AuditEntry, e: AdminError) -> Result<T, AdminError> {
-    let _ = audit::record(store, AuditEntry { outcome: e.word().to_owned(), ..entry }).await;
-    Err(e)
+/// Entries of a bulk replay's events gathered before they are appended, one transaction per this many.
+const GATHERED_ENTRIES: usize = 256;
+
+/// Where the audit entries of replays go: each into its replay's own transaction (a replay on its own), or
+/// gathered and appended [`GATHERED_ENTRIES`] at a time (the events of a bulk replay: one more row in each
+/// replay's transaction cost the bulk replay more than a tenth of its time, mostly in the index pages each commit
+/// wrote; the bulk replay's own entries, written before and after, stand for it if a crash loses a gathered few).
+enum Trail {
+    Own,
+    Gathered(Vec<AuditEntry>),
 }
 
-/// Replays `view` if it is a dead letter, with `entry` written in the replay's transaction (and logged with the
-/// outcome the store gave it).
+impl Trail {
+    /// Records `entry` as refused with `e`'s word and returns `e`.
+    async fn refused<S: Store, T>(&mut self, store: &S, entry: AuditEntry, e: AdminError) -> Result<T, AdminError> {
+        let entry = AuditEntry { outcome: e.word().to_owned(), ..entry };
+        match self {
+            Trail::Own => {
+                let _ = audit::record(store, entry).await;
+            }
+            Trail::Gathered(entries) => {
+                audit::log(&entry);
+                entries.push(entry);
+            }
+        }
+        Err(e)
+    }
+
+    /// The entry the replay's own transaction takes, if it takes one.
+    fn in_transaction(&self, entry: &AuditEntry) -> Option<AuditEntry> {
+        matches!(self, Trail::Own).then(|| entry.clone())
+    }
+
+    /// Logs the entry of a replay that was done (with its outcome), and gathers it when it is not stored yet.
+    fn done(&mut self, entry: AuditEntry) {
+        audit::log(&entry);
+        if let Trail::Gathered(entries) = self {
+            entries.push(entry);
+        }
+    }
+
+    /// Appends the gathered entries once there are at least `at_least`.
+    async fn flush<S: Store>(&mut self, store: &S, at_least: usize) {
+        if let Trail::Gathered(entries) = self
+            && !entries.is_empty()
+            && entries.len() >= at_least
+            && let Err(e) = store.audit(std::mem::take(entries)).await
+        {
+            tracing::error!(error = %e, "the audit trail could not be written");
+        }
+    }
+}
+
+/// Replays `view` if it is a dead letter, its entry going where `trail` says (and logged with the outcome).
 async fn replay_view<S: Store>(
     store: &S,
     settings: &Settings,
     view: EventView,
     now_ms: i64,
     entry: AuditEntry,
+    trail: &mut Trail,
 ) -> Result<ReplayReport, AdminError> {
     let key = format!("{}/{}", view.source, view.event_id);
     if view.status != Outcome::DeadLettered {
-        return refuse(store, entry, AdminError::NotDeadLetter { event: key, status: view.status }).await;
+        return trail.refused(store, entry, AdminError::NotDeadLetter { event: key, status: view.status }).await;
     }
     let config = match configured_source(settings, view.source.as_str()) {
         Ok(config) => config,
-        Err(e) => return refuse(store, entry, e).await,
+        Err(e) => return trail.refused(store, entry, e).await,
     };
     let parsed = reparse(config, &view.event_id, &view.headers, &view.raw_body);
     let replayed_as = Some(parsed.event_id()).filter(|id| **id != view.event_id).map(|id| id.as_str().to_owned());
@@ -372,9 +421,9 @@ async fn replay_view<S: Store>(
     if let Some(id) = &replayed_as {
         entry.detail = merged(entry.detail, json!({ "replayed_as": id }));
     }
-    match store.replay_audited(&view.source, &view.event_id, parsed, now_ms, Some(entry.clone())).await? {
+    match store.replay_audited(&view.source, &view.event_id, parsed, now_ms, trail.in_transaction(&entry)).await? {
         Replayed::Done(recorded) => {
-            audit::log(&AuditEntry { outcome: recorded.outcome.as_str().to_owned(), ..entry });
+            trail.done(AuditEntry { outcome: recorded.outcome.as_str().to_owned(), ..entry });
             Ok(ReplayReport {
                 source: view.source.as_str().to_owned(),
                 event_id: view.event_id.as_str().to_owned(),
@@ -385,10 +434,10 @@ async fn replay_view<S: Store>(
         }
         // Another replay or worker got there between our read and the store's transaction (which recorded it).
         Replayed::NotDeadLetter(status) => {
-            audit::log(&AuditEntry { outcome: payhook_store::audit::NOT_DEAD_LETTER.to_owned(), ..entry });
+            trail.done(AuditEntry { outcome: payhook_store::audit::NOT_DEAD_LETTER.to_owned(), ..entry });
             Err(AdminError::NotDeadLetter { event: key, status })
         }
-        Replayed::NotFound => refuse(store, entry, AdminError::NotFound(format!("no event {key}"))).await,
+        Replayed::NotFound => trail.refused(store, entry, AdminError::NotFound(format!("no event {key}"))).await,
     }
 }
 
@@ -438,6 +487,9 @@ pub async fn preview_replay<S: Store>(
 ///
 /// `progress(done, total)` is called after each event. A store failure stops the run: every replay before it is
 /// committed, and running the same call again continues, because replayed events are no longer dead letters.
+///
+/// The audit trail gets, for `by`: the bulk replay's entry as it starts (filter, cap, how many matched), each
+/// event's entry (gathered, see [`Trail`]), and the bulk replay's entry as it ends (the outcomes counted).
 pub async fn bulk_replay<S: Store>(
     store: &S,
     settings: &Settings,
@@ -454,13 +506,18 @@ pub async fn bulk_replay<S: Store>(
     let mut report = BulkReport { matched: total, more, ..BulkReport::empty(max) };
     let interval = Duration::from_secs(1) / settings.replay.per_second.max(1);
     let started = tokio::time::Instant::now();
-    // Each replay's entry names the bulk replay it belongs to by its start; the bulk's own entry follows at the end.
+    let filter_json = serde_json::to_value(filter).unwrap_or_default();
+    let bulk = |outcome: &str, detail: Value, at: i64| by.entry(AuditAction::BulkReplay, None, outcome, detail, at);
+    let start = json!({ "filter": filter_json, "max": max, "matched": total, "more": more });
+    let _ = audit::record(store, bulk("started", start, started_ms)).await;
+    // Each replay's entry names the bulk replay it belongs to by its start.
     let part_of = json!({ "bulk_started_ms": started_ms });
+    let mut trail = Trail::Gathered(Vec::with_capacity(GATHERED_ENTRIES));
     // Oldest first, so that a payment is replayed before the refund that followed it.
     let mut failure = None;
     for (i, summary) in selected.iter().rev().enumerate() {
         tokio::time::sleep_until(started + interval * u32::try_from(i).unwrap_or(u32::MAX)).await;
-        let outcome = match replay_summary(store, settings, summary, &now_ms, by, &part_of).await {
+        let outcome = match replay_summary(store, settings, summary, &now_ms, by, &part_of, &mut trail).await {
             Ok(report) => report.status.as_str(),
             Err(AdminError::NotDeadLetter { .. } | AdminError::NotFound(_)) => "not_dead_letter",
             Err(AdminError::SourceNotConfigured(_)) => "source_not_configured",
@@ -470,10 +527,12 @@ pub async fn bulk_replay<S: Store>(
             }
         };
         *report.outcomes.entry(outcome).or_default() += 1;
+        trail.flush(store, GATHERED_ENTRIES).await;
         progress(i + 1, total);
     }
+    trail.flush(store, 1).await;
     let detail = json!({
-        "filter": filter,
+        "filter": filter_json,
         "max": max,
         "matched": report.matched,
         "more": report.more,
@@ -481,7 +540,7 @@ pub async fn bulk_replay<S: Store>(
         "started_ms": started_ms,
     });
     let outcome = failure.as_ref().map_or("ok", AdminError::word);
-    let _ = audit::record(store, by.entry(AuditAction::BulkReplay, None, outcome, detail, now_ms())).await;
+    let _ = audit::record(store, bulk(outcome, detail, now_ms())).await;
     match failure {
         Some(e) => Err(e),
         None => Ok(report),
@@ -497,6 +556,7 @@ async fn replay_summary<S: Store>(
     now_ms: &impl Fn() -> i64,
     by: &Actor,
     part_of: &Value,
+    trail: &mut Trail,
 ) -> Result<ReplayReport, AdminError> {
     let (source, event_id) = parse_key(&summary.source, &summary.event_id)?;
     let target = Some(format!("{source}/{event_id}"));
@@ -505,7 +565,7 @@ async fn replay_summary<S: Store>(
         let at = now_ms();
         let entry = by.entry(AuditAction::Replay, target.clone(), "", part_of.clone(), at);
         let result = match store.event(&source, &event_id).await {
-            Ok(Some(view)) => replay_view(store, settings, view, at, entry).await,
+            Ok(Some(view)) => replay_view(store, settings, view, at, entry, trail).await,
             Ok(None) => Err(AdminError::NotFound(format!("no event {source}/{event_id}"))),
             Err(e) => Err(e.into()),
         };
