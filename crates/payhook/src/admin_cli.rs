@@ -350,7 +350,7 @@ async fn dispatch<S: Store>(store: &S, cfg: &Config, command: AdminCommand) -> R
                 payhook_server::retention::prune_all(store, &settings.retention, now_ms(), 0, min_pause).await?;
             let audit_deleted =
                 payhook_server::retention::prune_audit(store, &settings.retention, now_ms(), min_pause).await?;
-            let mut detail = serde_json::to_value(&pruned).unwrap_or_default();
+            let mut detail = serde_json::to_value(pruned).unwrap_or_default();
             detail["audit_deleted"] = audit_deleted.into();
             audit::record(store, Actor::cli().entry(AuditAction::Prune, None, "ok", detail, now_ms())).await?;
             print_or(out.json, &pruned, || {

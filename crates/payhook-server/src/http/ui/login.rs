@@ -81,7 +81,7 @@ pub(super) async fn login<S: Store>(
         Ok((_, cookie)) => {
             response.headers_mut().insert(header::SET_COOKIE, cookie);
         }
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     }
     response
 }

@@ -178,8 +178,13 @@ async fn require_session<S: Store>(State(state): State<Arc<AppState<S>>>, reques
                 address: client.addr.map(|a| a.to_string()),
             };
             match open_session(&state, principal.clone(), request.headers(), now_ms) {
-                Ok((session, cookie)) => (session, principal, Some(cookie)),
-                Err(refused) => return refused,
+                Ok((session, cookie)) => {
+                    let detail = serde_json::json!({ "via": "identity" });
+                    let entry = Actor::of(&principal).entry(AuditAction::Login, None, "ok", detail, now_ms);
+                    let _ = crate::service::audit::record(&*state.store, entry).await;
+                    (session, principal, Some(cookie))
+                }
+                Err(refused) => return refused.into_response(),
             }
         }
         (None, Vouched::Unknown(actor)) => {
@@ -249,14 +254,14 @@ fn open_session<S: Store>(
     principal: Principal,
     headers: &HeaderMap,
     now_ms: i64,
-) -> Result<(Session, HeaderValue), Response> {
+) -> Result<(Session, HeaderValue), UiError> {
     let unavailable = || UiError::new(StatusCode::SERVICE_UNAVAILABLE, "could not open a session; try again");
     let new = state.ui_sessions.create(now_ms, principal).map_err(|e| {
         tracing::error!(error = %e, "no randomness for a dashboard session");
-        unavailable().into_response()
+        unavailable()
     })?;
     let cookie = session::set_cookie(&new.cookie_value, session::is_https(headers));
-    let value = HeaderValue::from_str(&cookie).map_err(|_| unavailable().into_response())?;
+    let value = HeaderValue::from_str(&cookie).map_err(|_| unavailable())?;
     Ok((new.session, value))
 }
 
