@@ -263,50 +263,51 @@ fn listing<T>(rows: Vec<T>, limit: u32, r: &Range) -> Listing<T> {
     Listing { rows, scan_stopped_before: r.stopped_at.filter(|_| short) }
 }
 
+/// A page of `plan` below `before` (within the times `at` turns into ids), each row read by `read`.
+fn page<T>(
+    conn: &Connection,
+    p: Plan,
+    before: Option<i64>,
+    at: (&str, [Option<i64>; 2]),
+    scan_rows: u32,
+    limit: u32,
+    read: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<Result<T>>,
+) -> Result<Listing<T>> {
+    let Some(r) = range(conn, &p, before, at, scan_rows)? else {
+        return Ok(Listing::complete(Vec::new()));
+    };
+    let sql = p.sql.page.clone();
+    let mut stmt = conn.prepare_cached(&sql).map_err(unavailable)?;
+    let mut rows = stmt.query(rusqlite::params_from_iter(page_values(p, &r, limit))).map_err(unavailable)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(unavailable)? {
+        out.push(read(row).map_err(unavailable)??);
+    }
+    Ok(listing(out, limit, &r))
+}
+
 /// Events, newest first, narrowed by `f`; at most `scan_rows` rows examined when the path does not serve the whole
 /// filter. Reads in one snapshot. Public (with [`list_outbox`]) so that tests count the work a listing does on a
 /// connection of their own; the store runs it on its read connections.
 pub fn list_events(conn: &Connection, f: &EventFilter, scan_rows: u32) -> Result<Listing<EventSummary>> {
     in_snapshot(conn, |tx| {
-        let p = event_plan(f);
-        let Some(r) = range(tx, &p, f.before, (RECEIVED_SQL, [f.since_ms, f.until_ms]), scan_rows)? else {
-            return Ok(Listing::complete(Vec::new()));
-        };
-        let sql = p.sql.page.clone();
-        let mut stmt = tx.prepare_cached(&sql).map_err(unavailable)?;
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(page_values(p, &r, f.limit)), |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, u32>(6)?,
-                    r.get::<_, Option<i64>>(7)?,
-                    r.get::<_, i64>(8)?,
-                ))
-            })
-            .map_err(unavailable)?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (row_id, source, event_id, event_type, st, reason, attempts, next, received) =
-                row.map_err(unavailable)?;
-            out.push(EventSummary {
+        let at = (RECEIVED_SQL, [f.since_ms, f.until_ms]);
+        page(tx, event_plan(f), f.before, at, scan_rows, f.limit, |r| {
+            let (row_id, source, event_id, event_type) = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+            let (status, reason, attempts): (String, _, _) = (r.get(4)?, r.get(5)?, r.get(6)?);
+            let (next_attempt_at_ms, received_at_ms) = (r.get(7)?, r.get(8)?);
+            Ok(outcome(&status).map(|status| EventSummary {
                 row_id,
                 source,
                 event_id,
                 event_type,
-                status: outcome(&st)?,
+                status,
                 reason,
                 attempts,
-                next_attempt_at_ms: next,
-                received_at_ms: received,
-            });
-        }
-        drop(stmt);
-        Ok(listing(out, f.limit, &r))
+                next_attempt_at_ms,
+                received_at_ms,
+            }))
+        })
     })
 }
 
@@ -330,38 +331,21 @@ pub fn list_outbox(conn: &Connection, f: &OutboxFilter, scan_rows: u32) -> Resul
 /// whole filter. Reads in one snapshot.
 pub fn list_audit(conn: &Connection, f: &AuditFilter, scan_rows: u32) -> Result<Listing<AuditRecord>> {
     in_snapshot(conn, |tx| {
-        let p = audit_plan(f);
-        let Some(r) = range(tx, &p, f.before, (AUDIT_AT_SQL, [f.since_ms, f.until_ms]), scan_rows)? else {
-            return Ok(Listing::complete(Vec::new()));
-        };
-        let sql = p.sql.page.clone();
-        let mut stmt = tx.prepare_cached(&sql).map_err(unavailable)?;
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(page_values(p, &r, f.limit)), |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, String>(6)?,
-                    r.get::<_, Option<String>>(7)?,
-                ))
-            })
-            .map_err(unavailable)?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (id, at_ms, actor, address, action, target, outcome, detail) = row.map_err(unavailable)?;
-            let action: AuditAction = action.parse().map_err(|e| StoreError::corrupt("stored audit action", e))?;
-            let detail = match detail {
-                Some(json) => serde_json::from_str(&json).map_err(|e| StoreError::corrupt("stored audit detail", e))?,
-                None => serde_json::Value::Null,
-            };
-            let entry = AuditEntry { at_ms, actor, address, action, target, outcome, detail };
-            out.push(AuditRecord { id, entry });
-        }
-        drop(stmt);
-        Ok(listing(out, f.limit, &r))
+        let at = (AUDIT_AT_SQL, [f.since_ms, f.until_ms]);
+        page(tx, audit_plan(f), f.before, at, scan_rows, f.limit, |r| {
+            let (action, detail): (String, Option<String>) = (r.get(4)?, r.get(7)?);
+            let (at_ms, actor, address, target, outcome) = (r.get(1)?, r.get(2)?, r.get(3)?, r.get(5)?, r.get(6)?);
+            let id = r.get(0)?;
+            Ok((|| {
+                let action: AuditAction = action.parse().map_err(|e| StoreError::corrupt("stored audit action", e))?;
+                let detail = match detail {
+                    Some(json) => {
+                        serde_json::from_str(&json).map_err(|e| StoreError::corrupt("stored audit detail", e))?
+                    }
+                    None => serde_json::Value::Null,
+                };
+                Ok(AuditRecord { id, entry: AuditEntry { at_ms, actor, address, action, target, outcome, detail } })
+            })())
+        })
     })
 }
