@@ -219,22 +219,38 @@ fn compact(cfg: &Config) -> Result<()> {
     Ok(())
 }
 
-/// Where the API token comes from and how long it is, never the token: `config check`'s `api` line.
+/// Where the API token comes from and how long it is, never the token, then the named tokens with their scopes and
+/// expiry: `config check`'s `api` line.
 fn describe_token(cfg: &Config) -> String {
     let chars = cfg.settings.api_token.as_ref().map_or(0, |t| t.expose().chars().count());
-    match &cfg.api_token_origin {
+    let named = &cfg.settings.access.tokens;
+    let api = match &cfg.api_token_origin {
         TokenOrigin::Inline => format!("token set (from server.api_token, {chars} characters)"),
         TokenOrigin::Env(var) => format!("token set (from {var}, {chars} characters)"),
+        TokenOrigin::Unset(_) if !named.is_empty() => "no api_token".to_owned(),
         TokenOrigin::Unset(Some(var)) => format!("no token: /v1 and the dashboard are closed ({var} is not set)"),
         TokenOrigin::Unset(None) => "no token: /v1 and the dashboard are closed (server.api_token_env is empty)".into(),
+    };
+    if named.is_empty() {
+        return api;
     }
+    let tokens: Vec<String> = named
+        .iter()
+        .map(|t| match t.not_after_ms {
+            Some(at) => format!("{} ({}, until {})", t.name, t.scope, payhook_core::time::display_ms(at)),
+            None => format!("{} ({})", t.name, t.scope),
+        })
+        .collect();
+    format!("{api}; named tokens: {}", tokens.join(", "))
 }
 
 async fn serve(cfg: Config) -> Result<()> {
     if cfg.settings.sources.is_empty() {
         tracing::warn!("no sources are configured: every webhook will be answered 404");
     }
-    if let TokenOrigin::Unset(var) = &cfg.api_token_origin {
+    if let TokenOrigin::Unset(var) = &cfg.api_token_origin
+        && cfg.settings.access.tokens.is_empty()
+    {
         let set = var.as_deref().unwrap_or("server.api_token_env or server.api_token");
         tracing::warn!("no API token is configured: /v1 and the dashboard answer 401 to everyone (set {set})");
     }
