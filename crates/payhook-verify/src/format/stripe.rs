@@ -19,8 +19,8 @@
 
 use super::common::{Envelope, ended_status, envelope, money_at, opt_int_at, ref_at, str_at};
 use super::{Outgoing, ParseError};
-use crate::billing::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::event::{CustomerId, Effect, Event, InvoiceId, OrderAction, OrderId, SubscriptionId};
+use crate::event::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use serde_json::Value;
 
 pub(super) fn parse(root: &Value) -> Result<Event, ParseError> {

@@ -1,7 +1,7 @@
 //! Targeted behaviour: error kinds and their order, header aliases, rotation
 //! in a single header, key validation and redaction.
 
-use payhook_core::signature::{Encoding, Headers, HmacAlgorithm, KeyError, Scheme, Secret, Verifier, VerifyError};
+use payhook_verify::signature::{Encoding, Headers, HmacAlgorithm, KeyError, Scheme, Secret, Verifier, VerifyError};
 
 use crate::{github_scheme, header, set_header, shopify_scheme, verifier};
 

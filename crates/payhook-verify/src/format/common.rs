@@ -1,7 +1,7 @@
 //! Field readers, the event envelope, timestamps and decimal amounts shared by the formats.
 
 use super::ParseError;
-use crate::billing::SubscriptionStatus;
+use crate::event::SubscriptionStatus;
 use crate::event::{Currency, Effect, Event, EventId, InvalidValue, Money, OrderAction, OrderId};
 use crate::time::parse_iso8601;
 use serde_json::Value;

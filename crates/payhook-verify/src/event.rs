@@ -240,11 +240,124 @@ pub enum Effect {
         money: Option<Money>,
     },
     /// A subscription was created, changed or ended.
-    Subscription(crate::billing::SubscriptionChange),
+    Subscription(SubscriptionChange),
     /// An invoice was paid, failed or refunded: grants and revokes entitlements.
-    Invoice(crate::billing::InvoiceChange),
+    Invoice(InvoiceChange),
     /// A type payhook does not act on: recorded and answered `ignored`.
     Ignored,
+}
+
+/// A provider's subscription status, lower-cased (`active`, `past_due`, `canceled`, Paystack's `non-renewing`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SubscriptionStatus(String);
+
+/// Statuses after which a subscription never changes again.
+const ENDED: [&str; 8] =
+    ["canceled", "cancelled", "incomplete_expired", "complete", "completed", "ended", "expired", "disabled"];
+
+impl SubscriptionStatus {
+    /// Accepts 1 to 64 characters of letters, digits, `_` and `-`, and lower-cases them.
+    pub fn parse(s: &str) -> Result<Self, InvalidValue> {
+        let ok =
+            !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if ok {
+            Ok(Self(s.to_ascii_lowercase()))
+        } else {
+            Err(InvalidValue { field: "status", reason: "must be 1 to 64 characters of letters, digits, '_' and '-'" })
+        }
+    }
+
+    /// The status a deleted subscription gets when its event does not say.
+    pub fn canceled() -> Self {
+        Self("canceled".to_owned())
+    }
+
+    /// The lower-cased status.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// True for statuses after which the subscription never changes again.
+    pub fn is_ended(&self) -> bool {
+        ENDED.contains(&self.0.as_str())
+    }
+}
+
+impl TryFrom<String> for SubscriptionStatus {
+    type Error = InvalidValue;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<SubscriptionStatus> for String {
+    fn from(v: SubscriptionStatus) -> String {
+        v.0
+    }
+}
+
+impl fmt::Display for SubscriptionStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a subscription event says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubscriptionAction {
+    /// The subscription was created.
+    Created,
+    /// Its status, period or plan changed.
+    Updated,
+    /// It ended.
+    Deleted,
+}
+
+/// A subscription event, normalized.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubscriptionChange {
+    /// The provider's subscription id.
+    pub subscription_id: SubscriptionId,
+    /// Its customer, when the event names one.
+    pub customer_id: Option<CustomerId>,
+    /// What happened.
+    pub action: SubscriptionAction,
+    /// The provider's status after the event.
+    pub status: SubscriptionStatus,
+    /// End of the current billing period, unix seconds, when known.
+    pub current_period_end: Option<i64>,
+    /// The event carries the whole subscription (status and customer), so it may create the row when it is the
+    /// first event of the subscription to arrive; a partial update for an unknown subscription waits instead.
+    pub full_object: bool,
+}
+
+/// What an invoice event says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvoiceAction {
+    /// The invoice was paid: its entitlement is granted.
+    Paid,
+    /// A payment attempt failed: reported, nothing is granted or revoked.
+    PaymentFailed,
+    /// The invoice's payment was refunded: its entitlement is revoked.
+    Refunded,
+}
+
+/// An invoice event, normalized.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceChange {
+    /// The provider's invoice id: the entitlement's key.
+    pub invoice_id: InvoiceId,
+    /// The customer the entitlement belongs to, when the event names one.
+    pub customer_id: Option<CustomerId>,
+    /// The subscription the invoice bills, if any: its end revokes the entitlement.
+    pub subscription_id: Option<SubscriptionId>,
+    /// What happened.
+    pub action: InvoiceAction,
+    /// The amount paid or refunded, when the event carries one.
+    pub money: Option<Money>,
 }
 
 /// A verified delivery, normalized by its source's payload format.

@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::signature::{RequestParts, Scheme, Secret, Verified, Verifier, VerifyError};
+use payhook_verify::signature::{RequestParts, Scheme, Secret, Verified, Verifier, VerifyError};
 
 const BODY: &[u8] = br#"{"id":"evt_1","type":"payment_intent.succeeded"}"#;
 const NOT_AFTER: i64 = 1_800_000_000;
@@ -117,7 +117,7 @@ fn a_secret_without_not_after_never_expires_and_debug_stays_redacted() {
 
 #[test]
 fn a_retired_secret_of_a_declared_rule_is_refused_like_any_other() {
-    let preset = payhook_core::preset::Preset::get("stripe").expect("a stripe preset").expect("it parses");
+    let preset = payhook_verify::preset::Preset::get("stripe").expect("a stripe preset").expect("it parses");
     let scheme = preset.scheme(None).expect("its rule compiles").expect("it has a rule");
     assert!(matches!(scheme, Scheme::Declared(_)));
     let v = rotating(scheme.clone(), &[("whsec_new", None), ("whsec_old", Some(NOT_AFTER))]);

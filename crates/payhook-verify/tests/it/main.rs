@@ -1,4 +1,4 @@
-//! Integration tests for `payhook_core::signature`, compiled as one binary so
+//! Integration tests for `payhook_verify::signature`, compiled as one binary so
 //! the crate is linked once.
 //!
 //! * `vectors`: the shared, provider-derived test vectors.
@@ -31,7 +31,7 @@ mod props;
 mod units;
 mod vectors;
 
-use payhook_core::signature::{Encoding, HmacAlgorithm, Nonce, Scheme, Secret, Verified, Verifier, VerifyError};
+use payhook_verify::signature::{Encoding, HmacAlgorithm, Nonce, Scheme, Secret, Verified, Verifier, VerifyError};
 
 /// What a verification reported, as plain data a test can write out: a [`Verified`] itself only comes from a
 /// verifier.

@@ -1,6 +1,6 @@
 //! The named body-HMAC providers: GitHub, Paystack and Shopify.
 
-use payhook_core::signature::{Scheme, VerifyError};
+use payhook_verify::signature::{Scheme, VerifyError};
 
 use crate::{github_scheme, header, paystack_scheme, shopify_scheme, verifier};
 

@@ -1,9 +1,9 @@
 //! Checks the verifier against the provider-derived vectors in
-//! `crates/payhook-core/tests/data/signatures.json` (kept in the repository, so a fresh clone tests on its own).
+//! `crates/payhook-verify/tests/data/signatures.json` (kept in the repository, so a fresh clone tests on its own).
 
 use std::collections::BTreeMap;
 
-use payhook_core::signature::{Scheme, Secret, Verifier, adyen_signing_string};
+use payhook_verify::signature::{Scheme, Secret, Verifier, adyen_signing_string};
 use serde_json::Value;
 
 use crate::header;
@@ -233,7 +233,7 @@ fn header_pairs(v: &Value) -> Vec<(String, String)> {
 
 #[test]
 fn http_message_signature_vectors_rebuild_their_signature_base_and_verify_as_their_valid_flag_says() {
-    use payhook_core::signature::{Headers, RequestParts, parse_signature, parse_signature_input, signature_base};
+    use payhook_verify::signature::{Headers, RequestParts, parse_signature, parse_signature_input, signature_base};
     for v in raw_of("http-message-signatures") {
         let valid = v["valid"].as_bool().expect("valid");
         let key = v["secret_base64"].as_str().expect("secret_base64");
@@ -276,7 +276,7 @@ fn content_digest_vectors_match_their_body_as_their_valid_flag_says() {
         let digest = &headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-digest")).expect("Content-Digest").1;
         let valid = v["valid"].as_bool().expect("valid");
         assert_eq!(
-            payhook_core::signature::check_content_digest(digest, body.as_bytes()).is_ok(),
+            payhook_verify::signature::check_content_digest(digest, body.as_bytes()).is_ok(),
             valid,
             "{}",
             v["source"]
@@ -288,7 +288,7 @@ fn content_digest_vectors_match_their_body_as_their_valid_flag_says() {
 /// declarative language can express: Standard Webhooks' `svix-` headers and Ed25519 keys stay the code's.
 #[test]
 fn the_presets_of_the_built_in_schemes_verify_every_vector_as_the_code_does() {
-    use payhook_core::preset::Preset;
+    use payhook_verify::preset::Preset;
     let mut checked: BTreeMap<String, usize> = BTreeMap::new();
     for v in load() {
         let Some(preset) = Preset::get(&v.scheme_name) else { continue };

@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::signature::{
+use payhook_verify::signature::{
     ComponentError, Headers, KeyError, Nonce, RequestParts, Scheme, Secret, Verified, Verifier, VerifyError,
     check_component_name, check_content_digest, parse_signature, parse_signature_input, signature_base,
 };
@@ -241,7 +241,7 @@ fn a_signature_that_does_not_cover_content_digest_is_insufficient_coverage() {
 
 /// Headers of a request to `path` signed by hand with the HMAC key of [`HMAC_SECRET`], covering `components`.
 fn signed_covering(components: &[&str], path: &str) -> Vec<(String, String)> {
-    let digest = payhook_core::signature::content_digest(BODY);
+    let digest = payhook_verify::signature::content_digest(BODY);
     let list: Vec<String> = components.iter().map(|c| format!("\"{c}\"")).collect();
     let input_header = format!("sig1=({});created={NOW};keyid=\"payments-2024\";alg=\"hmac-sha256\"", list.join(" "));
     let mut headers = vec![

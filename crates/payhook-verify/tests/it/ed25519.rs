@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::signature::{KeyError, Scheme, Secret, Verifier, VerifyError};
+use payhook_verify::signature::{KeyError, Scheme, Secret, Verifier, VerifyError};
 
 use crate::{header, set_header, verifier};
 

@@ -18,8 +18,8 @@
 
 use super::common::{Envelope, ended_status, int_at, money_at, opt_int_at, opt_str_at, str_at};
 use super::{Outgoing, ParseError};
-use crate::billing::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::event::{CustomerId, Effect, Event, EventId, InvoiceId, OrderAction, OrderId, SubscriptionId};
+use crate::event::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::request::Headers;
 use serde_json::Value;
 

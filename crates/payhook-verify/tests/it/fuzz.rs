@@ -1,8 +1,8 @@
 //! Parsers fed arbitrary input: every header parser and payload format answers with a value or an error, never
 //! a panic, whatever the bytes.
 
-use payhook_core::format::Format;
-use payhook_core::signature::{
+use payhook_verify::format::Format;
+use payhook_verify::signature::{
     Encoding, HmacAlgorithm, RequestParts, Scheme, Secret, Verifier, check_content_digest, parse_signature,
     parse_signature_input, signature_base,
 };

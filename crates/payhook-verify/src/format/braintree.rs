@@ -34,8 +34,8 @@
 
 use super::ParseError;
 use super::common::{currency_exponent, decimal_to_minor, minor_to_decimal};
-use crate::billing::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::event::{Currency, CustomerId, Effect, Event, EventId, InvalidValue, InvoiceId, Money, OrderAction};
+use crate::event::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::event::{OrderId, SubscriptionId};
 use crate::signature::braintree_payload;
 use crate::time::{parse_iso8601, rfc3339};

@@ -90,8 +90,8 @@ fn check_candidates(count: usize, what: &str) -> Result<(), VerifyError> {
 /// an unverified body out of the inbox.
 ///
 /// ```compile_fail
-/// // Outside payhook-core a `Verified` cannot be written by hand.
-/// let forged = payhook_core::signature::Verified { secret_index: 0, delivery_id: None, timestamp: None, nonce: None };
+/// // Outside payhook-verify a `Verified` cannot be written by hand.
+/// let forged = payhook_verify::signature::Verified { secret_index: 0, delivery_id: None, timestamp: None, nonce: None };
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {

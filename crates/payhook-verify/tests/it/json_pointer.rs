@@ -1,7 +1,7 @@
 //! `json_pointer::get` answers as `serde_json::Value::pointer` does, for any document and any pointer built from
 //! its keys, indexes and the characters RFC 6901 escapes.
 
-use payhook_core::json_pointer;
+use payhook_verify::json_pointer;
 use proptest::prelude::*;
 use serde_json::Value;
 

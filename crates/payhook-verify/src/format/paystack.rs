@@ -37,9 +37,9 @@
 
 use super::common::{id_at, opt_str_at, str_at, timestamp_at};
 use super::{Outgoing, ParseError};
-use crate::billing::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::event::{Currency, CustomerId, Effect, Event, EventId, InvoiceId, Money, OrderAction, OrderId};
 use crate::event::{InvalidValue, SubscriptionId};
+use crate::event::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::time::rfc3339;
 use serde_json::Value;
 use sha2::{Digest, Sha256};

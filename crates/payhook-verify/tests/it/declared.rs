@@ -6,7 +6,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use ed25519_dalek::Signer as _;
 use hmac::{Hmac, Mac};
-use payhook_core::signature::{DeclaredScheme, RequestContext, Scheme, Secret, SignatureSpec, Verifier, VerifyError};
+use payhook_verify::signature::{DeclaredScheme, RequestContext, Scheme, Secret, SignatureSpec, Verifier, VerifyError};
 use std::sync::Arc;
 
 const BODY: &[u8] = br#"{"id":"ev_1","type":"payment.captured"}"#;

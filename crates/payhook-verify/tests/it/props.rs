@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::signature::{Encoding, RequestParts, Scheme, Secret, Verifier, VerifyError};
+use payhook_verify::signature::{Encoding, RequestParts, Scheme, Secret, Verifier, VerifyError};
 use proptest::prelude::*;
 
 use crate::{github_scheme, header, paystack_scheme, set_header, shopify_scheme};

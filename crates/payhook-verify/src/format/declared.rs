@@ -23,11 +23,11 @@ use serde_json::Value;
 
 use super::ParseError;
 use super::common::ended_status;
-use crate::billing::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::event::SubscriptionId;
 use crate::event::{
     Currency, CustomerId, Effect, Event, EventId, InvalidValue, InvoiceId, Money, OrderAction, OrderId,
 };
+use crate::event::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use crate::request::Headers;
 
 use super::example::ExampleSpec;

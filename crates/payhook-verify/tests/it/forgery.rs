@@ -27,10 +27,10 @@ use std::time::Instant;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::event::{Effect, Event, OrderAction};
-use payhook_core::format::{ExampleVars, Format, Outgoing};
-use payhook_core::preset::{Preset, test_secret};
-use payhook_core::signature::{
+use payhook_verify::event::{Effect, Event, OrderAction};
+use payhook_verify::format::{ExampleVars, Format, Outgoing};
+use payhook_verify::preset::{Preset, test_secret};
+use payhook_verify::signature::{
     Algorithm, Encoding, Headers, HmacAlgorithm, RequestContext, RequestParts, Scheme, Secret, SignatureSpec, Verifier,
 };
 use serde_json::Value;

@@ -2,7 +2,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::signature::{KeyError, Scheme, Secret, Verifier, VerifyError, adyen_signing_string};
+use payhook_verify::signature::{KeyError, Scheme, Secret, Verifier, VerifyError, adyen_signing_string};
 use serde_json::{Value, json};
 
 use crate::verifier;

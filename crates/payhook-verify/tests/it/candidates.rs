@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use payhook_core::signature::{
+use payhook_verify::signature::{
     DeclaredScheme, MAX_SIGNATURE_CANDIDATES, RequestContext, RequestParts, Scheme, SignatureSpec, Verifier,
     VerifyError,
 };
