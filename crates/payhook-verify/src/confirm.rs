@@ -53,6 +53,7 @@ pub struct Confirm {
 
 /// Why a delivery could not be confirmed from what it carries, or the answer does not confirm it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfirmError {
     /// A signed part the path needs is absent.
     #[error("the delivery has no {0}, which the confirmation's path needs")]

@@ -361,7 +361,10 @@ pub struct InvoiceChange {
 }
 
 /// A verified delivery, normalized by its source's payload format.
+///
+/// Non-exhaustive: it may gain fields; [`Event::new`] makes one outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Event {
     /// The provider's event id: the first dedup key.
     pub event_id: EventId,
@@ -374,4 +377,28 @@ pub struct Event {
     pub business_key: String,
     /// What the event asks of the ledger.
     pub effect: Effect,
+}
+
+impl Event {
+    /// An event with these fields: for a store that reads one back, and for tests.
+    pub fn new(event_id: EventId, event_type: String, occurred_at: i64, business_key: String, effect: Effect) -> Self {
+        Self { event_id, event_type, occurred_at, business_key, effect }
+    }
+
+    /// The order the event is about, for an order's effect (a payment, a failure, a refund, a dispute).
+    pub fn order_id(&self) -> Option<&OrderId> {
+        match &self.effect {
+            Effect::Order { order_id, .. } => Some(order_id),
+            _ => None,
+        }
+    }
+
+    /// The amount the event carries: an order's payment or refund, an invoice's.
+    pub fn money(&self) -> Option<&Money> {
+        match &self.effect {
+            Effect::Order { money, .. } => money.as_ref(),
+            Effect::Invoice(invoice) => invoice.money.as_ref(),
+            Effect::Subscription(_) | Effect::Ignored => None,
+        }
+    }
 }

@@ -57,6 +57,7 @@ pub struct Preset {
 
 /// Why a preset cannot be used; a test keeps every shipped preset free of these.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PresetError {
     /// The file is not a preset.
     #[error("presets/{0}.toml: {1}")]

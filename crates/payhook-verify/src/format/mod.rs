@@ -55,6 +55,7 @@ pub enum Format {
 
 /// Why a verified body could not be turned into an event. The message is stored as the dead letter's reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ParseError {
     /// The body is not JSON.
     #[error("body is not valid JSON: {0}")]

@@ -55,6 +55,18 @@ impl Secret {
     }
 }
 
+impl From<&str> for Secret {
+    fn from(s: &str) -> Self {
+        Self::new(s)
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Self {
+        Self::new(s)
+    }
+}
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Secret([redacted])")
@@ -111,6 +123,7 @@ impl Encoding {
 
 /// Why a [`Verifier`](super::Verifier) could not be built from the configured secrets.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// The secret at `index` (0-based, in configuration order) is unusable.
     #[error("secret #{index}: {reason}")]

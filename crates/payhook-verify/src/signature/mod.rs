@@ -39,6 +39,7 @@ mod adyen;
 mod body_hmac;
 mod braintree;
 mod declared;
+mod deliver;
 mod ed25519;
 mod http;
 mod key;
@@ -54,6 +55,7 @@ pub use braintree::braintree_payload;
 pub use declared::{
     Algorithm, DeclaredScheme, KeyDecoding, RequestContext, SignatureSpec, SignedPart, SpecError, Split, TimeUnit,
 };
+pub use deliver::SignedDelivery;
 pub use http::{
     ComponentError, DEFAULT_REQUIRED_COMPONENTS, DERIVED_COMPONENTS, RequestParts, SignatureInput,
     check_component_name, check_content_digest, content_digest, parse_signature, parse_signature_input, signature_base,
@@ -151,6 +153,7 @@ pub struct Nonce {
 /// metric label (see [`VerifyError::code`]) and should not leak more detail
 /// than this to the sender.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum VerifyError {
     /// A header the scheme requires is absent (the lowercase name is given).
     #[error("missing header {0}")]

@@ -15,8 +15,12 @@
 //!   refused, unreadable, ignored or the same effect, never another order, amount, type or status.
 //! * `fuzz`: arbitrary headers and bodies through every parser: no panics.
 //! * `layers`: `signature` never imports `format`; `request` and `template` import neither.
+//! * `webhook`: the crate's front door, `Webhook::verify` and its errors.
+//! * `axum` (feature `axum`): the extractor and the layer.
 
 mod adyen;
+#[cfg(feature = "axum")]
+mod axum;
 mod candidates;
 mod declared;
 mod ed25519;
@@ -30,6 +34,7 @@ mod not_after;
 mod props;
 mod units;
 mod vectors;
+mod webhook;
 
 use payhook_verify::signature::{Encoding, HmacAlgorithm, Nonce, Scheme, Secret, Verified, Verifier, VerifyError};
 
