@@ -12,6 +12,7 @@ mod helpers;
 mod hostile;
 mod install;
 mod interop;
+mod interop_crate;
 mod postgres;
 mod powercut;
 mod provider;
