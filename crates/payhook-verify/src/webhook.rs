@@ -378,8 +378,9 @@ impl Delivery {
         &self.verified
     }
 
-    /// An RFC 9421 signature's nonce: claim it once (in a table with a unique key on key id and nonce, kept until
-    /// [`Nonce::expires_at`]), or a replay of the same signature within the tolerance verifies again.
+    /// A signature to claim once: an RFC 9421 signature's nonce, or the signature of a rule that does not sign the
+    /// body (Mercado Pago's). Claim it in a table with a unique key on key id and nonce, kept until
+    /// [`Nonce::expires_at`], refusing it with another body; otherwise a replay within the tolerance verifies again.
     pub fn nonce(&self) -> Option<&Nonce> {
         self.verified.nonce()
     }
