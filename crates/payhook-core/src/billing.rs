@@ -15,118 +15,13 @@
 //! (none) --refund--> revoked          (a refund before its payment: the later payment grants nothing)
 //! ```
 
-use crate::event::{CustomerId, InvalidValue, InvoiceId, Money, SubscriptionId};
+//!
+//! The billing events themselves ([`SubscriptionChange`], [`InvoiceChange`] and their parts) are part of the normalized
+//! event, defined in `payhook_verify::event` and re-exported here; this module holds the decisions about them.
+
+pub use crate::event::{InvoiceAction, InvoiceChange, SubscriptionAction, SubscriptionChange, SubscriptionStatus};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-
-/// A provider's subscription status, lower-cased (`active`, `past_due`, `canceled`, Paystack's `non-renewing`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct SubscriptionStatus(String);
-
-/// Statuses after which a subscription never changes again.
-const ENDED: [&str; 8] =
-    ["canceled", "cancelled", "incomplete_expired", "complete", "completed", "ended", "expired", "disabled"];
-
-impl SubscriptionStatus {
-    /// Accepts 1 to 64 characters of letters, digits, `_` and `-`, and lower-cases them.
-    pub fn parse(s: &str) -> Result<Self, InvalidValue> {
-        let ok =
-            !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if ok {
-            Ok(Self(s.to_ascii_lowercase()))
-        } else {
-            Err(InvalidValue { field: "status", reason: "must be 1 to 64 characters of letters, digits, '_' and '-'" })
-        }
-    }
-
-    /// The status a deleted subscription gets when its event does not say.
-    pub fn canceled() -> Self {
-        Self("canceled".to_owned())
-    }
-
-    /// The lower-cased status.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// True for statuses after which the subscription never changes again.
-    pub fn is_ended(&self) -> bool {
-        ENDED.contains(&self.0.as_str())
-    }
-}
-
-impl TryFrom<String> for SubscriptionStatus {
-    type Error = InvalidValue;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        Self::parse(&s)
-    }
-}
-
-impl From<SubscriptionStatus> for String {
-    fn from(v: SubscriptionStatus) -> String {
-        v.0
-    }
-}
-
-impl fmt::Display for SubscriptionStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// What a subscription event says happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SubscriptionAction {
-    /// The subscription was created.
-    Created,
-    /// Its status, period or plan changed.
-    Updated,
-    /// It ended.
-    Deleted,
-}
-
-/// A subscription event, normalized.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SubscriptionChange {
-    /// The provider's subscription id.
-    pub subscription_id: SubscriptionId,
-    /// Its customer, when the event names one.
-    pub customer_id: Option<CustomerId>,
-    /// What happened.
-    pub action: SubscriptionAction,
-    /// The provider's status after the event.
-    pub status: SubscriptionStatus,
-    /// End of the current billing period, unix seconds, when known.
-    pub current_period_end: Option<i64>,
-    /// The event carries the whole subscription (status and customer), so it may create the row when it is the
-    /// first event of the subscription to arrive; a partial update for an unknown subscription waits instead.
-    pub full_object: bool,
-}
-
-/// What an invoice event says happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InvoiceAction {
-    /// The invoice was paid: its entitlement is granted.
-    Paid,
-    /// A payment attempt failed: reported, nothing is granted or revoked.
-    PaymentFailed,
-    /// The invoice's payment was refunded: its entitlement is revoked.
-    Refunded,
-}
-
-impl InvoiceAction {
-    /// The outbox kind of the row this action writes when it changes something.
-    pub fn outbox_kind(self) -> &'static str {
-        match self {
-            Self::Paid => ENTITLEMENT_GRANTED,
-            Self::PaymentFailed => INVOICE_PAYMENT_FAILED,
-            Self::Refunded => ENTITLEMENT_REVOKED,
-        }
-    }
-}
 
 /// Outbox kind of a grant.
 pub const ENTITLEMENT_GRANTED: &str = "entitlement.granted";
@@ -136,21 +31,6 @@ pub const ENTITLEMENT_REVOKED: &str = "entitlement.revoked";
 pub const INVOICE_PAYMENT_FAILED: &str = "invoice.payment_failed";
 /// Outbox kind of a real subscription change.
 pub const SUBSCRIPTION_UPDATED: &str = "subscription.updated";
-
-/// An invoice event, normalized.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InvoiceChange {
-    /// The provider's invoice id: the entitlement's key.
-    pub invoice_id: InvoiceId,
-    /// The customer the entitlement belongs to, when the event names one.
-    pub customer_id: Option<CustomerId>,
-    /// The subscription the invoice bills, if any: its end revokes the entitlement.
-    pub subscription_id: Option<SubscriptionId>,
-    /// What happened.
-    pub action: InvoiceAction,
-    /// The amount paid or refunded, when the event carries one.
-    pub money: Option<Money>,
-}
 
 /// A stored subscription, as the rules need it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,6 +171,7 @@ pub fn decide_invoice(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::{InvoiceId, SubscriptionId};
 
     fn status(s: &str) -> SubscriptionStatus {
         SubscriptionStatus::parse(s).unwrap()

@@ -58,22 +58,33 @@ impl OrderStatus {
     }
 }
 
-impl OrderAction {
-    /// Whether an outbox row of `kind` records a transition into a final state ([`OrderStatus::is_final`]).
-    pub fn is_final_kind(kind: &str) -> bool {
-        Self::ALL.iter().any(|action| action.outbox_kind() == kind && action.target().is_final())
-    }
-}
-
 impl fmt::Display for OrderStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-impl OrderAction {
+/// The ledger's rules for each [`OrderAction`]: where it moves an order from and to, and what it writes.
+///
+/// A trait rather than methods of the action, because [`OrderAction`] belongs to the normalized event
+/// (`payhook_verify::event`), which knows nothing of the ledger; bring it into scope with
+/// `use payhook_core::ledger::Transitions as _;`.
+pub trait Transitions: Sized {
     /// The state the action moves an order to.
-    pub fn target(self) -> OrderStatus {
+    fn target(self) -> OrderStatus;
+
+    /// The states the action may move an order from: the guard of its `UPDATE`.
+    fn legal_from(self) -> &'static [OrderStatus];
+
+    /// The outbox kind a real transition writes.
+    fn outbox_kind(self) -> &'static str;
+
+    /// Whether an outbox row of `kind` records a transition into a final state ([`OrderStatus::is_final`]).
+    fn is_final_kind(kind: &str) -> bool;
+}
+
+impl Transitions for OrderAction {
+    fn target(self) -> OrderStatus {
         match self {
             Self::Pay => OrderStatus::Paid,
             Self::Fail => OrderStatus::Failed,
@@ -82,8 +93,7 @@ impl OrderAction {
         }
     }
 
-    /// The states the action may move an order from: the guard of its `UPDATE`.
-    pub fn legal_from(self) -> &'static [OrderStatus] {
+    fn legal_from(self) -> &'static [OrderStatus] {
         use OrderStatus::*;
         match self {
             Self::Pay => &[Pending, Failed],
@@ -93,25 +103,28 @@ impl OrderAction {
         }
     }
 
-    /// States from which the action is not legal *yet*: an earlier event is still missing, so the event is
-    /// deferred rather than dropped (a dispute for an order whose payment has not arrived).
-    fn waits_in(self) -> &'static [OrderStatus] {
-        use OrderStatus::*;
-        match self {
-            Self::Pay | Self::Fail => &[],
-            Self::Refund => &[Failed],
-            Self::Dispute => &[Pending, Failed],
-        }
-    }
-
-    /// The outbox kind a real transition writes.
-    pub fn outbox_kind(self) -> &'static str {
+    fn outbox_kind(self) -> &'static str {
         match self {
             Self::Pay => "order.paid",
             Self::Fail => "order.failed",
             Self::Refund => "order.refunded",
             Self::Dispute => "order.disputed",
         }
+    }
+
+    fn is_final_kind(kind: &str) -> bool {
+        Self::ALL.iter().any(|action| action.outbox_kind() == kind && action.target().is_final())
+    }
+}
+
+/// States from which `action` is not legal *yet*: an earlier event is still missing, so the event is deferred
+/// rather than dropped (a dispute for an order whose payment has not arrived).
+fn waits_in(action: OrderAction) -> &'static [OrderStatus] {
+    use OrderStatus::*;
+    match action {
+        OrderAction::Pay | OrderAction::Fail => &[],
+        OrderAction::Refund => &[Failed],
+        OrderAction::Dispute => &[Pending, Failed],
     }
 }
 
@@ -180,7 +193,7 @@ pub fn explain(plan: &Plan, order: Option<&OrderSnapshot>) -> Unapplied {
             expected, plan.order_id, order.money
         ));
     }
-    if plan.action.waits_in().contains(&order.status) {
+    if waits_in(plan.action).contains(&order.status) {
         return Unapplied::Defer(format!(
             "order {} is {}; {} must wait for an earlier event",
             plan.order_id, order.status, plan.outbox_kind

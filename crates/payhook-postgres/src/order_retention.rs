@@ -22,7 +22,7 @@
 use crate::ops::{Failure, order_lock, rerun_on_conflict};
 use crate::pool::{Object, Pool};
 use payhook_core::event::OrderAction;
-use payhook_core::ledger::OrderStatus;
+use payhook_core::ledger::{OrderStatus, Transitions as _};
 use payhook_store::{PruneRequest, Pruned, StoreError};
 use std::collections::HashSet;
 

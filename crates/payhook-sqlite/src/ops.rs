@@ -515,7 +515,7 @@ pub(crate) fn retry(conn: &WriterConn<'_>, c: &Claimed, now_ms: i64, ctx: &Ctx) 
         return Ok(Retried::LeaseLost);
     };
     let effect: Effect = serde_json::from_str(&effect).map_err(|e| StoreError::corrupt("a stored effect", e))?;
-    let event = Event { event_id: c.event_id.clone(), event_type, occurred_at, business_key, effect };
+    let event = Event::new(c.event_id.clone(), event_type, occurred_at, business_key, effect);
     let recorded = apply(conn, ctx, c.source.as_str(), &event, now_ms, false)?;
     let recorded =
         settle(conn, ctx, c.row_id, Outcome::Deferred, recorded, c.attempts + 1, now_ms, c.source.as_str(), &event)?;

@@ -20,7 +20,7 @@ use crate::context::{Result, SqlResult};
 use crate::retention::VISIT_FACTOR;
 use crate::tally::{self, Table};
 use payhook_core::event::OrderAction;
-use payhook_core::ledger::OrderStatus;
+use payhook_core::ledger::{OrderStatus, Transitions as _};
 use payhook_store::{PruneRequest, Pruned};
 use rusqlite::{Connection, OptionalExtension, params};
 

@@ -16,7 +16,7 @@
 
 use crate::{EventFilter, OrderView, OutboxFilter, OutboxKind, OutboxStatus, Outcome, Store};
 use payhook_core::event::{Effect, EventId, Money, OrderAction, OrderId, SourceName};
-use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Unapplied};
+use payhook_core::ledger::{self, OrderSnapshot, OrderStatus, Transitions as _, Unapplied};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 

@@ -260,13 +260,13 @@ mod tests {
             out.sort();
             out.into_iter().map(|(_, k)| k).collect()
         };
-        let event = Event {
-            event_id: payhook_core::event::EventId::parse("evt_1").unwrap(),
-            event_type: "t".into(),
-            occurred_at: 1,
-            business_key: "k".into(),
-            effect: Effect::Ignored,
-        };
+        let event = Event::new(
+            payhook_core::event::EventId::parse("evt_1").unwrap(),
+            "t".into(),
+            1,
+            "k".into(),
+            Effect::Ignored,
+        );
         let plan = payhook_core::ledger::plan(&Effect::Order {
             order_id: OrderId::parse("ord_1").unwrap(),
             action: payhook_core::event::OrderAction::Pay,

@@ -142,7 +142,7 @@ pub(super) async fn retry_on(client: &Object, c: &Claimed, now_ms: i64, ctx: &Ct
     let effect: Option<String> = row.try_get(3).map_err(|e| StoreError::corrupt("effect", e))?;
     let effect: Effect = serde_json::from_str(effect.as_deref().unwrap_or("null"))
         .map_err(|e| StoreError::corrupt("stored effect", e))?;
-    let event = Event { event_id: c.event_id.clone(), event_type, occurred_at, business_key, effect };
+    let event = Event::new(c.event_id.clone(), event_type, occurred_at, business_key, effect);
     // An order event takes its order's lock; a billing event the locks of its subscription or invoice.
     let change = ledger::plan(&event.effect).map(|plan| Change::new(plan, c.source.as_str(), &event));
     let billing_locks = billing::locks(&event.effect);

@@ -527,46 +527,17 @@ impl SourceSettings {
         self.sign_request(url, body, headers, now_unix, msg_id)
     }
 
-    /// Signs `body` for `url` the way this source's provider does, after `headers` (the unsigned ones it also sends).
+    /// Signs `body` for `url` the way this source's provider does, after `headers` (the unsigned ones it also sends):
+    /// [`Verifier::sign_delivery`](payhook_core::signature::Verifier::sign_delivery).
     pub fn sign_request(
         &self,
         url: reqwest::Url,
-        mut body: Vec<u8>,
-        mut headers: Vec<(String, String)>,
+        body: Vec<u8>,
+        headers: Vec<(String, String)>,
         now_unix: i64,
         msg_id: &str,
     ) -> Result<ProviderRequest, payhook_core::signature::VerifyError> {
-        use payhook_core::signature::{RequestContext, RequestParts, Scheme};
-        let content_type = match self.verifier.scheme() {
-            Scheme::Braintree => "application/x-www-form-urlencoded",
-            _ => "application/json",
-        };
-        headers.push(("content-type".to_owned(), content_type.to_owned()));
-        match self.verifier.scheme() {
-            Scheme::Adyen => body = self.verifier.adyen_sign_body(&body)?,
-            Scheme::Braintree => body = self.verifier.braintree_sign_body(&body)?,
-            Scheme::HttpMessageSignatures => {
-                let authority = match (url.host_str(), url.port()) {
-                    (Some(host), Some(port)) => format!("{host}:{port}"),
-                    (Some(host), None) => host.to_owned(),
-                    (None, _) => String::new(),
-                };
-                let parts = RequestParts {
-                    method: "POST",
-                    scheme: url.scheme(),
-                    authority: &authority,
-                    path: url.path(),
-                    query: url.query(),
-                    headers: &[("content-type", "application/json")],
-                };
-                headers.extend(self.verifier.sign_request(&parts, &body, now_unix, Some(msg_id)));
-            }
-            _ => {
-                let context = RequestContext { url: Some(url.as_str()), headers: &headers };
-                let signature = self.verifier.sign_with(&body, now_unix, msg_id, &context);
-                headers.extend(signature);
-            }
-        }
+        let (body, headers) = self.verifier.sign_delivery(url.as_str(), body, headers, now_unix, msg_id)?;
         Ok(ProviderRequest { url, body, headers })
     }
 }

@@ -107,14 +107,15 @@ impl Confirmer {
                 metrics.confirmed(Confirmed::Answered);
                 Ok(Answer::Events { answer, events })
             }
-            // An answer about another resource is not stored: replaying it could not check it again.
-            Err(e @ (ConfirmError::OtherResource(_) | ConfirmError::Missing(_))) => {
-                tracing::warn!(error = %e, "the provider's API answered about another resource");
-                Err(unavailable("it answered about another resource"))
-            }
             Err(e @ ConfirmError::Answer(_)) => {
                 metrics.confirmed(Confirmed::Unreadable);
                 Ok(Answer::Unreadable { answer, reason: e.to_string() })
+            }
+            // An answer about another resource (or missing the signed part) is not stored: replaying it could not
+            // check it again.
+            Err(e) => {
+                tracing::warn!(error = %e, "the provider's API answered about another resource");
+                Err(unavailable("it answered about another resource"))
             }
         }
     }

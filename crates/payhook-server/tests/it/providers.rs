@@ -284,7 +284,7 @@ async fn braintree_notifications_pay_and_dispute_orders_and_other_keys_are_refus
     let answer = |reply: Reply| (reply.status, reply.json["status"].as_str().map(str::to_owned), reply.json);
 
     // Signed by the braintree npm SDK with the test key pair; it settles 19.99 EUR for ord_1042.
-    let payload = include_str!("../../../payhook-core/tests/data/braintree/transaction_settled.payload");
+    let payload = include_str!("../../../payhook-verify/tests/data/braintree/transaction_settled.payload");
     let settled = format!(
         "bt_signature=payhook_public_key%7C183e7777ded8c8a877940354962b4e837881e541&bt_payload={}",
         payload.replace('+', "%2B").replace('/', "%2F").replace('=', "%3D").replace('\n', "%0A")

@@ -16,13 +16,7 @@ pub fn event_delivery(id: &str, event_type: &str, occurred_at: i64, business_key
     Delivery::unverified_for_tests(crate::DeliveryParts {
         source: source(),
         received_at_ms: T0 + occurred_at,
-        parsed: Parsed::Event(Event {
-            event_id: event_id(id),
-            event_type: event_type.to_owned(),
-            occurred_at,
-            business_key,
-            effect,
-        }),
+        parsed: Parsed::Event(Event::new(event_id(id), event_type.to_owned(), occurred_at, business_key, effect)),
         raw_body: format!("{{\"id\":\"{id}\"}}").into_bytes(),
         headers: super::headers(),
         verification: super::VERIFICATION.to_owned(),

@@ -21,23 +21,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 /// A provider as a source of its own in payhook's config, and as the SDK scripts know it.
-struct Provider {
+pub(crate) struct Provider {
     /// The provider's name in `verify.mjs` and `sign.mjs`.
-    sdk: &'static str,
+    pub(crate) sdk: &'static str,
     /// The source's name (and the last segment of its webhook URL).
-    source: &'static str,
+    pub(crate) source: &'static str,
     scheme: &'static str,
-    format: &'static str,
+    pub(crate) format: &'static str,
     /// A secret of the form the provider issues.
-    secret: &'static str,
+    pub(crate) secret: &'static str,
     /// Another secret of the same form, which must not verify what the first one signed.
-    other_secret: &'static str,
+    pub(crate) other_secret: &'static str,
     /// The source's `notification_url`, for a rule that signs the URL as registered with the provider.
-    notification_url: Option<&'static str>,
+    pub(crate) notification_url: Option<&'static str>,
 }
 
 /// Providers whose SDK verifies a delivery.
-const VERIFIED_BY_SDK: [Provider; 11] = [
+pub(crate) const VERIFIED_BY_SDK: [Provider; 11] = [
     Provider {
         sdk: "paddle",
         source: "paddle",
@@ -140,20 +140,21 @@ const VERIFIED_BY_SDK: [Provider; 11] = [
 ];
 
 /// The providers whose SDK signs a delivery (`sign.mjs`): the same sources.
-const SIGNED_BY_SDK: [&str; 6] = ["standard-webhooks", "polar", "github", "coinbase-commerce", "braintree", "stripe"];
+pub(crate) const SIGNED_BY_SDK: [&str; 6] =
+    ["standard-webhooks", "polar", "github", "coinbase-commerce", "braintree", "stripe"];
 
 /// The order every rendered delivery is about.
-const ORDER: &str = "ord_interop_1042";
+pub(crate) const ORDER: &str = "ord_interop_1042";
 
 /// The effects a built-in format's deliveries are triggered by.
 const BUILT_IN_EVENTS: [&str; 4] = ["pay", "refund", "fail", "dispute"];
 
-fn provider(sdk: &str) -> &'static Provider {
+pub(crate) fn provider(sdk: &str) -> &'static Provider {
     VERIFIED_BY_SDK.iter().find(|p| p.sdk == sdk).unwrap_or_else(|| panic!("no provider {sdk}"))
 }
 
 /// `interop/`, when node and its installed packages are there; `None` (having said why) when the suite is skipped.
-fn interop_dir() -> Option<PathBuf> {
+pub(crate) fn interop_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../interop");
     let required = std::env::var("PAYHOOK_TEST_INTEROP").is_ok_and(|v| v == "1");
     let node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
@@ -176,7 +177,7 @@ fn interop_dir() -> Option<PathBuf> {
 
 /// One of the SDK scripts as a child process: a JSON line in, a JSON line out, so that each delivery is checked
 /// right after it was signed (Paddle's SDK refuses a signature more than 5 s old).
-struct Script {
+pub(crate) struct Script {
     name: String,
     child: Child,
     stdin: ChildStdin,
@@ -184,7 +185,7 @@ struct Script {
 }
 
 impl Script {
-    fn start(dir: &Path, name: &str) -> Self {
+    pub(crate) fn start(dir: &Path, name: &str) -> Self {
         let mut child = Command::new("node")
             .arg(dir.join(name))
             .current_dir(dir)
@@ -198,7 +199,7 @@ impl Script {
         Self { name: name.to_owned(), child, stdin, stdout }
     }
 
-    fn ask(&mut self, question: &Value) -> Value {
+    pub(crate) fn ask(&mut self, question: &Value) -> Value {
         writeln!(self.stdin, "{question}").unwrap_or_else(|e| panic!("{}: write: {e}", self.name));
         self.stdin.flush().expect("flush");
         let mut line = String::new();
@@ -238,7 +239,7 @@ fn sources_toml() -> String {
 }
 
 /// The events `payhook trigger` renders for a provider: a preset's examples, or a built-in format's effects.
-fn events(p: &Provider) -> Vec<String> {
+pub(crate) fn events(p: &Provider) -> Vec<String> {
     if let Some(format) = Format::built_in(p.format) {
         // The effects the provider sends an event for (Braintree has no refund webhook).
         return OrderAction::ALL
@@ -265,7 +266,7 @@ fn trigger(dir: &TestDir, config: &Path, p: &Provider, event: &str) -> Value {
 }
 
 /// The first ASCII digit at or after `from` raised by one (9 becomes 8), which keeps JSON and URLs well formed.
-fn change_one_digit(s: &str, from: usize) -> String {
+pub(crate) fn change_one_digit(s: &str, from: usize) -> String {
     let at = s[from..].find(|c: char| c.is_ascii_digit()).map(|i| from + i).expect("a digit to change");
     let digit = s.as_bytes()[at] - b'0';
     let changed = if digit == 9 { 8 } else { digit + 1 };
@@ -273,7 +274,7 @@ fn change_one_digit(s: &str, from: usize) -> String {
 }
 
 /// The question `verify.mjs` answers about a delivery checked with `secret`.
-fn verify_question(p: &Provider, delivery: &Value, secret: &str) -> Value {
+pub(crate) fn verify_question(p: &Provider, delivery: &Value, secret: &str) -> Value {
     json!({
         "provider": p.sdk,
         "secret": secret,
@@ -340,7 +341,7 @@ fn what_payhook_signs_the_providers_sdks_accept_and_a_changed_byte_they_refuse()
 }
 
 /// The delivery with the signature headers `sign.mjs` made in place of payhook's (names compared ignoring case).
-fn with_sdk_signature(delivery: &Value, signed: &Value) -> Vec<(String, String)> {
+pub(crate) fn with_sdk_signature(delivery: &Value, signed: &Value) -> Vec<(String, String)> {
     let sdk_headers: &Map<String, Value> = signed["headers"].as_object().expect("signed headers");
     let mut headers: Vec<(String, String)> = delivery["headers"]
         .as_object()

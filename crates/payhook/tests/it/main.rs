@@ -13,6 +13,7 @@ mod helpers;
 mod hostile;
 mod install;
 mod interop;
+mod interop_crate;
 mod postgres;
 mod powercut;
 mod provider;
