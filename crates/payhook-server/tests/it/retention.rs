@@ -42,3 +42,23 @@ async fn the_retention_task_deletes_settled_orders_and_counts_them_in_the_metric
     assert!(app.store.order(&order_id("ord_old")).await.expect("order").is_none(), "the old refunded order is gone");
     assert!(app.store.order(&order_id("ord_new")).await.expect("order").is_some(), "the young one stays");
 }
+
+/// The retention task deletes audit entries older than `retention.audit_ms` and keeps the rest.
+#[tokio::test]
+async fn audit_entries_past_their_retention_are_deleted_and_the_rest_kept() {
+    use crate::helpers::TestApp;
+    use payhook_store::{AuditAction, AuditFilter};
+    let app = TestApp::spawn().await;
+    let now = app.clock.now_ms();
+    let by = payhook_server::Actor::cli();
+    let entries = [(now - 401 * DAY_MS, "old"), (now - 399 * DAY_MS, "kept"), (now, "new")]
+        .map(|(at, target)| by.entry(AuditAction::Reload, Some(target.into()), "ok", serde_json::Value::Null, at));
+    app.store.audit(entries.to_vec()).await.unwrap();
+    let retention = app.settings.retention.clone();
+    assert_eq!(retention.audit_ms, 400 * DAY_MS);
+    let deleted = payhook_server::retention::prune_audit(&*app.store, &retention, now, Duration::ZERO).await.unwrap();
+    assert_eq!(deleted, 1);
+    let left = app.store.list_audit(AuditFilter { limit: 10, ..AuditFilter::default() }).await.unwrap();
+    let targets: Vec<_> = left.rows.iter().filter_map(|r| r.entry.target.as_deref()).collect();
+    assert_eq!(targets, ["new", "kept"]);
+}
