@@ -267,6 +267,10 @@ pub struct SinkSettings {
     pub max_in_flight: usize,
     /// How rows travel: an HTTP POST to `url`, or a publish to the broker at `url`.
     pub transport: SinkTransport,
+    /// How the rows of one ordering key are delivered: in commit order, a dead row holding the later ones
+    /// (`ordering = "key"`, `on_dead = "hold"`: the default) or letting them pass (`on_dead = "skip"`), or in no
+    /// particular order (`ordering = "none"`).
+    pub order: payhook_store::KeyOrder,
 }
 
 /// How a sink's rows travel. Every transport shares the dispatcher's leases, backoff, dead rows and alerts; only

@@ -24,7 +24,7 @@ use crate::base::settings::{ALERTS_SINK, AlertSettings, DispatcherSettings, Sett
 use crate::runtime::broker::{Broker, Published};
 use payhook_core::retry::Next;
 use payhook_core::signature::Verifier;
-use payhook_store::{Claim, Dispatched, OutboxJob, Store, StoreError};
+use payhook_store::{Claim, Dispatched, KeyOrder, OutboxJob, Store, StoreError};
 use reqwest::StatusCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +43,8 @@ struct Target {
     alerts: bool,
     /// The broker this sink publishes to; `None` for an HTTP sink.
     broker: Option<Arc<Broker>>,
+    /// How the rows of one key are claimed: in commit order (a dead row holding or not), or in any order.
+    order: KeyOrder,
     /// The configuration generation that last defined this target: a loop runs one revision of its target, and
     /// a reload that changes the target replaces the loop.
     revision: u64,
@@ -58,6 +60,7 @@ impl Target {
             max_in_flight: s.max_in_flight.max(1),
             alerts: false,
             broker: Broker::for_sink(&s.transport, &s.url, &s.name).map(Arc::new),
+            order: s.order,
             revision: 0,
         }
     }
@@ -71,6 +74,7 @@ impl Target {
             max_in_flight: 1,
             alerts: true,
             broker: None,
+            order: KeyOrder::Unordered,
             revision: 0,
         }
     }
@@ -266,8 +270,13 @@ impl<S: Store> Dispatcher<S> {
             let now = self.clock.now_ms();
             let sleep = match self.sink_once(&target, now).await {
                 Ok(pass) if pass.total() > 0 => continue,
+                // A row due already that this claim did not take waits behind an earlier row of its key (leased
+                // by another instance, backing off, or dead): its head's outcome, recorded by this loop or by the
+                // wake-up of a re-queue, frees it, so the loop sleeps the full poll instead of spinning on it.
                 Ok(_) => match self.store.next_outbox_due_ms(&target.name).await {
-                    Ok(Some(due)) => Duration::from_millis(u64::try_from(due - now).unwrap_or(0).max(10)).min(poll),
+                    Ok(Some(due)) if due > now => {
+                        Duration::from_millis(u64::try_from(due - now).unwrap_or(0).max(10)).min(poll)
+                    }
                     _ => poll,
                 },
                 Err(e) => {
@@ -291,7 +300,7 @@ impl<S: Store> Dispatcher<S> {
             limit: u32::try_from(target.max_in_flight).unwrap_or(u32::MAX),
             owner: self.owner.clone(),
         };
-        let jobs = self.store.claim_outbox(&target.name, claim).await?;
+        let jobs = self.store.claim_outbox_ordered(&target.name, claim, target.order).await?;
         let mut sends = tokio::task::JoinSet::new();
         for job in jobs {
             let (this, target) = (self.clone(), target.clone());

@@ -4,6 +4,7 @@
 use super::*;
 use payhook_server::SinkTransport;
 use payhook_server::settings::SinkSettings;
+use payhook_store::KeyOrder;
 
 /// How a sink's rows travel, as written in the file.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -40,6 +41,28 @@ pub(super) struct RawSink {
     timeout_ms: u64,
     #[serde(default = "default_max_in_flight")]
     max_in_flight: usize,
+    /// `key` (the default): the rows of one ordering key in commit order; `none`: in no particular order.
+    #[serde(default)]
+    ordering: Ordering,
+    /// With `ordering = "key"`: what a dead row does to its key's later rows (`hold`, the default, or `skip`).
+    on_dead: Option<OnDead>,
+}
+
+/// `ordering`, as written in the file.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Ordering {
+    #[default]
+    Key,
+    None,
+}
+
+/// `on_dead`, as written in the file.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum OnDead {
+    Hold,
+    Skip,
 }
 
 fn default_max_in_flight() -> usize {
@@ -82,6 +105,14 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
     only("routing_key", s.routing_key.is_some() && s.kind != SinkType::Amqp, "amqp")?;
     only("secret", (s.secret.is_some() || s.secret_env.is_some()) && s.kind != SinkType::Http, "http")?;
     refuse_tls_the_client_lacks(s.kind, &s.url)?;
+    let order = match (s.ordering, s.on_dead) {
+        (Ordering::Key, None | Some(OnDead::Hold)) => KeyOrder::Hold,
+        (Ordering::Key, Some(OnDead::Skip)) => KeyOrder::Skip,
+        (Ordering::None, None) => KeyOrder::Unordered,
+        (Ordering::None, Some(_)) => {
+            bail!("on_dead: only a sink with ordering = \"key\" holds or skips a dead row's key")
+        }
+    };
     // Never echo the URL: its path, query or user info may hold the sink's token or the broker's password.
     let (url, transport) = match s.kind {
         SinkType::Http => (SecretUrl::parse(&s.url).context("url")?, SinkTransport::Http),
@@ -146,5 +177,6 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
         timeout_ms: s.timeout_ms.max(1),
         max_in_flight: s.max_in_flight.max(1),
         transport,
+        order,
     })
 }

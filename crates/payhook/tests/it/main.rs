@@ -14,6 +14,7 @@ mod hostile;
 mod install;
 mod interop;
 mod postgres;
+mod postgres_order;
 mod powercut;
 mod provider;
 mod reload;
