@@ -473,6 +473,7 @@ fn shop_sink() -> SinkSettings {
         max_in_flight: 1,
         transport: payhook_server::SinkTransport::Http,
         order: payhook_store::KeyOrder::default(),
+        rate: None,
     }
 }
 

@@ -55,6 +55,7 @@ pub(crate) fn nats_sink(name: &str, url: &str, subject: &str) -> SinkSettings {
         max_in_flight: 4,
         transport: SinkTransport::Nats { subject: subject.to_owned() },
         order: payhook_store::KeyOrder::default(),
+        rate: None,
     }
 }
 
@@ -68,6 +69,7 @@ pub(crate) fn redis_sink(name: &str, url: &str, stream: &str) -> SinkSettings {
         max_in_flight: 4,
         transport: SinkTransport::Redis { stream: stream.to_owned(), dedup_window_secs: 600 },
         order: payhook_store::KeyOrder::default(),
+        rate: None,
     }
 }
 

@@ -128,6 +128,7 @@ fn sink(name: &str, url: String, kinds: &[&str]) -> SinkSettings {
         max_in_flight: 4,
         transport: payhook_server::SinkTransport::Http,
         order: payhook_store::KeyOrder::default(),
+        rate: None,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Per-key order at a real HTTP sink that fails about 30 % of attempts at random and answers in up to 20 ms,
 //! eight requests in flight: every order's `order.paid` arrives before its `order.refunded`, a dead row holds its
-//! order's refund until it is retried through the API, and `ordering = "none"` does not wait.
+//! order's refund until it is retried through the API, and `ordering = "none"` does not wait. And a sink's rate.
 
 use crate::helpers::{API_TOKEN, TestApp, event};
 use axum::Router;
@@ -9,8 +9,8 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use payhook_core::event::OrderAction::{Pay, Refund};
 use payhook_core::retry::RetryPolicy;
-use payhook_server::SecretUrl;
 use payhook_server::settings::SinkSettings;
+use payhook_server::{SecretUrl, SinkRate};
 use payhook_store::{KeyOrder, OutboxFilter, Store};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,8 @@ struct Flaky {
     seen: Mutex<Vec<(String, String, u16)>>,
     /// (order id, kind) answered 410 (permanent) while listed.
     refused: Mutex<HashSet<(String, String)>>,
+    /// Never fails at random.
+    reliable: std::sync::atomic::AtomicBool,
 }
 
 async fn answer(State(flaky): State<Arc<Flaky>>, body: axum::body::Bytes) -> StatusCode {
@@ -30,7 +32,7 @@ async fn answer(State(flaky): State<Arc<Flaky>>, body: axum::body::Bytes) -> Sta
     let (order, kind) = (doc["order_id"].as_str().unwrap().to_owned(), doc["kind"].as_str().unwrap().to_owned());
     let status = if flaky.refused.lock().unwrap().contains(&(order.clone(), kind.clone())) {
         StatusCode::GONE
-    } else if fastrand::f64() < 0.3 {
+    } else if !flaky.reliable.load(std::sync::atomic::Ordering::Relaxed) && fastrand::f64() < 0.3 {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK
@@ -49,6 +51,10 @@ async fn flaky_sink() -> (String, Arc<Flaky>) {
 }
 
 async fn app_with(url: &str, order: KeyOrder) -> TestApp {
+    app_rated(url, order, None).await
+}
+
+async fn app_rated(url: &str, order: KeyOrder, rate: Option<SinkRate>) -> TestApp {
     TestApp::spawn_with(|s, _| {
         s.sinks.push(SinkSettings {
             name: "shop".into(),
@@ -59,6 +65,7 @@ async fn app_with(url: &str, order: KeyOrder) -> TestApp {
             max_in_flight: 8,
             transport: payhook_server::SinkTransport::Http,
             order,
+            rate,
         });
         // Retries 10 ms to 80 ms later: each pass below moves the clock past any of them.
         s.dispatcher.retry = RetryPolicy { base_ms: 10, factor: 2, cap_ms: 80, jitter: 0.0, max_attempts: 1_000 };
@@ -172,4 +179,26 @@ async fn a_dead_payment_holds_its_refund_until_it_is_retried_through_the_api() {
     pass_until_delivered(&app, &flaky, 40).await;
     let seen = flaky.seen.lock().unwrap().clone();
     assert_eq!(refunded_before_paid(&seen, 20), Vec::<String>::new(), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_with_a_rate_gets_its_burst_then_one_attempt_per_interval() {
+    let (url, flaky) = flaky_sink().await;
+    flaky.reliable.store(true, std::sync::atomic::Ordering::Relaxed);
+    let app = app_rated(&url, KeyOrder::Hold, Some(SinkRate { per_second: 4.0, burst: 3 })).await;
+    paid_then_refunded(&app, 10).await;
+    let dispatcher = &app.running.dispatcher;
+    let now = app.clock.advance(1);
+    assert_eq!(dispatcher.run_once(now).await.unwrap().delivered, 3, "the burst, though 8 may be in flight");
+    assert_eq!(dispatcher.run_once(now).await.unwrap().delivered, 0, "the bucket is empty");
+    assert_eq!(dispatcher.run_once(app.clock.advance(249)).await.unwrap().delivered, 0, "before the next token");
+    assert_eq!(dispatcher.run_once(app.clock.advance(1)).await.unwrap().delivered, 1, "one token per 250 ms");
+    assert_eq!(dispatcher.run_once(app.clock.advance(500)).await.unwrap().delivered, 2);
+    // Sixteen more tokens, 250 ms apart, for the fourteen rows left.
+    let mut delivered = 6;
+    for _ in 0..16 {
+        delivered += dispatcher.run_once(app.clock.advance(250)).await.unwrap().delivered;
+    }
+    assert_eq!(delivered, 20);
+    assert_eq!(flaky.seen.lock().unwrap().len(), 20);
 }

@@ -81,6 +81,7 @@ async fn metrics_count_a_known_workload_exactly() {
             max_in_flight: 4,
             transport: payhook_server::SinkTransport::Http,
             order: payhook_store::KeyOrder::default(),
+            rate: None,
         })
     })
     .await;

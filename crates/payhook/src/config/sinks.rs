@@ -2,8 +2,8 @@
 //! them to JetStream, `type = "redis"` adds them to a Redis stream and `type = "amqp"` publishes them to RabbitMQ.
 
 use super::*;
-use payhook_server::SinkTransport;
 use payhook_server::settings::SinkSettings;
+use payhook_server::{SinkRate, SinkTransport};
 use payhook_store::KeyOrder;
 
 /// How a sink's rows travel, as written in the file.
@@ -46,6 +46,10 @@ pub(super) struct RawSink {
     ordering: Ordering,
     /// With `ordering = "key"`: what a dead row does to its key's later rows (`hold`, the default, or `skip`).
     on_dead: Option<OnDead>,
+    /// Attempts per second on average; unset: no rate, only `max_in_flight`.
+    rate_per_second: Option<f64>,
+    /// With `rate_per_second`: attempts at once after a quiet spell (default: `max_in_flight`).
+    burst: Option<u32>,
 }
 
 /// `ordering`, as written in the file.
@@ -113,6 +117,18 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
             bail!("on_dead: only a sink with ordering = \"key\" holds or skips a dead row's key")
         }
     };
+    let rate = match (s.rate_per_second, s.burst) {
+        (None, None) => None,
+        (None, Some(_)) => bail!("burst: only a sink with rate_per_second takes a burst"),
+        (Some(per_second), _) if !(per_second.is_finite() && per_second > 0.0) => {
+            bail!("rate_per_second: must be a positive number of attempts per second")
+        }
+        (Some(_), Some(0)) => bail!("burst: must be at least 1"),
+        (Some(per_second), burst) => Some(SinkRate {
+            per_second,
+            burst: burst.unwrap_or(u32::try_from(s.max_in_flight.max(1)).unwrap_or(u32::MAX)),
+        }),
+    };
     // Never echo the URL: its path, query or user info may hold the sink's token or the broker's password.
     let (url, transport) = match s.kind {
         SinkType::Http => (SecretUrl::parse(&s.url).context("url")?, SinkTransport::Http),
@@ -178,5 +194,6 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
         max_in_flight: s.max_in_flight.max(1),
         transport,
         order,
+        rate,
     })
 }
