@@ -99,9 +99,9 @@ use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, Subscription
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
     Alert, AuditEntry, AuditFilter, AuditRecord, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter,
-    EventSummary, EventView, Listing, NewOrder, NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob,
-    OutboxView, Parsed, PruneRequest, Pruned, Recorded, Recounted, Registered, Replayed, Retried, Stats, Store,
-    StoreError, SubscriptionView,
+    EventSummary, EventView, Held, KeyOrder, Listing, NewOrder, NonceClaim, NonceClaimed, OrderView, OutboxFilter,
+    OutboxJob, OutboxView, Parsed, PruneRequest, Pruned, Recorded, Recounted, Registered, Replayed, Retried, Stats,
+    Store, StoreError, SubscriptionView,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -549,9 +549,19 @@ impl Store for PgStore {
         read::next_due(&self.pool).await
     }
 
-    async fn claim_outbox(&self, sink: &str, claim: Claim) -> Result<Vec<OutboxJob>, StoreError> {
+    async fn claim_outbox_ordered(
+        &self,
+        sink: &str,
+        claim: Claim,
+        order: KeyOrder,
+    ) -> Result<Vec<OutboxJob>, StoreError> {
         let _turn = self.turn().await?;
-        outbox::claim(&self.pool, sink, &claim).await
+        outbox::claim(&self.pool, sink, &claim, order).await
+    }
+
+    async fn held_outbox(&self, sink: &str, order: KeyOrder, scan_rows: u32) -> Result<Held, StoreError> {
+        let _turn = self.turn().await?;
+        outbox::held(&self.pool, sink, order, scan_rows).await
     }
 
     async fn finish_outbox(&self, job: &OutboxJob, outcome: Dispatched, now_ms: i64) -> Result<bool, StoreError> {

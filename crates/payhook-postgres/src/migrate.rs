@@ -37,7 +37,8 @@ const TRIGGER_FUNCTIONS: &[&str] = &["payhook_count_rows", "payhook_count_status
 
 /// The migrations after the baseline, in order; migration `i` moves the schema from version
 /// `BASELINE_VERSION + i` to `BASELINE_VERSION + i + 1`.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/0012_audit.sql")];
+const MIGRATIONS: &[&str] =
+    &[include_str!("../migrations/0012_audit.sql"), include_str!("../migrations/0013_outbox_order_key.sql")];
 
 /// The schema's functions, by name: `sql/functions/NAME.sql` (a unit test checks the list against the directory).
 pub(crate) const FUNCTIONS: &[(&str, &str)] = &[

@@ -9,19 +9,66 @@ use crate::ops::{Ctx, Failure, rerun_on_conflict};
 use crate::pipeline::send;
 use crate::pool::{Object, Pool};
 use payhook_store::audit::retry_outbox_outcome;
-use payhook_store::{ALERT_KIND, Alert, AuditEntry, Claim, Dispatched, OutboxJob, StoreError};
+use payhook_store::{ALERT_KIND, Alert, AuditEntry, Claim, Dispatched, Held, KeyOrder, OutboxJob, StoreError};
 use tokio_postgres::types::ToSql;
 
-const CLAIM_SQL: &str = "WITH due AS (
-         SELECT id FROM outbox
-         WHERE sink = $5 AND status = 'pending' AND next_attempt_at <= $2
-           AND (lease_until IS NULL OR lease_until <= $2)
-         ORDER BY next_attempt_at, id
-         LIMIT $4
-         FOR UPDATE SKIP LOCKED)
-     UPDATE outbox o SET lease_owner = $1, lease_until = $2 + $3
-     FROM due WHERE o.id = due.id
-     RETURNING o.id, o.sink, o.kind, o.payload::text, o.attempts, o.created_at";
+/// The claim's condition on a candidate row `o` under per-key order: no earlier row of its sink and key is pending
+/// (leased or not) or, when dead rows hold their key, dead. A row without a key (an alert) has none. It is part of
+/// the claiming statement: a row of a key whose earlier row another instance has leased, or is sending, is never
+/// a candidate, and the rows of one key are written under one advisory lock, so a later row is never visible
+/// before an earlier one. `outbox_key_open` answers it.
+macro_rules! no_earlier_open_row {
+    ($statuses:literal) => {
+        concat!(
+            " AND NOT EXISTS (SELECT 1 FROM outbox e
+                              WHERE e.sink = o.sink AND e.order_key = o.order_key AND e.id < o.id
+                                AND e.status IN ('pending', 'dead')",
+            $statuses,
+            ")"
+        )
+    };
+}
+
+macro_rules! claim_sql {
+    ($condition:expr) => {
+        concat!(
+            "WITH due AS (
+                 SELECT o.id FROM outbox o
+                 WHERE o.sink = $5 AND o.status = 'pending' AND o.next_attempt_at <= $2
+                   AND (o.lease_until IS NULL OR o.lease_until <= $2)",
+            $condition,
+            "
+                 ORDER BY o.next_attempt_at, o.id
+                 LIMIT $4
+                 FOR UPDATE OF o SKIP LOCKED)
+             UPDATE outbox o SET lease_owner = $1, lease_until = $2 + $3
+             FROM due WHERE o.id = due.id
+             RETURNING o.id, o.sink, o.kind, o.payload::text, o.attempts, o.created_at, o.order_key"
+        )
+    };
+}
+
+const CLAIM_HOLD_SQL: &str = claim_sql!(no_earlier_open_row!(""));
+const CLAIM_SKIP_SQL: &str = claim_sql!(no_earlier_open_row!(" AND e.status = 'pending'"));
+const CLAIM_UNORDERED_SQL: &str = claim_sql!("");
+
+macro_rules! held_sql {
+    ($statuses:literal) => {
+        concat!(
+            "SELECT count(*), min(p.created_at)
+             FROM (SELECT id, order_key, created_at FROM outbox
+                   WHERE sink = $1 AND status = 'pending' ORDER BY next_attempt_at LIMIT $2) p
+             WHERE EXISTS (SELECT 1 FROM outbox e
+                           WHERE e.sink = $1 AND e.order_key = p.order_key AND e.id < p.id
+                             AND e.status IN ('pending', 'dead')",
+            $statuses,
+            ")"
+        )
+    };
+}
+
+const HELD_HOLD_SQL: &str = held_sql!("");
+const HELD_SKIP_SQL: &str = held_sql!(" AND e.status = 'pending'");
 const FINISH_SQL: &str = "SELECT payhook_finish_outbox($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 const REQUEUE_SQL: &str = "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = $2,
                                              lease_owner = NULL, lease_until = NULL
@@ -30,10 +77,20 @@ const RAISE_SQL: &str = "SELECT payhook_raise_alert($1, $2, $3, $4, $5, $6, $7)"
 
 /// Leases due pending rows of `sink`, skipping rows another dispatcher is claiming right now (see
 /// [`payhook_store::Store::claim_outbox`]). Oldest row id first.
-pub(crate) async fn claim(pool: &Pool, sink: &str, claim: &Claim) -> Result<Vec<OutboxJob>, StoreError> {
+pub(crate) async fn claim(
+    pool: &Pool,
+    sink: &str,
+    claim: &Claim,
+    order: KeyOrder,
+) -> Result<Vec<OutboxJob>, StoreError> {
+    let sql = match order {
+        KeyOrder::Hold => CLAIM_HOLD_SQL,
+        KeyOrder::Skip => CLAIM_SKIP_SQL,
+        KeyOrder::Unordered => CLAIM_UNORDERED_SQL,
+    };
     rerun_on_conflict(pool, "outbox claim", || {
         async |client: &Object| {
-            let stmt = client.prepare_cached(CLAIM_SQL).await?;
+            let stmt = client.prepare_cached(sql).await?;
             let limit = i64::from(claim.limit);
             let rows = client.query(&stmt, &[&claim.owner, &claim.now_ms, &claim.lease_ms, &limit, &sink]).await?;
             let mut jobs = Vec::with_capacity(rows.len());
@@ -52,10 +109,34 @@ pub(crate) async fn claim(pool: &Pool, sink: &str, claim: &Claim) -> Result<Vec<
                     attempts: u32::try_from(attempts).map_err(|e| StoreError::corrupt("outbox attempts", e))?,
                     created_at_ms: row.try_get(5).map_err(|e| StoreError::corrupt("outbox created at", e))?,
                     owner: claim.owner.clone(),
+                    key: row.try_get(6).map_err(|e| StoreError::corrupt("outbox order key", e))?,
+                    order,
                 });
             }
             jobs.sort_by_key(|j| j.id);
             Ok(jobs)
+        }
+    })
+    .await
+}
+
+/// How many of the first `scan_rows` pending rows of `sink`, in due order, wait behind an earlier row of their
+/// key, and when the oldest of them was written (see [`payhook_store::Store::held_outbox`]).
+pub(crate) async fn held(pool: &Pool, sink: &str, order: KeyOrder, scan_rows: u32) -> Result<Held, StoreError> {
+    let sql = match order {
+        KeyOrder::Unordered => return Ok(Held::default()),
+        KeyOrder::Hold => HELD_HOLD_SQL,
+        KeyOrder::Skip => HELD_SKIP_SQL,
+    };
+    let scan_rows = i64::from(scan_rows);
+    rerun_on_conflict(pool, "held outbox rows", || {
+        async |client: &Object| {
+            let stmt = client.prepare_cached(sql).await?;
+            let row = client.query_one(&stmt, &[&sink, &scan_rows]).await?;
+            let rows: i64 = row.try_get(0).map_err(|e| Failure::Corrupt(StoreError::corrupt("held rows", e)))?;
+            let oldest: Option<i64> =
+                row.try_get(1).map_err(|e| Failure::Corrupt(StoreError::corrupt("oldest held row", e)))?;
+            Ok(Held { rows: u64::try_from(rows).unwrap_or(0), oldest_created_at_ms: oldest })
         }
     })
     .await
@@ -79,16 +160,9 @@ pub(crate) async fn finish(
     let alerts = ctx.routing.alerts.as_ref();
     // Alerts never alert: a dead row of the alerts sink raises nothing, so there is no loop.
     let alert = match (outcome, alerts) {
-        (Dispatched::Dead { error, .. }, Some(a)) if a.sink != job.sink => Some((
-            format!("sink:{}:dead", job.sink),
-            format!(
-                "payhook: {} row {} for sink {} is dead after {} attempts: {error}",
-                job.kind,
-                job.id,
-                job.sink,
-                job.attempts + 1
-            ),
-        )),
+        (Dispatched::Dead { error, .. }, Some(a)) if a.sink != job.sink => {
+            Some((format!("sink:{}:dead", job.sink), payhook_store::dead_row_alert_text(job, error)))
+        }
         _ => None,
     };
     let (alert_key, alert_text) = (alert.as_ref().map(|a| a.0.as_str()), alert.as_ref().map(|a| a.1.as_str()));

@@ -28,8 +28,8 @@ pub use base::metrics::SourceMetrics;
 pub use base::scope::{Need, Scope};
 pub use base::secret_url::SecretUrl;
 pub use base::settings::{
-    AuthSettings, BuildInfo, ListenerSettings, RetentionSettings, Settings, SinkTransport, SourceSettings, TlsSettings,
-    WorkerSettings,
+    AuthSettings, BuildInfo, ListenerSettings, RetentionSettings, Settings, SinkRate, SinkTransport, SourceSettings,
+    TlsSettings, WorkerSettings,
 };
 pub use base::{secret_url, settings};
 pub use http::api::parse_order;

@@ -45,9 +45,9 @@ use payhook_core::event::{CustomerId, EventId, OrderId, SourceName, Subscription
 use payhook_core::retry::RetryPolicy;
 use payhook_store::{
     Alert, AuditEntry, AuditFilter, AuditRecord, Claim, Claimed, Delivery, Dispatched, EntitlementView, EventFilter,
-    EventSummary, EventView, Listing, NewOrder, NonceClaim, NonceClaimed, OrderView, OutboxFilter, OutboxJob,
-    OutboxView, Parsed, PruneRequest, Pruned, Recorded, Recounted, Registered, Replayed, Retried, Routing, Stats,
-    Store, StoreError, SubscriptionView,
+    EventSummary, EventView, Held, KeyOrder, Listing, NewOrder, NonceClaim, NonceClaimed, OrderView, OutboxFilter,
+    OutboxJob, OutboxView, Parsed, PruneRequest, Pruned, Recorded, Recounted, Registered, Replayed, Retried, Routing,
+    Stats, Store, StoreError, SubscriptionView,
 };
 use rusqlite::Connection;
 
@@ -427,13 +427,19 @@ impl Store for SqliteStore {
         self.read(read::next_due).await
     }
 
-    fn claim_outbox(
+    fn claim_outbox_ordered(
         &self,
         sink: &str,
         claim: Claim,
+        order: KeyOrder,
     ) -> impl Future<Output = Result<Vec<OutboxJob>, StoreError>> + Send {
         let sink = sink.to_owned();
-        self.writer.submit(move |conn| outbox::claim_outbox(conn, &sink, &claim))
+        self.writer.submit(move |conn| outbox::claim_outbox(conn, &sink, &claim, order))
+    }
+
+    async fn held_outbox(&self, sink: &str, order: KeyOrder, scan_rows: u32) -> Result<Held, StoreError> {
+        let sink = sink.to_owned();
+        self.read(move |conn| read::held_outbox(conn, &sink, order, scan_rows)).await
     }
 
     fn finish_outbox(

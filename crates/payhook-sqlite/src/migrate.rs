@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0012_counters_by_rowid.sql"),
     include_str!("../migrations/0013_status_indexes_without_the_bulk.sql"),
     include_str!("../migrations/0014_audit.sql"),
+    include_str!("../migrations/0015_outbox_order_key.sql"),
 ];
 
 /// Brings the schema up to date. Returns the number of migrations applied.

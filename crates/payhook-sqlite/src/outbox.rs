@@ -6,7 +6,7 @@ use crate::failpoint::{fires_on, injected};
 use crate::kept::WriterConn;
 use crate::tally::{self, Table};
 use payhook_core::event::Event;
-use payhook_store::{ALERT_KIND, Alert, Claim, Dispatched, OutboxJob, Routing};
+use payhook_store::{ALERT_KIND, Alert, Claim, Dispatched, KeyOrder, OutboxJob, Routing};
 use rusqlite::{OptionalExtension, params};
 
 /// Inserts an outbox row, pending for a sink or `unrouted` when `sink` is empty. `id` is the row's id when the
@@ -132,32 +132,69 @@ pub(crate) fn raise_alert(conn: &WriterConn<'_>, ctx: &Ctx, alert: &Alert) -> Re
     Ok(())
 }
 
-/// Leases due outbox rows of one sink (see [`payhook_store::Store::claim_outbox`]).
-pub(crate) fn claim_outbox(conn: &WriterConn<'_>, sink: &str, claim: &Claim) -> Result<Vec<OutboxJob>> {
-    // As for the worker's claim (`ops::claim_due`): a probe with the claim's own conditions first, so that a pass
-    // that finds nothing due costs an index seek, not the claim's Bloom filter and ephemeral tables.
-    let due: bool = conn
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM outbox INDEXED BY outbox_due
-                            WHERE sink = ?2 AND status = 'pending' AND next_attempt_at <= ?1
-                              AND (lease_until IS NULL OR lease_until <= ?1))",
+/// The claim's condition on a candidate row `o` under per-key order: no earlier row of its sink and key is pending
+/// (leased or not) or, when dead rows hold their key, dead. A row without a key (an alert) has none. Written to
+/// match `outbox_key_open`'s partial-index condition, which `INDEXED BY` holds it to.
+macro_rules! no_earlier_open_row {
+    ($statuses:literal) => {
+        concat!(
+            " AND NOT EXISTS (SELECT 1 FROM outbox e INDEXED BY outbox_key_open
+                              WHERE e.sink = o.sink AND e.order_key = o.order_key AND e.id < o.id
+                                AND e.status IN ('pending', 'dead')",
+            $statuses,
+            ")"
         )
-        .db()?
-        .query_row(params![claim.now_ms, sink], |r| r.get(0))
-        .db()?;
+    };
+}
+
+/// The probe and the claim of one key order: (probe, claim).
+macro_rules! claim_statements {
+    ($condition:expr) => {
+        (
+            concat!(
+                "SELECT EXISTS (SELECT 1 FROM outbox o INDEXED BY outbox_due
+                                WHERE o.sink = ?2 AND o.status = 'pending' AND o.next_attempt_at <= ?1
+                                  AND (o.lease_until IS NULL OR o.lease_until <= ?1)",
+                $condition,
+                ")"
+            ),
+            concat!(
+                "UPDATE outbox SET lease_owner = ?1, lease_until = ?2 + ?3
+                 WHERE id IN (SELECT o.id FROM outbox o INDEXED BY outbox_due
+                              WHERE o.sink = ?5 AND o.status = 'pending' AND o.next_attempt_at <= ?2
+                                AND (o.lease_until IS NULL OR o.lease_until <= ?2)",
+                $condition,
+                "             ORDER BY o.next_attempt_at, o.id LIMIT ?4)
+                 RETURNING id, sink, kind, payload, attempts, created_at, order_key"
+            ),
+        )
+    };
+}
+
+const CLAIM_HOLD: (&str, &str) = claim_statements!(no_earlier_open_row!(""));
+const CLAIM_SKIP: (&str, &str) = claim_statements!(no_earlier_open_row!(" AND e.status = 'pending'"));
+const CLAIM_UNORDERED: (&str, &str) = claim_statements!("");
+
+/// Leases due outbox rows of one sink (see [`payhook_store::Store::claim_outbox_ordered`]).
+pub(crate) fn claim_outbox(
+    conn: &WriterConn<'_>,
+    sink: &str,
+    claim: &Claim,
+    order: KeyOrder,
+) -> Result<Vec<OutboxJob>> {
+    let (probe, claiming) = match order {
+        KeyOrder::Hold => CLAIM_HOLD,
+        KeyOrder::Skip => CLAIM_SKIP,
+        KeyOrder::Unordered => CLAIM_UNORDERED,
+    };
+    // As for the worker's claim (`ops::claim_due`): a probe with the claim's own conditions first, so that a pass
+    // that finds nothing due costs an index seek, not the claim's Bloom filter and ephemeral tables. Rows held
+    // behind an earlier row of their key cost the probe one seek each in `outbox_key_open`.
+    let due: bool = conn.prepare_cached(probe).db()?.query_row(params![claim.now_ms, sink], |r| r.get(0)).db()?;
     if !due {
         return Ok(Vec::new());
     }
-    let mut stmt = conn
-        .prepare_cached(
-            "UPDATE outbox SET lease_owner = ?1, lease_until = ?2 + ?3
-             WHERE id IN (SELECT id FROM outbox INDEXED BY outbox_due
-                          WHERE sink = ?5 AND status = 'pending' AND next_attempt_at <= ?2
-                            AND (lease_until IS NULL OR lease_until <= ?2)
-                          ORDER BY next_attempt_at, id LIMIT ?4)
-             RETURNING id, sink, kind, payload, attempts, created_at",
-        )
-        .db()?;
+    let mut stmt = conn.prepare_cached(claiming).db()?;
     let rows = stmt
         .query_map(params![claim.owner, claim.now_ms, claim.lease_ms, claim.limit, sink], |r| {
             Ok(OutboxJob {
@@ -168,6 +205,8 @@ pub(crate) fn claim_outbox(conn: &WriterConn<'_>, sink: &str, claim: &Claim) -> 
                 attempts: r.get(4)?,
                 created_at_ms: r.get(5)?,
                 owner: claim.owner.clone(),
+                key: r.get(6)?,
+                order,
             })
         })
         .db()?;
@@ -210,13 +249,7 @@ pub(crate) fn finish_outbox(
         && let Dispatched::Dead { error, .. } = outcome
         && ctx.routing.alerts.as_ref().is_none_or(|a| a.sink != job.sink)
     {
-        let text = format!(
-            "payhook: {} row {} for sink {} is dead after {} attempts: {error}",
-            job.kind,
-            job.id,
-            job.sink,
-            job.attempts + 1
-        );
+        let text = payhook_store::dead_row_alert_text(job, error);
         raise_alert(conn, ctx, &Alert { key: format!("sink:{}:dead", job.sink), text, now_ms })?;
     }
     Ok(changed.is_some())

@@ -5,8 +5,8 @@ use crate::writer::unavailable;
 use payhook_core::event::{Currency, EventId, Money, OrderId, SourceName};
 use payhook_core::ledger::OrderStatus;
 use payhook_store::{
-    AttemptEntry, BillingChange, BillingObject, EventView, OrderChange, OrderView, OutboxStatus, OutboxView, Outcome,
-    ReceivedHeaders, Stats, StoreError,
+    AttemptEntry, BillingChange, BillingObject, EventView, Held, KeyOrder, OrderChange, OrderView, OutboxStatus,
+    OutboxView, Outcome, ReceivedHeaders, Stats, StoreError,
 };
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 
@@ -317,6 +317,40 @@ pub(crate) fn next_outbox_due(conn: &Connection, sink: &str) -> Result<Option<i6
     .query_row([sink], |r| r.get(0))
     .map_err(unavailable)
 }
+
+/// How many of the first `scan_rows` pending rows of `sink`, in due order, wait behind an earlier row of their key,
+/// and when the oldest of them was written.
+pub(crate) fn held_outbox(conn: &Connection, sink: &str, order: KeyOrder, scan_rows: u32) -> Result<Held> {
+    let statement = match order {
+        KeyOrder::Unordered => return Ok(Held::default()),
+        KeyOrder::Hold => HELD_HOLD,
+        KeyOrder::Skip => HELD_SKIP,
+    };
+    conn.prepare_cached(statement)
+        .map_err(unavailable)?
+        .query_row(params![sink, scan_rows], |r| {
+            Ok(Held { rows: r.get::<_, i64>(0)?.try_into().unwrap_or(0), oldest_created_at_ms: r.get(1)? })
+        })
+        .map_err(unavailable)
+}
+
+macro_rules! held_statement {
+    ($statuses:literal) => {
+        concat!(
+            "SELECT count(*), min(p.created_at)
+             FROM (SELECT id, order_key, created_at FROM outbox INDEXED BY outbox_due
+                   WHERE sink = ?1 AND status = 'pending' ORDER BY next_attempt_at LIMIT ?2) p
+             WHERE EXISTS (SELECT 1 FROM outbox e INDEXED BY outbox_key_open
+                           WHERE e.sink = ?1 AND e.order_key = p.order_key AND e.id < p.id
+                             AND e.status IN ('pending', 'dead')",
+            $statuses,
+            ")"
+        )
+    };
+}
+
+const HELD_HOLD: &str = held_statement!("");
+const HELD_SKIP: &str = held_statement!(" AND e.status = 'pending'");
 
 /// Every statement [`stats`] runs, in its order: the counters (a few rows, kept by the triggers of migration
 /// 0008), then the oldest pending outbox row and the oldest deferred event, each one step down a partial index

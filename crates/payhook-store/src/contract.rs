@@ -36,6 +36,7 @@ mod documents;
 mod implicit_orders;
 mod listings;
 mod order_retention;
+mod ordering;
 pub use audit::*;
 pub use billing::*;
 pub use counters::*;
@@ -43,6 +44,7 @@ pub use documents::*;
 pub use implicit_orders::*;
 pub use listings::*;
 pub use order_retention::*;
+pub use ordering::*;
 
 /// What a contract case needs its fresh store to be configured with.
 #[derive(Debug, Clone)]
@@ -84,6 +86,8 @@ macro_rules! store_contract_tests {
                 events_and_outbox_rows_are_listed_newest_first_with_filters_and_cursors,
                 stats_equal_a_full_count_after_a_mixed_workload,
                 an_audited_requeue_writes_requeued_for_a_dead_row_and_not_dead_for_any_other,
+                a_keys_later_row_waits_for_its_earlier_row_and_a_dead_row_holds_it_until_requeued,
+                skip_lets_a_dead_rows_key_pass_and_an_unordered_claim_takes_a_keys_rows_together,
             ],
             $crate::contract::setup($crate::contract::test_policy(), $crate::Routing::default()) => [
                 an_empty_store_answers_and_holds_nothing,
@@ -214,12 +218,22 @@ macro_rules! delegate_store {
                 self.$field.next_due_ms()
             }
 
-            fn claim_outbox(
+            fn claim_outbox_ordered(
                 &self,
                 sink: &str,
                 claim: $crate::Claim,
+                order: $crate::KeyOrder,
             ) -> impl ::std::future::Future<Output = Result<Vec<$crate::OutboxJob>, $crate::StoreError>> + Send {
-                self.$field.claim_outbox(sink, claim)
+                self.$field.claim_outbox_ordered(sink, claim, order)
+            }
+
+            fn held_outbox(
+                &self,
+                sink: &str,
+                order: $crate::KeyOrder,
+                scan_rows: u32,
+            ) -> impl ::std::future::Future<Output = Result<$crate::Held, $crate::StoreError>> + Send {
+                self.$field.held_outbox(sink, order, scan_rows)
             }
 
             fn finish_outbox(

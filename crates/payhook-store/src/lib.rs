@@ -159,9 +159,37 @@ pub trait Store: Send + Sync + 'static {
     /// leased), so the worker knows how long it may sleep.
     fn next_due_ms(&self) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
 
-    /// Leases up to `claim.limit` due pending outbox rows of `sink` (or rows whose lease expired).
-    fn claim_outbox(&self, sink: &str, claim: Claim)
-    -> impl Future<Output = Result<Vec<OutboxJob>, StoreError>> + Send;
+    /// Leases up to `claim.limit` due pending outbox rows of `sink` (or rows whose lease expired), in per-key order
+    /// with dead rows holding their keys ([`KeyOrder::Hold`]).
+    fn claim_outbox(
+        &self,
+        sink: &str,
+        claim: Claim,
+    ) -> impl Future<Output = Result<Vec<OutboxJob>, StoreError>> + Send {
+        self.claim_outbox_ordered(sink, claim, KeyOrder::Hold)
+    }
+
+    /// Leases up to `claim.limit` due pending outbox rows of `sink` (or rows whose lease expired). Unless `order`
+    /// is [`KeyOrder::Unordered`], a row is claimed only when no earlier row (lower id) of its key for `sink` is
+    /// pending, leased or not, nor, with [`KeyOrder::Hold`], dead; the condition is part of the claiming statement,
+    /// so it holds for any number of dispatchers claiming at once. A claim therefore takes at most one row per key.
+    fn claim_outbox_ordered(
+        &self,
+        sink: &str,
+        claim: Claim,
+        order: KeyOrder,
+    ) -> impl Future<Output = Result<Vec<OutboxJob>, StoreError>> + Send;
+
+    /// How many pending rows of `sink` wait behind an earlier row of their key under `order` (pending, or dead
+    /// with [`KeyOrder::Hold`]), and when the oldest of them was written (unix milliseconds), for `/metrics`.
+    /// Reads at most `scan_rows` pending rows of the sink, in due order: beyond them it counts nothing (a lower
+    /// bound).
+    fn held_outbox(
+        &self,
+        sink: &str,
+        order: KeyOrder,
+        scan_rows: u32,
+    ) -> impl Future<Output = Result<Held, StoreError>> + Send;
 
     /// Records the outcome of a delivery attempt of a leased row. A dead row raises an alert in the same
     /// transaction. Returns `false`, changing nothing, when the lease was lost to another dispatcher.

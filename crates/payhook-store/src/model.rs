@@ -562,6 +562,66 @@ pub struct OutboxJob {
     pub created_at_ms: i64,
     /// The lease owner.
     pub owner: String,
+    /// Its ordering key (`order:ID`, `subscription:ID`, `customer:ID`, `event:SOURCE:ID`); `None` for an alert.
+    pub key: Option<String>,
+    /// The order its sink claimed it under: what its death does to the later rows of its key.
+    pub order: KeyOrder,
+}
+
+/// How a sink's rows of one ordering key are delivered. Every outbox row but an alert has a key: the order for
+/// order documents, the subscription (or, without one, the customer) for billing documents, the event for a
+/// forwarded event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KeyOrder {
+    /// In commit order: a row is claimed only when no earlier row of its key for the sink is pending (leased or
+    /// not) or dead. A dead row holds its key until it is re-queued.
+    #[default]
+    Hold,
+    /// In commit order, as `Hold`, but a dead row lets the later rows of its key pass.
+    Skip,
+    /// Any due row, whatever its key's earlier rows are doing.
+    Unordered,
+}
+
+impl KeyOrder {
+    /// The dead-row policy as the configuration writes it (`on_dead`), or `none` for an unordered sink.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyOrder::Hold => "hold",
+            KeyOrder::Skip => "skip",
+            KeyOrder::Unordered => "none",
+        }
+    }
+}
+
+/// The text of the alert a dead row raises: the row, its sink, its key and what its death does to the key's later
+/// rows under the order its sink claimed it with.
+pub fn dead_row_alert_text(job: &OutboxJob, error: &str) -> String {
+    let key = match (&job.key, job.order) {
+        (None, _) | (Some(_), KeyOrder::Unordered) => String::new(),
+        (Some(key), KeyOrder::Hold) => {
+            format!(" (key {key}: its later rows are held until this row is retried)")
+        }
+        (Some(key), KeyOrder::Skip) => {
+            format!(" (key {key}: on_dead = \"skip\" lets its later rows pass, out of order)")
+        }
+    };
+    format!(
+        "payhook: {} row {} for sink {} is dead after {} attempts{key}: {error}",
+        job.kind,
+        job.id,
+        job.sink,
+        job.attempts + 1
+    )
+}
+
+/// A sink's rows held back by per-key order (see [`crate::Store::held_outbox`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Pending rows with an earlier pending or dead row of their key, among those read.
+    pub rows: u64,
+    /// When the oldest of them was written, unix milliseconds.
+    pub oldest_created_at_ms: Option<i64>,
 }
 
 /// What a delivery attempt came to.

@@ -376,3 +376,68 @@ async fn overlapping_batches_with_dead_letters_and_alerts_on_three_instances_nev
         store.shutdown().await;
     }
 }
+
+/// Three instances claiming one sink's rows at once, each attempt failing one time in three: every order's
+/// `order.paid` is delivered before its `order.refunded`, and neither is ever sent while the other is in flight,
+/// whichever instance holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_claiming_at_once_deliver_each_orders_rows_in_commit_order() {
+    let Some(url) = test_url() else { return };
+    let schema = TempSchema::create(&url).await;
+    let stores = routed_instances(&schema, 3, test_policy()).await;
+    let orders = 30;
+    for i in 0..orders {
+        let order = format!("ord_k{i}");
+        register_new(&*stores[i % 3], new_order(&order, 100, T0)).await;
+        stores[i % 3].ingest(pay(&format!("evt_p{i}"), &order, 100, T0 + 1)).await.expect("pay");
+        stores[(i + 1) % 3].ingest(refund(&format!("evt_r{i}"), &order, 100, T0 + 2)).await.expect("refund");
+    }
+    // What the sink saw, in order: (order key, kind, delivered), and the keys in flight right now.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<(String, String, bool)>::new()));
+    let in_flight = Arc::new(std::sync::Mutex::new(HashSet::<String>::new()));
+    let clock = Arc::new(std::sync::atomic::AtomicI64::new(T0 + 10));
+    let dispatchers = stores.iter().enumerate().map(|(n, store)| {
+        let (store, seen, in_flight, clock) = (Arc::clone(store), seen.clone(), in_flight.clone(), clock.clone());
+        async move {
+            let mut idle = 0;
+            while idle < 20 {
+                let now = clock.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let claim = Claim { now_ms: now, lease_ms: 60_000, limit: 8, owner: format!("d{n}") };
+                let jobs = store.claim_outbox("audit", claim).await.expect("claim");
+                idle = if jobs.is_empty() { idle + 1 } else { 0 };
+                if jobs.is_empty() {
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+                for job in jobs {
+                    let key = job.key.clone().expect("an order's row has a key");
+                    assert!(in_flight.lock().unwrap().insert(key.clone()), "{key} sent twice at once");
+                    tokio::time::sleep(std::time::Duration::from_millis(fastrand::u64(0..3))).await;
+                    let ok = fastrand::u8(0..3) != 0;
+                    seen.lock().unwrap().push((key.clone(), job.kind.as_str().to_owned(), ok));
+                    in_flight.lock().unwrap().remove(&key);
+                    let outcome = if ok {
+                        Dispatched::Delivered { status: 200 }
+                    } else {
+                        Dispatched::Retry { at_ms: now, status: Some(503), error: "503".into() }
+                    };
+                    assert!(store.finish_outbox(&job, outcome, now).await.expect("finish"));
+                }
+            }
+        }
+    });
+    futures_util::future::join_all(dispatchers).await;
+    let seen = seen.lock().unwrap().clone();
+    for i in 0..orders {
+        let key = format!("order:ord_k{i}");
+        let attempts: Vec<(&str, bool)> =
+            seen.iter().filter(|(k, _, _)| *k == key).map(|(_, kind, ok)| (kind.as_str(), *ok)).collect();
+        let paid = attempts.iter().position(|a| *a == ("order.paid", true));
+        let paid = paid.unwrap_or_else(|| panic!("{key}: paid never delivered: {attempts:?} of {}", seen.len()));
+        let first_refund = attempts.iter().position(|(kind, _)| *kind == "order.refunded").expect("refund sent");
+        assert!(paid < first_refund, "{key}: {attempts:?}");
+        assert!(attempts.contains(&("order.refunded", true)), "{key}: {attempts:?}");
+    }
+    for store in &stores {
+        store.shutdown().await;
+    }
+}

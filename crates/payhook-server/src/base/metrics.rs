@@ -11,8 +11,10 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod auth;
+mod held;
 mod throughput;
 pub(crate) use auth::{AuthMetrics, AuthSnapshot, SURFACES, Surface};
+pub(crate) use held::{HELD_SCAN_ROWS, render_held};
 pub(crate) use throughput::{Minute, Throughput};
 
 const OUTCOMES: [Outcome; 5] =

@@ -267,6 +267,22 @@ pub struct SinkSettings {
     pub max_in_flight: usize,
     /// How rows travel: an HTTP POST to `url`, or a publish to the broker at `url`.
     pub transport: SinkTransport,
+    /// How the rows of one ordering key are delivered: in commit order, a dead row holding the later ones
+    /// (`ordering = "key"`, `on_dead = "hold"`: the default) or letting them pass (`on_dead = "skip"`), or in no
+    /// particular order (`ordering = "none"`).
+    pub order: payhook_store::KeyOrder,
+    /// Attempts per second on average and at most at once (`rate_per_second`, `burst`); `None`: unbounded but
+    /// for `max_in_flight`.
+    pub rate: Option<SinkRate>,
+}
+
+/// A sink's rate: at most `per_second` attempts a second on average, at most `burst` at once after a quiet spell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SinkRate {
+    /// Attempts per second, on average (positive).
+    pub per_second: f64,
+    /// Attempts the bucket holds: how many may go at once after a quiet spell (at least 1).
+    pub burst: u32,
 }
 
 /// How a sink's rows travel. Every transport shares the dispatcher's leases, backoff, dead rows and alerts; only

@@ -136,6 +136,12 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
         }
     };
     let live = state.live();
+    let mut held = Vec::with_capacity(live.settings.sinks.len());
+    for sink in &live.settings.sinks {
+        let read = state.store.held_outbox(&sink.name, sink.order, metrics::HELD_SCAN_ROWS).await;
+        let read = read.map_err(|e| tracing::warn!(sink = sink.name, error = %e, "metrics: held rows not read"));
+        held.push((sink.name.clone(), read.ok()));
+    }
     let mut names: Vec<&String> = live.sources.keys().collect();
     names.sort();
     let body = metrics::render(metrics::Scrape {
@@ -153,6 +159,7 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
     state.body_budget.render_into(&mut body);
     state.retention_metrics.render_into(&mut body);
     state.reload_metrics.render_into(&mut body);
+    metrics::render_held(&mut body, &held, state.clock.now_ms());
     metrics::render_build_info(&mut body, &state.settings.build);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

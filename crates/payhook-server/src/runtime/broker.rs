@@ -367,6 +367,8 @@ mod tests {
             attempts: 0,
             created_at_ms: 0,
             owner: "o".into(),
+            key: Some("order:ord_1".into()),
+            order: payhook_store::KeyOrder::Hold,
         }
     }
 

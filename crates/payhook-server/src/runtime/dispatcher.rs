@@ -5,6 +5,10 @@
 //! nothing: its lease expires and the row is sent again, with the same `webhook-id` and `Idempotency-Key` (the
 //! outbox id), so the sink can tell it has seen it.
 //!
+//! A sink with a rate (`rate_per_second`, `burst`) takes a token per claimed row from its bucket
+//! ([`crate::runtime::rate`]) before the claim, and gives back what the claim did not use; with no token it claims
+//! nothing and its loop sleeps until the next one. A `Retry-After` from the sink still sets its row's next attempt.
+//!
 //! Classification: 2xx delivered; 408, 409, 425, 429, 5xx, timeouts and connection errors retried with the pure
 //! `RetryPolicy` (honouring `Retry-After`); any other answer is permanent. Permanent, or the budget spent: dead,
 //! with the last error kept, and an alert.
@@ -22,9 +26,10 @@ use crate::base::metrics::DispatchMetrics;
 use crate::base::secret_url::{SecretUrl, redact_urls};
 use crate::base::settings::{ALERTS_SINK, AlertSettings, DispatcherSettings, Settings, SinkSettings};
 use crate::runtime::broker::{Broker, Published};
+use crate::runtime::rate::Bucket;
 use payhook_core::retry::Next;
 use payhook_core::signature::Verifier;
-use payhook_store::{Claim, Dispatched, OutboxJob, Store, StoreError};
+use payhook_store::{Claim, Dispatched, KeyOrder, OutboxJob, Store, StoreError};
 use reqwest::StatusCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +48,10 @@ struct Target {
     alerts: bool,
     /// The broker this sink publishes to; `None` for an HTTP sink.
     broker: Option<Arc<Broker>>,
+    /// How the rows of one key are claimed: in commit order (a dead row holding or not), or in any order.
+    order: KeyOrder,
+    /// The sink's token bucket (`rate_per_second`, `burst`); `None`: only `max_in_flight` bounds it.
+    bucket: Option<Arc<Bucket>>,
     /// The configuration generation that last defined this target: a loop runs one revision of its target, and
     /// a reload that changes the target replaces the loop.
     revision: u64,
@@ -58,6 +67,8 @@ impl Target {
             max_in_flight: s.max_in_flight.max(1),
             alerts: false,
             broker: Broker::for_sink(&s.transport, &s.url, &s.name).map(Arc::new),
+            order: s.order,
+            bucket: s.rate.map(|rate| Arc::new(Bucket::new(rate))),
             revision: 0,
         }
     }
@@ -71,6 +82,8 @@ impl Target {
             max_in_flight: 1,
             alerts: true,
             broker: None,
+            order: KeyOrder::Unordered,
+            bucket: None,
             revision: 0,
         }
     }
@@ -266,8 +279,18 @@ impl<S: Store> Dispatcher<S> {
             let now = self.clock.now_ms();
             let sleep = match self.sink_once(&target, now).await {
                 Ok(pass) if pass.total() > 0 => continue,
+                // A row due already that this claim did not take waits behind an earlier row of its key (leased
+                // by another instance, backing off, or dead): its head's outcome, recorded by this loop or by the
+                // wake-up of a re-queue, frees it, so the loop sleeps the full poll instead of spinning on it.
                 Ok(_) => match self.store.next_outbox_due_ms(&target.name).await {
-                    Ok(Some(due)) => Duration::from_millis(u64::try_from(due - now).unwrap_or(0).max(10)).min(poll),
+                    Ok(Some(due)) if due > now => {
+                        Duration::from_millis(u64::try_from(due - now).unwrap_or(0).max(10)).min(poll)
+                    }
+                    // Due rows the bucket had no token for: until its next token.
+                    Ok(Some(_)) if target.bucket.as_ref().is_some_and(|b| b.wait_ms(now) > 0) => {
+                        let wait = target.bucket.as_ref().map_or(0, |b| b.wait_ms(now));
+                        Duration::from_millis(wait.max(1)).min(poll)
+                    }
                     _ => poll,
                 },
                 Err(e) => {
@@ -285,13 +308,26 @@ impl<S: Store> Dispatcher<S> {
 
     /// Claims up to the sink's concurrency, sends everything concurrently, records each outcome.
     async fn sink_once(&self, target: &Target, now_ms: i64) -> Result<DispatchPass, StoreError> {
-        let claim = Claim {
-            now_ms,
-            lease_ms: self.settings.lease_ms,
-            limit: u32::try_from(target.max_in_flight).unwrap_or(u32::MAX),
-            owner: self.owner.clone(),
+        let mut limit = u32::try_from(target.max_in_flight).unwrap_or(u32::MAX);
+        if let Some(bucket) = &target.bucket {
+            limit = bucket.take(limit, now_ms);
+            if limit == 0 {
+                return Ok(DispatchPass::default());
+            }
+        }
+        let claim = Claim { now_ms, lease_ms: self.settings.lease_ms, limit, owner: self.owner.clone() };
+        let jobs = match self.store.claim_outbox_ordered(&target.name, claim, target.order).await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                if let Some(bucket) = &target.bucket {
+                    bucket.give_back(limit);
+                }
+                return Err(e);
+            }
         };
-        let jobs = self.store.claim_outbox(&target.name, claim).await?;
+        if let Some(bucket) = &target.bucket {
+            bucket.give_back(limit - u32::try_from(jobs.len()).unwrap_or(limit));
+        }
         let mut sends = tokio::task::JoinSet::new();
         for job in jobs {
             let (this, target) = (self.clone(), target.clone());

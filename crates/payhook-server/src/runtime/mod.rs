@@ -11,6 +11,7 @@ pub mod confirm;
 pub mod connections;
 pub mod dispatcher;
 pub mod live;
+pub mod rate;
 pub mod retention;
 pub mod session;
 pub mod worker;

@@ -472,6 +472,8 @@ fn shop_sink() -> SinkSettings {
         timeout_ms: 1_000,
         max_in_flight: 1,
         transport: payhook_server::SinkTransport::Http,
+        order: payhook_store::KeyOrder::default(),
+        rate: None,
     }
 }
 

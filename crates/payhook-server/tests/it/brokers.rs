@@ -54,6 +54,8 @@ pub(crate) fn nats_sink(name: &str, url: &str, subject: &str) -> SinkSettings {
         timeout_ms: 3_000,
         max_in_flight: 4,
         transport: SinkTransport::Nats { subject: subject.to_owned() },
+        order: payhook_store::KeyOrder::default(),
+        rate: None,
     }
 }
 
@@ -66,6 +68,8 @@ pub(crate) fn redis_sink(name: &str, url: &str, stream: &str) -> SinkSettings {
         timeout_ms: 3_000,
         max_in_flight: 4,
         transport: SinkTransport::Redis { stream: stream.to_owned(), dedup_window_secs: 600 },
+        order: payhook_store::KeyOrder::default(),
+        rate: None,
     }
 }
 

@@ -30,6 +30,8 @@ pub(crate) fn amqp_sink(name: &str, url: &str, routing_key: &str) -> SinkSetting
         timeout_ms: 3_000,
         max_in_flight: 4,
         transport: SinkTransport::Amqp { exchange: String::new(), routing_key: routing_key.to_owned() },
+        order: payhook_store::KeyOrder::default(),
+        rate: None,
     }
 }
 

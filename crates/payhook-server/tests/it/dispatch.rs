@@ -127,6 +127,8 @@ fn sink(name: &str, url: String, kinds: &[&str]) -> SinkSettings {
         timeout_ms: 2_000,
         max_in_flight: 4,
         transport: payhook_server::SinkTransport::Http,
+        order: payhook_store::KeyOrder::default(),
+        rate: None,
     }
 }
 

@@ -153,6 +153,8 @@ async fn a_dispatcher_dying_after_the_sinks_2xx_repeats_the_delivery_with_the_sa
             timeout_ms: 2_000,
             max_in_flight: 4,
             transport: payhook_server::SinkTransport::Http,
+            order: payhook_store::KeyOrder::default(),
+            rate: None,
         })
     })
     .await;

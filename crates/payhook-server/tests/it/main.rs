@@ -6,6 +6,7 @@ mod broker_restart;
 mod brokers;
 mod brokers_amqp;
 mod dispatch;
+mod dispatch_order;
 mod evidence;
 mod failpoints;
 mod faults;

@@ -80,6 +80,8 @@ async fn metrics_count_a_known_workload_exactly() {
             timeout_ms: 2_000,
             max_in_flight: 4,
             transport: payhook_server::SinkTransport::Http,
+            order: payhook_store::KeyOrder::default(),
+            rate: None,
         })
     })
     .await;

@@ -4,7 +4,7 @@
 
 use super::billing::{invoice_event, subscription_event};
 use super::{T0, claim, ingest, new_order, order_event, pay, refund, register_new, retry};
-use crate::{Delivery, Store};
+use crate::{Delivery, KeyOrder, Store};
 use payhook_core::billing::{InvoiceAction, SubscriptionAction};
 use payhook_core::event::{OrderAction, SourceName};
 
@@ -41,11 +41,13 @@ pub async fn write_every_document<S: Store>(store: &S) {
     ingest(store, forwarded).await;
 }
 
-/// Every document of [`DOCUMENT_SINKS`] a dispatcher claims: (sink, kind, the bytes it would send), sorted.
+/// Every document of [`DOCUMENT_SINKS`] an unordered dispatcher claims (all of them at once, whatever their keys):
+/// (sink, kind, the bytes it would send), sorted.
 pub async fn claimed_documents<S: Store>(store: &S) -> Vec<(String, String, String)> {
     let mut documents = Vec::new();
     for sink in DOCUMENT_SINKS {
-        let jobs = store.claim_outbox(sink, claim("dispatcher", T0 + 3_600_000, 60_000)).await.expect("claim");
+        let claim = claim("dispatcher", T0 + 3_600_000, 60_000);
+        let jobs = store.claim_outbox_ordered(sink, claim, KeyOrder::Unordered).await.expect("claim");
         documents.extend(jobs.into_iter().map(|j| (j.sink, j.kind.as_str().to_owned(), j.payload)));
     }
     documents.sort();

@@ -2,8 +2,9 @@
 //! them to JetStream, `type = "redis"` adds them to a Redis stream and `type = "amqp"` publishes them to RabbitMQ.
 
 use super::*;
-use payhook_server::SinkTransport;
 use payhook_server::settings::SinkSettings;
+use payhook_server::{SinkRate, SinkTransport};
+use payhook_store::KeyOrder;
 
 /// How a sink's rows travel, as written in the file.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -40,6 +41,32 @@ pub(super) struct RawSink {
     timeout_ms: u64,
     #[serde(default = "default_max_in_flight")]
     max_in_flight: usize,
+    /// `key` (the default): the rows of one ordering key in commit order; `none`: in no particular order.
+    #[serde(default)]
+    ordering: Ordering,
+    /// With `ordering = "key"`: what a dead row does to its key's later rows (`hold`, the default, or `skip`).
+    on_dead: Option<OnDead>,
+    /// Attempts per second on average; unset: no rate, only `max_in_flight`.
+    rate_per_second: Option<f64>,
+    /// With `rate_per_second`: attempts at once after a quiet spell (default: `max_in_flight`).
+    burst: Option<u32>,
+}
+
+/// `ordering`, as written in the file.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Ordering {
+    #[default]
+    Key,
+    None,
+}
+
+/// `on_dead`, as written in the file.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum OnDead {
+    Hold,
+    Skip,
 }
 
 fn default_max_in_flight() -> usize {
@@ -82,6 +109,26 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
     only("routing_key", s.routing_key.is_some() && s.kind != SinkType::Amqp, "amqp")?;
     only("secret", (s.secret.is_some() || s.secret_env.is_some()) && s.kind != SinkType::Http, "http")?;
     refuse_tls_the_client_lacks(s.kind, &s.url)?;
+    let order = match (s.ordering, s.on_dead) {
+        (Ordering::Key, None | Some(OnDead::Hold)) => KeyOrder::Hold,
+        (Ordering::Key, Some(OnDead::Skip)) => KeyOrder::Skip,
+        (Ordering::None, None) => KeyOrder::Unordered,
+        (Ordering::None, Some(_)) => {
+            bail!("on_dead: only a sink with ordering = \"key\" holds or skips a dead row's key")
+        }
+    };
+    let rate = match (s.rate_per_second, s.burst) {
+        (None, None) => None,
+        (None, Some(_)) => bail!("burst: only a sink with rate_per_second takes a burst"),
+        (Some(per_second), _) if !(per_second.is_finite() && per_second > 0.0) => {
+            bail!("rate_per_second: must be a positive number of attempts per second")
+        }
+        (Some(_), Some(0)) => bail!("burst: must be at least 1"),
+        (Some(per_second), burst) => Some(SinkRate {
+            per_second,
+            burst: burst.unwrap_or(u32::try_from(s.max_in_flight.max(1)).unwrap_or(u32::MAX)),
+        }),
+    };
     // Never echo the URL: its path, query or user info may hold the sink's token or the broker's password.
     let (url, transport) = match s.kind {
         SinkType::Http => (SecretUrl::parse(&s.url).context("url")?, SinkTransport::Http),
@@ -146,5 +193,7 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
         timeout_ms: s.timeout_ms.max(1),
         max_in_flight: s.max_in_flight.max(1),
         transport,
+        order,
+        rate,
     })
 }

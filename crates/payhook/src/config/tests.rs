@@ -8,6 +8,7 @@ use payhook_server::SinkTransport;
 
 mod access;
 mod postgres_storage;
+mod sinks;
 mod sources;
 
 #[test]

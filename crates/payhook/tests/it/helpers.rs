@@ -388,13 +388,20 @@ pub struct Recorder {
 
 impl Recorder {
     pub async fn start(status: u16) -> Self {
+        Self::answering(move |_| (status, 0)).await
+    }
+
+    /// A recorder whose answer to each body is `answer(body)`: the status, and how many milliseconds to wait
+    /// before giving it.
+    pub async fn answering(answer: impl Fn(&[u8]) -> (u16, u64) + Send + Sync + 'static) -> Self {
+        let answer = Arc::new(answer);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind recorder");
         let addr = listener.local_addr().expect("addr").to_string();
         let received = Arc::new(Mutex::new(Vec::new()));
         let kept = Arc::clone(&received);
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
-                let kept = Arc::clone(&kept);
+                let (kept, answer) = (Arc::clone(&kept), Arc::clone(&answer));
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 4096];
@@ -427,6 +434,8 @@ impl Recorder {
                         }
                     }
                     let payload = buf[head_end..head_end + length].to_vec();
+                    let (status, delay_ms) = answer(&payload);
+                    tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
                     kept.lock().expect("recorder lock").push(SinkReceipt { idempotency_key: key, payload });
                     let answer =
                         format!("HTTP/1.1 {status} Scripted\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");

@@ -15,6 +15,7 @@ mod install;
 mod interop;
 mod interop_crate;
 mod postgres;
+mod postgres_order;
 mod powercut;
 mod provider;
 mod reload;

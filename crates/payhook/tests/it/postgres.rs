@@ -252,7 +252,7 @@ impl Drop for PgServer {
 }
 
 /// A signed generic-format event, as the provider sends it.
-fn event(event_id: &str, action: OrderAction, order_id: &str) -> Signed {
+pub(crate) fn event(event_id: &str, action: OrderAction, order_id: &str) -> Signed {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64;
     let body = Format::Generic.encode(&Outgoing {
         event_id,
@@ -267,7 +267,7 @@ fn event(event_id: &str, action: OrderAction, order_id: &str) -> Signed {
 }
 
 /// Posts `d` to `url` like a provider: 503 is retried until the answer is 200, anything else fails the test.
-async fn until_acked(client: reqwest::Client, url: String, d: Arc<Signed>) -> String {
+pub(crate) async fn until_acked(client: reqwest::Client, url: String, d: Arc<Signed>) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (status, answer) = post(&client, &url, &d).await.unwrap_or_else(|e| panic!("{} to {url}: {e}", d.event_id));
