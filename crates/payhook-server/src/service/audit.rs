@@ -51,16 +51,24 @@ impl Actor {
     }
 }
 
-/// The entry's log line: every field, at INFO (WARN for a refusal), under the target `payhook::audit`, so a log
-/// collector can keep the trail apart.
+/// The entry's log line: every field, under the target `payhook::audit`, so a log collector can keep the trail
+/// apart. At INFO, a refusal at WARN, and an order's registration at DEBUG: registrations come at the rate of
+/// orders, from the merchant's systems rather than from people, and an INFO line each cost more than the rest of
+/// auditing them (BENCHMARKS.md); the database keeps every one.
 pub fn log(entry: &AuditEntry) {
     let (actor, action, outcome) = (entry.actor.as_str(), entry.action.as_str(), entry.outcome.as_str());
     let (address, target) = (entry.address.as_deref().unwrap_or(""), entry.target.as_deref().unwrap_or(""));
-    let detail = if entry.detail.is_null() { String::new() } else { entry.detail.to_string() };
-    if entry.action == AuditAction::Refused {
-        tracing::warn!(target: "payhook::audit", actor, address, action, target, outcome, detail, "operator action");
-    } else {
-        tracing::info!(target: "payhook::audit", actor, address, action, target, outcome, detail, "operator action");
+    let detail = || if entry.detail.is_null() { String::new() } else { entry.detail.to_string() };
+    match entry.action {
+        AuditAction::Refused => {
+            tracing::warn!(target: "payhook::audit", actor, address, action, target, outcome, detail = detail(), "operator action");
+        }
+        AuditAction::OrderRegister => {
+            tracing::debug!(target: "payhook::audit", actor, address, action, target, outcome, detail = detail(), "operator action");
+        }
+        _ => {
+            tracing::info!(target: "payhook::audit", actor, address, action, target, outcome, detail = detail(), "operator action");
+        }
     }
 }
 
