@@ -1,6 +1,6 @@
 //! What crosses the storage boundary.
 //!
-//! Why one file of about 850 lines: these are the plain data types of the `Store` trait's signatures (what goes in,
+//! Why one file of about 900 lines: these are the plain data types of the `Store` trait's signatures (what goes in,
 //! what comes out, filters), nearly all documentation; split, every backend would import from many files for one
 //! contract. Two have files of their own, re-exported here: the verified [`Delivery`] (`delivery`, for the rule
 //! that only a verification makes one) and the row counters' [`CounterKey`] (`counts`, with its stored form).
