@@ -63,7 +63,6 @@ pub use http::{
 pub use key::{Encoding, HmacAlgorithm, KeyError, Secret};
 pub use scheme::Scheme;
 
-use body_hmac::BodyHmac;
 use ed25519::Ed25519Key;
 use key::{Key, parse_key};
 use mac::{SIG_BUF_LEN, decode_signature};
@@ -428,24 +427,17 @@ impl Verifier {
         match &self.scheme {
             Scheme::Stripe => self.verify_stripe(headers, body, now_unix),
             Scheme::StandardWebhooks => self.verify_standard(headers, body, now_unix),
-            Scheme::Hmac { header, algorithm, encoding, prefix } => {
-                let params = BodyHmac {
-                    header,
-                    canonical_header: header,
-                    algorithm: *algorithm,
-                    encoding: *encoding,
-                    prefix: prefix.as_deref(),
-                    delivery: None,
-                };
-                self.verify_hmac(headers, body, &params)
+            // Generic HMAC, GitHub, Paystack and Shopify: one body HMAC each, its parameters defined once.
+            Scheme::Hmac { .. } | Scheme::Github | Scheme::Paystack | Scheme::Shopify => {
+                match self.scheme.body_hmac() {
+                    Some(params) => self.verify_hmac(headers, body, &params),
+                    None => Err(VerifyError::Malformed("no body HMAC for this scheme".into())),
+                }
             }
             Scheme::Adyen => self.verify_adyen(body),
             Scheme::Braintree => self.verify_braintree(body),
             Scheme::HttpMessageSignatures => self.verify_http(headers, body, now_unix),
             Scheme::Declared(d) => self.verify_declared(d, headers, body, now_unix),
-            Scheme::Github => self.verify_hmac(headers, body, &BodyHmac::GITHUB),
-            Scheme::Paystack => self.verify_hmac(headers, body, &BodyHmac::PAYSTACK),
-            Scheme::Shopify => self.verify_hmac(headers, body, &BodyHmac::SHOPIFY),
         }
     }
 
