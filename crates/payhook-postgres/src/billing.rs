@@ -213,8 +213,17 @@ async fn apply_subscription(
     let payload = payload::subscription_changed(change, from, source, event);
     let revoke_reason =
         change.status.is_ended().then(|| format!("subscription {} ended ({})", change.subscription_id, change.status));
-    let sinks = sinks_of(&ctx.routing, SUBSCRIPTION_UPDATED);
-    let revoke_sinks = sinks_of(&ctx.routing, ENTITLEMENT_REVOKED);
+    let sinks = sinks_of(&ctx.routing, SUBSCRIPTION_UPDATED, &payload);
+    // The revocations' documents are completed in SQL with the invoice and customer each entitlement holds; a
+    // filter reads none of those (`payhook_store::filter`), so it is given the fields this event decides.
+    let revoked = match ctx.routing.filters.is_empty() {
+        true => String::new(),
+        false => {
+            let reason = revoke_reason.as_deref();
+            payload::entitlement_changed(ENTITLEMENT_REVOKED, "", None, Some(id), None, reason, source, event)
+        }
+    };
+    let revoke_sinks = sinks_of(&ctx.routing, ENTITLEMENT_REVOKED, &revoked);
     let seen_at = seen.map(|s| s.occurred_at);
     run_apply(
         client,
@@ -274,7 +283,7 @@ async fn apply_invoice(
         let reason = if kind == ENTITLEMENT_REVOKED { why.as_deref() } else { None };
         payload::entitlement_changed(kind, invoice, customer, subscription, money, reason, source, event)
     });
-    let sinks = kind.map(|kind| sinks_of(&ctx.routing, kind));
+    let sinks = kind.zip(payload.as_deref()).map(|(kind, document)| sinks_of(&ctx.routing, kind, document));
     run_apply(
         client,
         INVOICE_SQL,

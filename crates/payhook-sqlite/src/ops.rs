@@ -107,8 +107,8 @@ pub(crate) fn ingest(conn: &WriterConn<'_>, d: &Delivery, encoded: Encoded, ctx:
             }
         }
     };
-    if let Some(sinks) = ctx.routing.forwards.get(source) {
-        forward(conn, d, event, &recorded, sinks)?;
+    if ctx.routing.forwards.contains_key(source) {
+        forward(conn, &ctx.routing, d, event, &recorded)?;
     }
     Ok(recorded)
 }
@@ -116,10 +116,10 @@ pub(crate) fn ingest(conn: &WriterConn<'_>, d: &Delivery, encoded: Encoded, ctx:
 /// Writes one `event.received` row per forwarding sink: the event in payhook's normalized JSON.
 fn forward(
     conn: &WriterConn<'_>,
+    routing: &Routing,
     d: &DeliveryParts,
     event: Option<&Event>,
     recorded: &Recorded,
-    sinks: &[String],
 ) -> Result<()> {
     let payload = payload::render(&payload::EventReceived {
         kind: FORWARD_KIND.into(),
@@ -133,7 +133,7 @@ fn forward(
         detail: recorded.detail.as_deref().map(Cow::Borrowed),
         received_at_ms: d.received_at_ms,
     });
-    for sink in sinks {
+    for sink in routing.forwards_for(d.source.as_str(), &payload) {
         insert_outbox(
             conn,
             None,

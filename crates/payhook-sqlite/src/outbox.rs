@@ -44,8 +44,8 @@ pub(crate) fn insert_outbox(
     Ok(id)
 }
 
-/// Writes an effect's outbox rows: one per sink that takes `kind`, or one `unrouted` row when no sink does, so the
-/// effect is still recorded once. `listed` is the id its order's guarded update already listed in `outbox_ids`
+/// Writes an effect's outbox rows: one per sink that takes `kind` and whose filter admits `payload`, or one
+/// `unrouted` row when no sink does, so the effect is still recorded once. `listed` is the id its order's guarded update already listed in `outbox_ids`
 /// (one past the largest): the first row takes it, the others the ids after it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn route_outbox(
@@ -59,7 +59,7 @@ pub(crate) fn route_outbox(
     payload: &str,
     now_ms: i64,
 ) -> Result<()> {
-    let sinks = routing.sinks_for(kind);
+    let sinks = routing.sinks_for(kind, payload);
     for (i, sink) in (if sinks.is_empty() { vec![""] } else { sinks }).into_iter().enumerate() {
         let id = listed.map(|first| first + i as i64);
         let event_id = Some(event.event_id.as_str());

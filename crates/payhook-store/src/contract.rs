@@ -33,6 +33,7 @@ mod audit;
 mod billing;
 mod counters;
 mod documents;
+mod filters;
 mod implicit_orders;
 mod listings;
 mod order_retention;
@@ -41,6 +42,7 @@ pub use audit::*;
 pub use billing::*;
 pub use counters::*;
 pub use documents::*;
+pub use filters::*;
 pub use implicit_orders::*;
 pub use listings::*;
 pub use order_retention::*;
@@ -124,6 +126,10 @@ macro_rules! store_contract_tests {
             ],
             $crate::contract::setup($crate::contract::test_policy(), $crate::contract::implicit_routing()) => [
                 orders_of_an_implicit_source_are_created_by_their_first_payment,
+            ],
+            $crate::contract::setup($crate::contract::test_policy(), $crate::contract::filter_routing()) => [
+                a_sinks_filter_decides_which_documents_become_its_rows,
+                billing_documents_are_filtered_and_an_effect_no_filter_takes_is_recorded_unrouted,
             ],
             $crate::contract::setup($crate::contract::test_policy(), $crate::contract::retention_routing()) => [
                 settled_orders_are_pruned_with_their_outbox_rows_unless_something_still_waits_on_them,

@@ -30,6 +30,7 @@ pub mod contract;
 mod counts;
 mod current;
 mod delivery;
+pub mod filter;
 mod headers;
 pub mod listing;
 pub mod metrics;
@@ -40,6 +41,7 @@ mod write_ctx;
 
 pub use audit::{AuditAction, AuditEntry, AuditFilter, AuditRecord, UnknownAuditAction};
 pub use current::Current;
+pub use filter::{Condition, SinkFilter};
 pub use listing::Listing;
 pub use model::*;
 pub use replication::Replication;

@@ -484,6 +484,8 @@ pub struct Routing {
     pub all_kinds: Vec<String>,
     /// Sinks that receive every verified, deduplicated event of a source (kind `event.received`).
     pub forwards: std::collections::HashMap<String, Vec<String>>,
+    /// Sinks' filters (`when`), by sink; a sink without one takes every document of its kinds.
+    pub filters: std::collections::HashMap<String, crate::SinkFilter>,
     /// Sources whose orders are implicit (`orders = "implicit"`): a payment for an order that does not exist
     /// creates it from the payment's amount and currency, in the payment's transaction.
     pub implicit_orders: std::collections::BTreeSet<String>,
@@ -521,8 +523,9 @@ impl Routing {
         }
     }
 
-    /// The sinks that take `kind`, without duplicates, in configuration order.
-    pub fn sinks_for(&self, kind: &str) -> Vec<&str> {
+    /// The sinks that take `document` of `kind`, without duplicates, in configuration order: those listening for
+    /// its kind whose filter, if any, admits it. The document is parsed only when one of them has a filter.
+    pub fn sinks_for(&self, kind: &str, document: &str) -> Vec<&str> {
         let mut sinks: Vec<&str> = Vec::new();
         let listed = self.by_kind.get(kind).into_iter().flatten();
         for sink in listed.chain(self.all_kinds.iter()) {
@@ -530,7 +533,24 @@ impl Routing {
                 sinks.push(sink);
             }
         }
+        self.keep_admitted(&mut sinks, document);
         sinks
+    }
+
+    /// The sinks `source` forwards `document` (an `event.received`) to, in configuration order: those whose
+    /// filter, if any, admits it.
+    pub fn forwards_for(&self, source: &str, document: &str) -> Vec<&str> {
+        let mut sinks: Vec<&str> = self.forwards.get(source).into_iter().flatten().map(String::as_str).collect();
+        self.keep_admitted(&mut sinks, document);
+        sinks
+    }
+
+    fn keep_admitted(&self, sinks: &mut Vec<&str>, document: &str) {
+        if self.filters.is_empty() || !sinks.iter().any(|s| self.filters.contains_key(*s)) {
+            return;
+        }
+        let parsed: serde_json::Value = serde_json::from_str(document).unwrap_or_default();
+        sinks.retain(|s| self.filters.get(*s).is_none_or(|f| f.admits(&parsed)));
     }
 }
 

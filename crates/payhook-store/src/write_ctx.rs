@@ -39,7 +39,7 @@ mod tests {
         routing.all_kinds.push("shop".into());
         live.set_routing(routing);
         let now = live.current();
-        assert_eq!((now.retry.clone(), now.routing.sinks_for("order.paid")), (retry, vec!["shop"]));
-        assert!(under_way.routing.sinks_for("order.paid").is_empty());
+        assert_eq!((now.retry.clone(), now.routing.sinks_for("order.paid", "{}")), (retry, vec!["shop"]));
+        assert!(under_way.routing.sinks_for("order.paid", "{}").is_empty());
     }
 }

@@ -30,7 +30,7 @@ mod storage;
 use retention::{RawRetention, resolve_retention};
 pub use server::TokenOrigin;
 use server::{RawServer, resolve_access, resolve_api_token, resolve_auth, resolve_listener};
-use sinks::{RawSink, resolve_sink};
+use sinks::{RawSink, kinds_taken, resolve_sink};
 pub use sources::BUILT_IN_SCHEMES;
 use sources::{RawSource, resolve_source};
 use storage::{RawStorage, resolve_storage};
@@ -483,6 +483,12 @@ fn resolve(
             if !settings.sinks.iter().any(|s| &s.name == name) {
                 bail!("sources[{i}] ({}).forward: no sink named {name:?}", source.name);
             }
+        }
+    }
+    for (i, sink) in settings.sinks.iter().enumerate() {
+        let forwarded = settings.sources.iter().any(|s| s.forward.contains(&sink.name));
+        if let Err(why) = sink.filter.check(&kinds_taken(sink, forwarded)) {
+            bail!("sinks[{i}] ({}): when: {why}", sink.name);
         }
     }
     if let Some(a) = raw.alerts {

@@ -16,7 +16,6 @@ pub(super) const DELETE_INBOX_SQL: &str = "DELETE FROM inbox WHERE source = $1 A
 /// once the batch knows it.
 #[derive(Debug)]
 pub(super) struct ForwardDraft {
-    pub(super) sinks: Vec<String>,
     /// The document, its `outcome` and `detail` filled in once the batch knows them.
     pub(super) document: payload::EventReceived<'static>,
 }
@@ -50,7 +49,7 @@ impl IngestCall {
     /// recorded by the batch function and applied after it, in the same transaction.
     pub(crate) fn new(d: Delivery, routing: &Routing) -> Result<Self, StoreError> {
         let d = d.into_parts();
-        let forward = routing.forwards.get(d.source.as_str()).filter(|sinks| !sinks.is_empty()).map(|sinks| {
+        let forward = routing.forwards.get(d.source.as_str()).filter(|sinks| !sinks.is_empty()).map(|_| {
             let event = match &d.parsed {
                 Parsed::Event(e) => Some(e),
                 Parsed::Unparseable { .. } => None,
@@ -67,7 +66,7 @@ impl IngestCall {
                 detail: None,
                 received_at_ms: d.received_at_ms,
             };
-            Box::new(ForwardDraft { sinks: sinks.clone(), document })
+            Box::new(ForwardDraft { document })
         });
         let mut call = Self {
             source: d.source.as_str().to_owned(),
@@ -211,9 +210,9 @@ impl IngestCall {
                 detail: recorded.detail.as_deref().map(std::borrow::Cow::Borrowed),
                 ..draft.document.clone()
             });
-            for sink in &draft.sinks {
+            for sink in routing.forwards_for(&self.source, &payload) {
                 out.forwards.push(Forward {
-                    sink: sink.clone(),
+                    sink: sink.to_owned(),
                     source: self.source.clone(),
                     event_id: self.event_id.clone(),
                     payload: payload.clone(),

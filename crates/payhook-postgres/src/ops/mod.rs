@@ -60,9 +60,10 @@ pub(crate) fn order_lock(order_id: &str) -> i64 {
     i64::from_ne_bytes(hash.to_ne_bytes())
 }
 
-/// The sinks that receive `kind`, in configuration order; `[""]` (recorded once, unrouted) when none does.
-pub(crate) fn sinks_of<'a>(routing: &'a Routing, kind: &str) -> Vec<&'a str> {
-    let mut sinks = routing.sinks_for(kind);
+/// The sinks that receive `document` of `kind`, in configuration order; `[""]` (recorded once, unrouted) when none
+/// does.
+pub(crate) fn sinks_of<'a>(routing: &'a Routing, kind: &str, document: &str) -> Vec<&'a str> {
+    let mut sinks = routing.sinks_for(kind, document);
     if sinks.is_empty() {
         sinks.push("");
     }
@@ -92,6 +93,12 @@ impl Change {
             payloads.push(render(from.1));
         }
         Self { lock: order_lock(plan.order_id.as_str()), from, payloads, plan }
+    }
+
+    /// The document a sink's filter reads: the first rendering (the renderings differ only in the previous status,
+    /// which no filter reads).
+    pub(crate) fn document(&self) -> &str {
+        self.payloads.first().map_or("", String::as_str)
     }
 
     pub(crate) fn amount(&self) -> Option<i64> {

@@ -38,20 +38,20 @@ pub(super) struct DeliveryRow<'a> {
     pub(super) route_hi: Option<i32>,
 }
 
-/// The arguments of `payhook_ingest_batch`: one row per delivery, and the batch's routing table (the sinks of
-/// each outbox kind in the batch, one slice after another).
+/// The arguments of `payhook_ingest_batch`: one row per delivery, and the batch's routing table (each distinct list
+/// of sinks the batch's documents go to, one slice after another).
 #[derive(Debug, Default)]
 pub(crate) struct IngestColumns<'a> {
     pub(super) deliveries: Vec<DeliveryRow<'a>>,
     pub(super) route_sinks: Vec<&'a str>,
-    /// Which slice of `route_sinks` each kind has (1-based, inclusive, as SQL arrays are).
-    pub(super) routes: Vec<(&'static str, i32, i32)>,
+    /// The slices of `route_sinks` (1-based, inclusive, as SQL arrays are), one per distinct list.
+    pub(super) routes: Vec<(usize, usize)>,
 }
 
 impl<'a> IngestColumns<'a> {
     pub(crate) fn push(&mut self, call: &'a IngestCall, routing: &'a Routing) {
         let c = call.change.as_ref();
-        let route = c.map(|c| self.route(routing, c.plan.outbox_kind));
+        let route = c.map(|c| self.route(routing, c.plan.outbox_kind, c.document()));
         self.deliveries.push(DeliveryRow {
             source: &call.source,
             event_id: &call.event_id,
@@ -80,17 +80,18 @@ impl<'a> IngestColumns<'a> {
         });
     }
 
-    /// The slice of `route_sinks` that holds the sinks of `kind`, added on first use.
-    pub(super) fn route(&mut self, routing: &'a Routing, kind: &'static str) -> (i32, i32) {
-        if let Some(&(_, lo, hi)) = self.routes.iter().find(|(k, ..)| *k == kind) {
-            return (lo, hi);
-        }
-        let lo = self.route_sinks.len() + 1;
-        self.route_sinks.extend(sinks_of(routing, kind));
-        let (lo, hi) =
-            (i32::try_from(lo).unwrap_or(i32::MAX), i32::try_from(self.route_sinks.len()).unwrap_or(i32::MAX));
-        self.routes.push((kind, lo, hi));
-        (lo, hi)
+    /// The slice of `route_sinks` that holds the sinks of `document` of `kind` (their filters applied), added when
+    /// no earlier document of the batch went to the same list.
+    pub(super) fn route(&mut self, routing: &'a Routing, kind: &'static str, document: &str) -> (i32, i32) {
+        let sinks = sinks_of(routing, kind, document);
+        let found = self.routes.iter().find(|&&(lo, hi)| self.route_sinks[lo - 1..hi] == sinks[..]).copied();
+        let (lo, hi) = found.unwrap_or_else(|| {
+            let lo = self.route_sinks.len() + 1;
+            self.route_sinks.extend(sinks);
+            self.routes.push((lo, self.route_sinks.len()));
+            (lo, self.route_sinks.len())
+        });
+        (i32::try_from(lo).unwrap_or(i32::MAX), i32::try_from(hi).unwrap_or(i32::MAX))
     }
 
     pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 2] {

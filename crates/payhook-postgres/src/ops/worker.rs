@@ -64,7 +64,7 @@ pub(super) async fn reapply(
     target: Settle,
 ) -> Result<(Recorded, Settle), Failure> {
     let reapply = client.prepare_cached(REAPPLY_SQL).await?;
-    let sinks = sinks_of(&ctx.routing, change.plan.outbox_kind);
+    let sinks = sinks_of(&ctx.routing, change.plan.outbox_kind, change.document());
     let row = client
         .query_one(
             &reapply,

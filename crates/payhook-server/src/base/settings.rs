@@ -274,6 +274,8 @@ pub struct SinkSettings {
     /// Attempts per second on average and at most at once (`rate_per_second`, `burst`); `None`: unbounded but
     /// for `max_in_flight`.
     pub rate: Option<SinkRate>,
+    /// Which documents of its kinds it takes (`when`); empty: all of them. Applied when rows are written.
+    pub filter: payhook_store::SinkFilter,
 }
 
 /// A sink's rate: at most `per_second` attempts a second on average, at most `burst` at once after a quiet spell.
@@ -482,6 +484,9 @@ impl Settings {
     pub fn routing(&self) -> payhook_store::Routing {
         let mut routing = payhook_store::Routing::default();
         for sink in &self.sinks {
+            if !sink.filter.conditions.is_empty() {
+                routing.filters.insert(sink.name.clone(), sink.filter.clone());
+            }
             for kind in &sink.kinds {
                 if kind == "*" {
                     routing.all_kinds.push(sink.name.clone());

@@ -474,6 +474,7 @@ fn shop_sink() -> SinkSettings {
         transport: payhook_server::SinkTransport::Http,
         order: payhook_store::KeyOrder::default(),
         rate: None,
+        filter: Default::default(),
     }
 }
 

@@ -56,6 +56,7 @@ pub(crate) fn nats_sink(name: &str, url: &str, subject: &str) -> SinkSettings {
         transport: SinkTransport::Nats { subject: subject.to_owned() },
         order: payhook_store::KeyOrder::default(),
         rate: None,
+        filter: Default::default(),
     }
 }
 
@@ -70,6 +71,7 @@ pub(crate) fn redis_sink(name: &str, url: &str, stream: &str) -> SinkSettings {
         transport: SinkTransport::Redis { stream: stream.to_owned(), dedup_window_secs: 600 },
         order: payhook_store::KeyOrder::default(),
         rate: None,
+        filter: Default::default(),
     }
 }
 

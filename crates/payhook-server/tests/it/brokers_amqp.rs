@@ -32,6 +32,7 @@ pub(crate) fn amqp_sink(name: &str, url: &str, routing_key: &str) -> SinkSetting
         transport: SinkTransport::Amqp { exchange: String::new(), routing_key: routing_key.to_owned() },
         order: payhook_store::KeyOrder::default(),
         rate: None,
+        filter: Default::default(),
     }
 }
 

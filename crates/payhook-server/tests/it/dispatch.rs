@@ -129,6 +129,7 @@ fn sink(name: &str, url: String, kinds: &[&str]) -> SinkSettings {
         transport: payhook_server::SinkTransport::Http,
         order: payhook_store::KeyOrder::default(),
         rate: None,
+        filter: Default::default(),
     }
 }
 
@@ -594,4 +595,54 @@ async fn a_sink_added_by_a_reload_is_delivered_to_and_a_removed_one_no_longer_is
     assert_eq!(rows(&app, "old").await.len(), 1, "no row for the removed sink after the reload");
     assert_eq!(rows(&app, "new").await.len(), 1);
     assert_eq!(sink_server.seen("/old").len(), 1);
+}
+
+/// A sink's filter decides at the socket what it receives: only the receipts whose fields its `when` names reach it,
+/// while an unfiltered sink gets them all; a reload that changes the filter routes the next receipts by the new one.
+#[tokio::test]
+async fn a_filtered_sink_receives_only_what_its_filter_names() {
+    let sink_server = Sink::start().await;
+    let (picky_url, all_url) = (sink_server.url("/picky"), sink_server.url("/all"));
+    let picky = |orders: &[&str]| {
+        let mut picky = sink("picky", picky_url.clone(), &["order.paid"]);
+        let accepted = orders.iter().map(|o| (*o).to_owned()).collect();
+        picky.filter.conditions = vec![payhook_store::Condition { pointer: "/order_id".into(), accepted }];
+        picky
+    };
+    let first = picky(&["ord_f1", "ord_f3"]);
+    let app = TestApp::spawn_with(|s, _| {
+        s.sinks.push(first);
+        s.sinks.push(sink("all", all_url, &["order.paid"]));
+    })
+    .await;
+    for order in ["ord_f1", "ord_f2", "ord_f3"] {
+        paid_order(&app, order).await;
+    }
+    app.running.dispatcher.run_until_idle(now_ms()).await.expect("dispatch");
+    let orders_at = |path: &str| -> Vec<String> {
+        let mut orders: Vec<String> = sink_server
+            .seen(path)
+            .iter()
+            .map(|s| serde_json::from_slice::<serde_json::Value>(&s.body).unwrap()["order_id"].to_string())
+            .collect();
+        orders.sort();
+        orders
+    };
+    assert_eq!(orders_at("/picky"), ["\"ord_f1\"", "\"ord_f3\""]);
+    assert_eq!(orders_at("/all"), ["\"ord_f1\"", "\"ord_f2\"", "\"ord_f3\""]);
+
+    let mut settings = app.settings.clone();
+    settings.sinks[0] = picky(&["ord_f4"]);
+    app.running.state.apply(payhook_server::Reloaded {
+        settings,
+        changed_sources: Vec::new(),
+        changed_sinks: vec!["picky".into()],
+        alerts_changed: false,
+    });
+    for order in ["ord_f4", "ord_f5"] {
+        paid_order(&app, order).await;
+    }
+    app.running.dispatcher.run_until_idle(now_ms()).await.expect("dispatch");
+    assert_eq!(orders_at("/picky"), ["\"ord_f1\"", "\"ord_f3\"", "\"ord_f4\""]);
+    assert_eq!(orders_at("/all").len(), 5);
 }

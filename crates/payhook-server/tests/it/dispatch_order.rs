@@ -66,6 +66,7 @@ async fn app_rated(url: &str, order: KeyOrder, rate: Option<SinkRate>) -> TestAp
             transport: payhook_server::SinkTransport::Http,
             order,
             rate,
+            filter: Default::default(),
         });
         // Retries 10 ms to 80 ms later: each pass below moves the clock past any of them.
         s.dispatcher.retry = RetryPolicy { base_ms: 10, factor: 2, cap_ms: 80, jitter: 0.0, max_attempts: 1_000 };

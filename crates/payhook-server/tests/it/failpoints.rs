@@ -155,6 +155,7 @@ async fn a_dispatcher_dying_after_the_sinks_2xx_repeats_the_delivery_with_the_sa
             transport: payhook_server::SinkTransport::Http,
             order: payhook_store::KeyOrder::default(),
             rate: None,
+            filter: Default::default(),
         })
     })
     .await;

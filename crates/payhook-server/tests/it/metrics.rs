@@ -82,6 +82,7 @@ async fn metrics_count_a_known_workload_exactly() {
             transport: payhook_server::SinkTransport::Http,
             order: payhook_store::KeyOrder::default(),
             rate: None,
+            filter: Default::default(),
         })
     })
     .await;

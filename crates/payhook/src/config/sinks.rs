@@ -2,9 +2,11 @@
 //! them to JetStream, `type = "redis"` adds them to a Redis stream and `type = "amqp"` publishes them to RabbitMQ.
 
 use super::*;
+use payhook_core::format::Accepted;
 use payhook_server::settings::SinkSettings;
 use payhook_server::{SinkRate, SinkTransport};
-use payhook_store::KeyOrder;
+use payhook_store::{Condition, KeyOrder, OutboxKind, SinkFilter};
+use std::collections::BTreeMap;
 
 /// How a sink's rows travel, as written in the file.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -50,6 +52,9 @@ pub(super) struct RawSink {
     rate_per_second: Option<f64>,
     /// With `rate_per_second`: attempts at once after a quiet spell (default: `max_in_flight`).
     burst: Option<u32>,
+    /// Which documents of its kinds it takes, by their fields (`{ "/source" = "stripe" }`); unset: all of them.
+    #[serde(default)]
+    when: BTreeMap<String, Accepted>,
 }
 
 /// `ordering`, as written in the file.
@@ -185,8 +190,22 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
         .map(|secret| Verifier::new(Scheme::StandardWebhooks, &[Secret::new(secret)], 300))
         .transpose()
         .context("secret: a Standard Webhooks secret (whsec_ followed by base64)")?;
+    let filter = SinkFilter {
+        conditions: s
+            .when
+            .into_iter()
+            .map(|(pointer, accepted)| {
+                let accepted = match accepted {
+                    Accepted::One(one) => vec![one],
+                    Accepted::Any(any) => any,
+                };
+                Condition { pointer, accepted }
+            })
+            .collect(),
+    };
     Ok(SinkSettings {
         name: s.name,
+        filter,
         url,
         kinds: s.kinds,
         signer,
@@ -196,4 +215,18 @@ pub(super) fn resolve_sink(s: RawSink) -> Result<SinkSettings> {
         order,
         rate,
     })
+}
+
+/// The kinds of document a sink receives: those its `kinds` name (`*`: every kind routed by kind, which leaves out
+/// forwarded events and alerts), and forwarded events when a source forwards to it.
+pub(super) fn kinds_taken(sink: &SinkSettings, forwarded: bool) -> Vec<OutboxKind> {
+    let mut kinds: Vec<OutboxKind> = if sink.kinds.iter().any(|k| k == "*") {
+        OutboxKind::ALL.into_iter().filter(|k| !matches!(k, OutboxKind::EventReceived | OutboxKind::Alert)).collect()
+    } else {
+        sink.kinds.iter().filter_map(|k| OutboxKind::parse(k)).collect()
+    };
+    if forwarded && !kinds.contains(&OutboxKind::EventReceived) {
+        kinds.push(OutboxKind::EventReceived);
+    }
+    kinds
 }
