@@ -1,13 +1,15 @@
 //! The `payhook-bench` binary, payhook's load generator, kept out of the binary that ships: `bench` drives a running
 //! payhook with signed deliveries and measures it; `prefill` grows the configured database by N stored deliveries
-//! for scale benchmarks. Both read the same configuration file as the server under test (`--config`), through
-//! `payhook`'s own loader: its sources sign the deliveries, its API token registers the orders.
+//! for scale benchmarks; `sink` stands in for a merchant's HTTP sink in the dispatch benchmark. `bench` and
+//! `prefill` read the same configuration file as the server under test (`--config`), through `payhook`'s own
+//! loader: its sources sign the deliveries, its API token registers the orders.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bench;
 mod prefill;
+mod sink;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -30,6 +32,9 @@ enum Command {
     /// Grow the database by N stored deliveries (paid orders) through the store's own operations, for scale
     /// benchmarks. Stop every server on the database first.
     Prefill(prefill::PrefillArgs),
+    /// Stand in for a merchant's HTTP sink for the dispatch benchmark: acknowledge rows and say how fast they came
+    /// (needs no configuration).
+    Sink(sink::SinkArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -52,9 +57,9 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let cfg = cli.config.load()?;
     match cli.command {
-        Command::Bench(args) => bench::run(cfg, args).await,
-        Command::Prefill(args) => payhook::store::with_store(&cfg, args).await,
+        Command::Bench(args) => bench::run(cli.config.load()?, args).await,
+        Command::Prefill(args) => payhook::store::with_store(&cli.config.load()?, args).await,
+        Command::Sink(args) => sink::run(args).await,
     }
 }
