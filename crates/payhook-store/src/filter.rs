@@ -133,6 +133,20 @@ impl SinkFilter {
     }
 }
 
+/// As `config check` shows it: `/source = "stripe", /status in ["paid", "refunded"]`.
+impl std::fmt::Display for SinkFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, c) in self.conditions.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            match c.accepted.as_slice() {
+                [one] => write!(f, "{sep}{} = {one:?}", c.pointer)?,
+                many => write!(f, "{sep}{} in {many:?}", c.pointer)?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A JSON value as a condition compares it: strings as they are, numbers and booleans as written; absent for null,
 /// `""` and containers (as the declarative formats read values).
 fn text_of(v: &Value) -> Option<String> {
@@ -173,6 +187,8 @@ mod tests {
         assert!(!filter(&[("/currency", &["*"])]).admits(&doc));
         assert!(filter(&[("/source", &["*"])]).admits(&doc));
         assert!(!filter(&[("/source", &["stripe"]), ("/amount", &["1"])]).admits(&doc), "every condition holds");
+        let shown = filter(&[("/source", &["stripe"]), ("/status", &["paid", "refunded"])]).to_string();
+        assert_eq!(shown, r#"/source = "stripe", /status in ["paid", "refunded"]"#);
     }
 
     #[test]

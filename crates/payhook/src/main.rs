@@ -178,7 +178,8 @@ async fn run(cli: Cli) -> Result<()> {
                         format!(" exchange {exchange:?} routing key {routing_key}")
                     }
                 };
-                println!("  sink     {:<16} {}{via} ({})", s.name, s.url, s.kinds.join(", "));
+                let when = if s.filter.conditions.is_empty() { String::new() } else { format!(" when {}", s.filter) };
+                println!("  sink     {:<16} {}{via} ({}){when}", s.name, s.url, s.kinds.join(", "));
             }
             if let Some(a) = &cfg.settings.alerts {
                 println!("  alerts   {}", a.url);

@@ -174,6 +174,20 @@ fn config_check_names_the_file_line_and_key_of_a_problem() {
     let source_line = stdout.lines().find(|l| l.trim_start().starts_with("source")).unwrap_or("");
     assert!(source_line.contains(SOURCE) && source_line.contains("/webhooks/payments"), "{stdout}");
 
+    // A sink's filter is shown with it; one on a field no document of its kinds has is refused with its line.
+    let sink = "\n[[sinks]]\nname = \"shop\"\nurl = \"https://shop.example/in\"\nkinds = [\"order.paid\"]\n";
+    dir.write("filtered.toml", &format!("{good}{sink}when = {{ \"/source\" = \"{SOURCE}\" }}\n"));
+    let out = check("filtered.toml");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let sink_line = stdout.lines().find(|l| l.trim_start().starts_with("sink")).unwrap_or("");
+    assert!(sink_line.ends_with(&format!("(order.paid) when /source = \"{SOURCE}\"")), "{stdout}");
+    let bad = format!("{good}{sink}when = {{ \"/amount\" = \"100\" }}\n");
+    let when_line = bad.lines().position(|l| l.starts_with("when")).unwrap() + 1;
+    dir.write("unfiltered.toml", &bad);
+    let stderr = text(&check("unfiltered.toml").stderr);
+    assert!(stderr.contains(&format!("unfiltered.toml:{when_line}: sinks[0] (shop): when: /amount")), "{stderr}");
+
     // The documented defaults, byte for byte, and valid TOML that passes the check itself.
     let out = dir.run(&["config", "print-default"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
