@@ -273,6 +273,15 @@ mod tests {
             money: None,
         })
         .expect("a plan");
+        // Sink filters' table of fields places every field of every document but an alert's, once.
+        for (kind, readable, stored) in crate::filter::FIELDS {
+            let mut placed: Vec<String> = readable.iter().chain(stored.iter()).map(|f| (*f).to_owned()).collect();
+            let mut documented = listed(kind.as_str());
+            placed.sort();
+            documented.sort();
+            assert_eq!(placed, documented, "{kind}");
+        }
+        assert_eq!(crate::filter::FIELDS.len(), crate::OutboxKind::ALL.len() - 1, "every kind but alert");
         assert_eq!(keys(order_changed(&plan, "pending", "s", &event)), listed("order.paid"));
         let change = SubscriptionChange {
             subscription_id: SubscriptionId::parse("sub_1").unwrap(),
