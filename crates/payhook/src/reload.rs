@@ -12,11 +12,26 @@ pub struct ReloadArgs {
     /// Print the server's JSON answer instead of a summary.
     #[arg(long)]
     pub json: bool,
+    /// The environment variable that holds an admin token (one of `[[server.tokens]]`) to reload with, instead
+    /// of `server.api_token`. A variable, not the token: a command line is visible to every user of the machine.
+    #[arg(long, value_name = "VAR")]
+    pub token_env: Option<String>,
 }
 
 pub async fn run(cfg: &Config, args: ReloadArgs) -> Result<()> {
-    let Some(token) = cfg.settings.api_token.as_ref().filter(|t| !t.expose().trim().is_empty()) else {
-        bail!("no API token is configured: set server.api_token_env (or server.api_token), or send SIGHUP instead");
+    let named = match &args.token_env {
+        Some(var) => match std::env::var(var) {
+            Ok(token) if !token.trim().is_empty() => Some(token),
+            _ => bail!("--token-env: environment variable {var} is not set or empty"),
+        },
+        None => None,
+    };
+    let configured = cfg.settings.api_token.as_ref().map(|t| t.expose().to_owned());
+    let Some(token) = named.or(configured).filter(|t| !t.trim().is_empty()) else {
+        bail!(
+            "no API token is configured: give --token-env VAR (a variable holding an admin token), set \
+             server.api_token_env (or server.api_token), or send SIGHUP instead"
+        );
     };
     // With `[server.tls]`, the configured address over HTTPS; its certificate must verify against the public
     // roots (else give `--url` with the name the certificate carries, or send SIGHUP).
@@ -26,12 +41,8 @@ pub async fn run(cfg: &Config, args: ReloadArgs) -> Result<()> {
     };
     let url = format!("{base}/v1/reload");
     let client = reqwest::Client::builder().build().context("cannot build the HTTP client")?;
-    let answer = client
-        .post(&url)
-        .bearer_auth(token.expose().trim())
-        .send()
-        .await
-        .with_context(|| format!("cannot reach {url}"))?;
+    let answer =
+        client.post(&url).bearer_auth(token.trim()).send().await.with_context(|| format!("cannot reach {url}"))?;
     let status = answer.status();
     let body: serde_json::Value = answer.json().await.with_context(|| format!("{url} answered {status}, not JSON"))?;
     if !status.is_success() {

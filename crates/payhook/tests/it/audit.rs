@@ -45,8 +45,18 @@ async fn the_audit_trail_names_who_replayed_and_who_reloaded_also_after_a_restar
     assert_eq!(status, StatusCode::OK, "{answer}");
     let (status, answer) = call(&server, Method::POST, "/v1/reload", ONCALL).await;
     assert_eq!((status, answer["scope_needed"].as_str()), (StatusCode::FORBIDDEN, Some("admin")), "{answer}");
-    let (status, answer) = call(&server, Method::POST, "/v1/reload", PLATFORM).await;
-    assert_eq!(status, StatusCode::OK, "{answer}");
+    // `payhook reload` with a named admin token, read from the variable `--token-env` names.
+    let config = server.config.to_str().unwrap().to_owned();
+    let reload = |var: &str, value: &str| {
+        let mut cmd = dir.payhook();
+        cmd.args(["--config", &config, "reload", "--token-env", "RELOAD_TOKEN"]).env(var, value);
+        cmd.env("PAYHOOK_TOKEN_ONCALL", ONCALL);
+        cmd.stdin(std::process::Stdio::null()).output().unwrap()
+    };
+    let out = reload("RELOAD_TOKEN", PLATFORM);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = reload("OTHER", PLATFORM);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("RELOAD_TOKEN is not set"), "{out:?}");
     let (status, _) = call(&server, Method::GET, "/v1/audit", ONCALL).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "the trail is the admin's");
     assert!(server.log().contains("payhook::audit"), "each entry is a log line:\n{}", server.log());
