@@ -25,6 +25,7 @@
 mod clients;
 
 use crate::base::ip_range::IpRange;
+use crate::base::trace;
 use crate::base::settings::{ListenerSettings, TlsSettings};
 use crate::http::error::ApiError;
 use crate::runtime::body::{BodyBudget, BodyState, BodyWatch, GuardedBody};
@@ -36,6 +37,7 @@ use clients::Clients;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
+use tracing::Instrument as _;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -161,6 +163,7 @@ impl Listener {
         metrics.max.store(settings.max_connections as u64, Ordering::Relaxed);
         metrics.max_per_client.store(settings.max_connections_per_client as u64, Ordering::Relaxed);
         let permits = Arc::new(Semaphore::new(settings.max_connections));
+        let trusted: Arc<[IpRange]> = trusted_proxies.clone().into();
         let clients =
             Arc::new(Clients::new(settings.max_connections_per_client, trusted_proxies, Arc::clone(&metrics.clients)));
         let bounds = Arc::new(RequestBounds {
@@ -209,9 +212,11 @@ impl Listener {
             metrics.accepted.fetch_add(1, Ordering::Relaxed);
             metrics.open.fetch_add(1, Ordering::Relaxed);
             let _ = stream.set_nodelay(true);
+            let peer_ip = peer.ip().to_canonical();
             let connection = Connection {
                 app: app.clone(),
                 peer,
+                trusted_proxy: trusted.iter().any(|range| range.contains(peer_ip)),
                 settings: Arc::clone(&settings),
                 metrics: Arc::clone(&metrics),
                 bounds: Arc::clone(&bounds),
@@ -349,6 +354,8 @@ impl RequestBounds {
 struct Connection {
     app: Router,
     peer: SocketAddr,
+    /// Whether the peer is one of `server.trusted_proxies`, whose `X-Request-Id` is kept.
+    trusted_proxy: bool,
     settings: Arc<ListenerSettings>,
     metrics: Arc<ConnectionMetrics>,
     bounds: Arc<RequestBounds>,
@@ -390,19 +397,35 @@ impl Connection {
         let peer = self.peer;
         let service_clock = Arc::clone(&clock);
         let bounds = Arc::clone(&self.bounds);
+        let trusted_proxy = self.trusted_proxy;
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
             if https {
                 request.headers_mut().insert("x-forwarded-proto", hyper::header::HeaderValue::from_static("https"));
             }
             let in_request = InRequest::start(Arc::clone(&service_clock));
+            let id = trace::request_id(request.headers().get(trace::REQUEST_ID_HEADER), trusted_proxy);
+            let span = request_span(&request, &id);
+            let id_header = hyper::header::HeaderValue::from_str(&id).ok();
             let (request, watch) = bounds.guard(request);
             let (app, bounds) = (app.clone(), Arc::clone(&bounds));
-            async move {
-                let response = bounds.serve(app, request, &watch).await;
+            let serve = async move {
+                let mut response = bounds.serve(app, request, &watch).await;
                 drop(in_request);
+                let status = response.status();
+                if trace::on() {
+                    let span = tracing::Span::current();
+                    span.record("http.response.status_code", status.as_u16());
+                    if status.is_server_error() {
+                        span.record("otel.status_code", "ERROR");
+                    }
+                }
+                if let Some(value) = id_header {
+                    response.headers_mut().insert(trace::REQUEST_ID_HEADER, value);
+                }
                 Ok::<_, Infallible>(response)
-            }
+            };
+            trace::with_request_id(id, serve.instrument(span))
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
@@ -452,6 +475,39 @@ impl Connection {
             }
         }
     }
+}
+
+/// The span a request is served in: `request` with its `request_id`, in every log line of the request. With traces
+/// exported it is also the HTTP server span (`otel.kind = server`, named `METHOD ROUTE` once the route is matched),
+/// with the semantic conventions' attributes; an API request's incoming `traceparent` is its parent (a webhook's is
+/// not: a provider's trace is not payhook's to join).
+fn request_span<B>(request: &hyper::Request<B>, id: &str) -> tracing::Span {
+    if !trace::on() {
+        return tracing::info_span!("request", request_id = id);
+    }
+    let method = request.method().as_str();
+    let path = request.uri().path();
+    let span = tracing::info_span!(
+        "request",
+        request_id = id,
+        otel.name = method,
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = method,
+        url.path = path,
+        http.route = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+    );
+    if !path.starts_with("/webhooks/") {
+        trace::continue_from(&span, request.headers());
+    }
+    if let Some((trace_id, span_id)) = trace::ids_of(&span) {
+        span.record("trace_id", trace_id);
+        span.record("span_id", span_id);
+    }
+    span
 }
 
 fn far_future() -> Instant {

@@ -22,6 +22,7 @@
 //! last error and put into an alert never holds the path, query or user info.
 
 use crate::base::clock::Clock;
+use crate::base::trace;
 use crate::base::metrics::DispatchMetrics;
 use crate::base::secret_url::{SecretUrl, redact_urls};
 use crate::base::settings::{ALERTS_SINK, AlertSettings, DispatcherSettings, Settings, SinkSettings};
@@ -35,6 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 /// Where one sink's rows go and how.
 #[derive(Debug, Clone)]
@@ -399,10 +401,44 @@ impl<S: Store> Dispatcher<S> {
         Ok(pass)
     }
 
-    /// Sends one row and classifies the answer.
+    /// Sends one row and classifies the answer; with traces exported, in a `payhook.dispatch` span of its own trace,
+    /// linked to the delivery's when this process recorded it, whose context the request or message carries.
     async fn deliver(&self, target: &Target, job: &OutboxJob) -> Dispatched {
+        if !trace::on() {
+            return self.send(target, job, &[]).await;
+        }
+        let span = tracing::info_span!(parent: None, "payhook.dispatch",
+            otel.kind = if target.broker.is_some() { "producer" } else { "client" },
+            otel.status_code = tracing::field::Empty,
+            payhook.sink = %target.name, payhook.outbox.id = job.id, payhook.outbox.kind = job.kind.as_str(),
+            payhook.attempt = job.attempts + 1, payhook.outcome = tracing::field::Empty,
+            http.request.method = if target.broker.is_some() { None } else { Some("POST") },
+            http.response.status_code = tracing::field::Empty);
+        if let Some(key) = &job.key {
+            trace::link_to_delivery(&span, key);
+        }
+        let headers = trace::headers_of(&span);
+        let outcome = self.send(target, job, &headers).instrument(span.clone()).await;
+        let (word, status) = match &outcome {
+            Dispatched::Delivered { status } => ("delivered", Some(*status)),
+            Dispatched::Retry { status, .. } => ("retry", *status),
+            Dispatched::Dead { status, .. } => ("dead", *status),
+        };
+        span.record("payhook.outcome", word);
+        if let Some(status) = status.filter(|s| *s > 0) {
+            span.record("http.response.status_code", status);
+        }
+        if word != "delivered" {
+            span.record("otel.status_code", "ERROR");
+        }
+        outcome
+    }
+
+    /// Sends one row with the trace context `trace` (`traceparent`, `tracestate`; empty when not traced) and
+    /// classifies the answer.
+    async fn send(&self, target: &Target, job: &OutboxJob, trace: &[(String, String)]) -> Dispatched {
         if let Some(broker) = &target.broker {
-            return self.publish(target, broker, job).await;
+            return self.publish(target, broker, job, trace).await;
         }
         let body = if target.alerts { render_alert(&job.payload) } else { job.payload.clone().into_bytes() };
         let msg_id = job.id.to_string();
@@ -419,6 +455,9 @@ impl<S: Store> Dispatcher<S> {
                 }
             }
             None => req = req.header("webhook-id", &msg_id),
+        }
+        for (name, value) in trace {
+            req = req.header(name.as_str(), value.as_str());
         }
         let attempt = job.attempts + 1;
         let (status, retry_after, error) = match req.body(body).send().await {
@@ -452,8 +491,14 @@ impl<S: Store> Dispatcher<S> {
 
 impl<S: Store> Dispatcher<S> {
     /// Publishes one row to a broker sink: its acknowledgement delivers the row, anything else is retried.
-    async fn publish(&self, target: &Target, broker: &Broker, job: &OutboxJob) -> Dispatched {
-        let error = match broker.publish(job, target.timeout).await {
+    async fn publish(
+        &self,
+        target: &Target,
+        broker: &Broker,
+        job: &OutboxJob,
+        trace: &[(String, String)],
+    ) -> Dispatched {
+        let error = match broker.publish(job, target.timeout, trace).await {
             Ok(published) => {
                 if published == Published::Duplicate {
                     tracing::info!(sink = target.name, id = job.id, "the broker dropped a re-published outbox row");
