@@ -88,9 +88,12 @@ async fn record_route(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
     let span = tracing::Span::current();
     span.record("http.route", route.as_str());
-    span.record("otel.name", format!("{} {}", request.method(), route.as_str()));
+    // The OpenTelemetry span is already started (its ids are in the log lines): renamed through its own API.
+    span.context().span().update_name(format!("{} {}", request.method(), route.as_str()));
     next.run(request).await
 }
 

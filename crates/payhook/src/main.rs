@@ -17,6 +17,7 @@ mod orders;
 mod reload;
 mod send;
 mod table;
+mod telemetry;
 mod trigger;
 
 use anyhow::{Context, Result};
@@ -126,14 +127,42 @@ fn main() -> std::process::ExitCode {
 }
 
 /// Logs go to stderr, filtered by `PAYHOOK_LOG` (else `default_level`), as text or JSON lines.
-fn init_tracing(format: LogFormat, default_level: &str) {
+/// Logs to stderr in `format`, at `PAYHOOK_LOG`'s levels (else `default_level`). Every line of a request names its
+/// `request_id` (its span: `request{request_id=…}` in text, the `spans` list in JSON, with `trace_id` and `span_id`
+/// when traces are exported). With a `tracer`, payhook's spans also go to OpenTelemetry, whatever the log level.
+fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelemetry_sdk::trace::SdkTracer>) {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PAYHOOK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_ansi(false).init(),
-    }
+    let Some(tracer) = tracer else {
+        // Export off: one subscriber with one global filter, nothing else in the way of a log line.
+        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+        match format {
+            LogFormat::Text => builder.init(),
+            LogFormat::Json => builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(true)
+                .with_ansi(false)
+                .init(),
+        }
+        return;
+    };
+    // Export on: the log lines keep their own filter; OpenTelemetry gets payhook's spans (and only spans, so no
+    // HTTP client's or gRPC library's span can come back through the exporter).
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => {
+            fmt.json().flatten_event(true).with_current_span(false).with_span_list(true).with_ansi(false).boxed()
+        }
+    };
+    let spans = tracing_subscriber::filter::filter_fn(|meta| meta.is_span() && meta.target().starts_with("payhook"));
+    let otel = tracing_opentelemetry::layer().with_tracer(tracer).with_location(false).with_threads(false);
+    tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel.with_filter(spans)).init();
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -141,10 +170,10 @@ async fn run(cli: Cli) -> Result<()> {
     // The demo narrates what happens itself; its logs would only interleave with the story.
     match cli.command {
         Command::Serve => {}
-        Command::Demo(_) => init_tracing(LogFormat::Text, "error"),
+        Command::Demo(_) => init_tracing(LogFormat::Text, "error", None),
         // A health check runs every few seconds and says what it found in its exit status: no log lines.
-        Command::Healthcheck(_) => init_tracing(LogFormat::Text, "error"),
-        _ => init_tracing(LogFormat::Text, "info"),
+        Command::Healthcheck(_) => init_tracing(LogFormat::Text, "error", None),
+        _ => init_tracing(LogFormat::Text, "info", None),
     }
     match cli.command {
         Command::Config { command: ConfigCommand::PrintDefault } => {
@@ -187,8 +216,21 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Serve => {
             let config = cli.config.load()?;
-            init_tracing(config.log_format, "info");
-            serve(config).await
+            let pipeline = match &config.telemetry.export {
+                Some(export) => Some(telemetry::Pipeline::start(export)?),
+                None => None,
+            };
+            let (pipeline, tracer) = pipeline.map_or((None, None), |(p, t)| (Some(p), Some(t)));
+            init_tracing(config.log_format, "info", tracer);
+            if let Some(export) = &config.telemetry.export {
+                tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "exporting traces over OTLP");
+            }
+            let served = serve(config).await;
+            // After the last answer: what is queued is exported before the process ends.
+            if let Some(pipeline) = pipeline {
+                pipeline.shutdown().await;
+            }
+            served
         }
         Command::Init(args) => init::run(cli.config.path(), args),
         Command::Healthcheck(args) => healthcheck::run(&cli.config.load()?, args).await,

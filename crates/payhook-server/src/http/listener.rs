@@ -483,13 +483,13 @@ impl Connection {
 /// not: a provider's trace is not payhook's to join).
 fn request_span<B>(request: &hyper::Request<B>, id: &str) -> tracing::Span {
     if !trace::on() {
-        return tracing::info_span!("request", request_id = id);
+        return tracing::info_span!("request", request_id = %id);
     }
     let method = request.method().as_str();
     let path = request.uri().path();
     let span = tracing::info_span!(
         "request",
-        request_id = id,
+        request_id = %id,
         otel.name = method,
         otel.kind = "server",
         otel.status_code = tracing::field::Empty,
