@@ -487,9 +487,40 @@ mod tests {
         assert!(amqp_properties(&job, &[]).headers().is_none(), "no table without a trace");
     }
 
-    #[test]
-    fn the_redis_script_adds_the_trace_fields_after_its_own() {
-        assert!(REDIS_XADD_ONCE.contains("ARGV[3], unpack(ARGV, 5))"), "{REDIS_XADD_ONCE}");
+    /// Against the machine's Redis (`PAYHOOK_TEST_REDIS_URL`, default `redis://127.0.0.1:6379`): the entry carries
+    /// the trace context as fields after its own, and one without a trace has only its own. Skipped when no Redis
+    /// answers, unless `PAYHOOK_TEST_BROKERS=1`.
+    #[tokio::test]
+    async fn the_redis_entry_carries_the_trace_context_as_fields() {
+        let url = std::env::var("PAYHOOK_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let addr = url.trim_start_matches("redis://").split('/').next().unwrap_or_default().to_owned();
+        if tokio::net::TcpStream::connect(&addr).await.is_err() {
+            assert!(std::env::var("PAYHOOK_TEST_BROKERS").as_deref() != Ok("1"), "no Redis at {url}");
+            eprintln!("skipped: no Redis at {url}");
+            return;
+        }
+        let stream = format!("payhook-trace-{:012x}", fastrand::u64(..) >> 16);
+        let transport = SinkTransport::Redis { stream: stream.clone(), dedup_window_secs: 60 };
+        let secret = SecretUrl::parse_broker(&url, SinkTransport::REDIS_SCHEMES).expect("redis url");
+        let broker = Broker::for_sink(&transport, &secret, "shop").expect("a redis broker");
+        let trace = vec![(
+            "traceparent".to_owned(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
+        )];
+        let mut traced = job("{}");
+        traced.id = i64::from(fastrand::u32(..));
+        broker.publish(&traced, Duration::from_secs(3), &trace).await.expect("published");
+        let mut plain = job("{}");
+        plain.id = traced.id + 1;
+        broker.publish(&plain, Duration::from_secs(3), &[]).await.expect("published");
+        let client = redis::Client::open(url.as_str()).expect("client");
+        let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+        let entries: Vec<(String, Vec<String>)> =
+            redis::cmd("XRANGE").arg(&stream).arg("-").arg("+").query_async(&mut conn).await.expect("XRANGE");
+        let _: Result<(), _> = redis::cmd("DEL").arg(&stream).query_async(&mut conn).await;
+        assert_eq!(entries.len(), 2, "{entries:?}");
+        assert_eq!(&entries[0].1[6..], ["traceparent", trace[0].1.as_str()], "{entries:?}");
+        assert_eq!(entries[1].1.len(), 6, "no trace, no extra field: {entries:?}");
     }
 
     #[test]
