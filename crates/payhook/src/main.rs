@@ -187,6 +187,20 @@ async fn run(cli: Cli) -> Result<()> {
             println!("  listen   {}", cfg.listen);
             println!("  storage  {}", cfg.storage.describe());
             println!("  api      {}", describe_token(&cfg));
+            match &cfg.telemetry.export {
+                None => println!("  traces   off"),
+                Some(e) => println!(
+                    "  traces   {} over {} (service {}, sampler {:?}, queue {})",
+                    e.endpoint,
+                    match e.protocol {
+                        config::Protocol::HttpProtobuf => "http/protobuf",
+                        config::Protocol::Grpc => "grpc",
+                    },
+                    e.service_name,
+                    e.sampler,
+                    e.export_queue
+                ),
+            }
             for s in &cfg.settings.sources {
                 println!(
                     "  source   {:<16} POST /webhooks/{} (scheme {}, format {}, orders {:?})",
