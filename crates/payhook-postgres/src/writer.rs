@@ -261,12 +261,11 @@ impl Writer {
         audit: Option<AuditEntry>,
     ) -> impl Future<Output = Result<Registered, StoreError>> + Send + use<> {
         let (reply, answer) = oneshot::channel();
-        let queued =
-            self.queue(Job {
-                work: Work::Register(order, audit.map(Box::new)),
-                reply: Reply::Register(reply),
-                span: caller_span(),
-            });
+        let queued = self.queue(Job {
+            work: Work::Register(order, audit.map(Box::new)),
+            reply: Reply::Register(reply),
+            span: caller_span(),
+        });
         async move {
             queued?;
             answer.await.map_err(|_| StoreError::ShuttingDown)?

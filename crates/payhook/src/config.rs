@@ -36,8 +36,8 @@ use sinks::{RawSink, resolve_sink};
 pub use sources::BUILT_IN_SCHEMES;
 use sources::{RawSource, resolve_source};
 use storage::{RawStorage, resolve_storage};
-use telemetry::{RawTelemetry, resolve_telemetry};
 pub use telemetry::{Export, ParentRoot, Protocol, Sampler, TelemetryConfig};
+use telemetry::{RawTelemetry, resolve_telemetry};
 
 /// The compiled-in defaults, printed by `payhook config print-default`.
 pub const DEFAULT_TOML: &str = include_str!("../payhook.default.toml");

@@ -141,13 +141,9 @@ fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelem
         let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
         match format {
             LogFormat::Text => builder.init(),
-            LogFormat::Json => builder
-                .json()
-                .flatten_event(true)
-                .with_current_span(false)
-                .with_span_list(true)
-                .with_ansi(false)
-                .init(),
+            LogFormat::Json => {
+                builder.json().flatten_event(true).with_current_span(false).with_span_list(true).with_ansi(false).init()
+            }
         }
         return;
     };

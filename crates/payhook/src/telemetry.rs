@@ -68,8 +68,10 @@ impl Pipeline {
         let mut attributes: Vec<KeyValue> =
             export.resource.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())).collect();
         attributes.push(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
-        let resource =
-            Resource::builder_empty().with_attributes(attributes).with_service_name(export.service_name.clone()).build();
+        let resource = Resource::builder_empty()
+            .with_attributes(attributes)
+            .with_service_name(export.service_name.clone())
+            .build();
         exporter.set_resource(&resource);
         let processor = BoundedBatch::start(exporter, export.export_queue, handle);
         let provider = SdkTracerProvider::builder()
@@ -122,7 +124,8 @@ impl opentelemetry_http::HttpClient for OtlpHttpClient {
         request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
     ) -> Result<opentelemetry_http::Response<opentelemetry_http::Bytes>, opentelemetry_http::HttpError> {
         let (parts, body) = request.into_parts();
-        let answer = self.0.request(parts.method, parts.uri.to_string()).headers(parts.headers).body(body).send().await?;
+        let answer =
+            self.0.request(parts.method, parts.uri.to_string()).headers(parts.headers).body(body).send().await?;
         let status = answer.status();
         let headers = answer.headers().clone();
         let body = answer.bytes().await?;
@@ -159,11 +162,7 @@ impl std::fmt::Debug for Msg {
 }
 
 impl BoundedBatch {
-    fn start(
-        exporter: opentelemetry_otlp::SpanExporter,
-        queue: usize,
-        runtime: tokio::runtime::Handle,
-    ) -> Self {
+    fn start(exporter: opentelemetry_otlp::SpanExporter, queue: usize, runtime: tokio::runtime::Handle) -> Self {
         let (tx, rx) = mpsc::sync_channel(queue);
         let thread = std::thread::Builder::new()
             .name("payhook-trace-export".into())
@@ -215,11 +214,7 @@ impl SpanProcessor for BoundedBatch {
 
 /// The export thread: batches of at most [`MAX_BATCH`], sent when full or [`EXPORT_DELAY`] after the first span
 /// of the batch arrived; on a flush or a stop, everything queued before it.
-fn export_loop(
-    exporter: opentelemetry_otlp::SpanExporter,
-    rx: &mpsc::Receiver<Msg>,
-    runtime: &tokio::runtime::Handle,
-) {
+fn export_loop(exporter: opentelemetry_otlp::SpanExporter, rx: &mpsc::Receiver<Msg>, runtime: &tokio::runtime::Handle) {
     let mut batch: Vec<SpanData> = Vec::with_capacity(MAX_BATCH);
     let mut due: Option<Instant> = None;
     loop {

@@ -243,8 +243,11 @@ async fn deliveries<S: Store>(
             }
         }
         None if trace::on() => {
-            let span = tracing::info_span!("payhook.parse", payhook.format = src.settings.format.name(),
-                payhook.events = tracing::field::Empty);
+            let span = tracing::info_span!(
+                "payhook.parse",
+                payhook.format = src.settings.format.name(),
+                payhook.events = tracing::field::Empty
+            );
             let parsed = span.in_scope(|| parse(src, &parts, &body, verified.delivery_id()));
             span.record("payhook.events", parsed.len());
             (body.to_vec(), parsed, verification)

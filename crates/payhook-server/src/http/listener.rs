@@ -25,8 +25,8 @@
 mod clients;
 
 use crate::base::ip_range::IpRange;
-use crate::base::trace;
 use crate::base::settings::{ListenerSettings, TlsSettings};
+use crate::base::trace;
 use crate::http::error::ApiError;
 use crate::runtime::body::{BodyBudget, BodyState, BodyWatch, GuardedBody};
 use crate::runtime::connections::{Closed, ConnectionMetrics, Refused};
@@ -37,7 +37,6 @@ use clients::Clients;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
-use tracing::Instrument as _;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -52,6 +51,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
+use tracing::Instrument as _;
 
 /// How often a refused connection is logged at most: a flood must not flood the log too.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);

@@ -503,10 +503,8 @@ mod tests {
         let transport = SinkTransport::Redis { stream: stream.clone(), dedup_window_secs: 60 };
         let secret = SecretUrl::parse_broker(&url, SinkTransport::REDIS_SCHEMES).expect("redis url");
         let broker = Broker::for_sink(&transport, &secret, "shop").expect("a redis broker");
-        let trace = vec![(
-            "traceparent".to_owned(),
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
-        )];
+        let trace =
+            vec![("traceparent".to_owned(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned())];
         let mut traced = job("{}");
         traced.id = i64::from(fastrand::u32(..));
         broker.publish(&traced, Duration::from_secs(3), &trace).await.expect("published");

@@ -22,10 +22,10 @@
 //! last error and put into an alert never holds the path, query or user info.
 
 use crate::base::clock::Clock;
-use crate::base::trace;
 use crate::base::metrics::DispatchMetrics;
 use crate::base::secret_url::{SecretUrl, redact_urls};
 use crate::base::settings::{ALERTS_SINK, AlertSettings, DispatcherSettings, Settings, SinkSettings};
+use crate::base::trace;
 use crate::runtime::broker::{Broker, Published};
 use crate::runtime::rate::Bucket;
 use payhook_core::retry::Next;

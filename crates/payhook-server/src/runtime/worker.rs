@@ -4,8 +4,8 @@
 //! worker (in this process or another) claims the rows again.
 
 use crate::base::clock::Clock;
-use crate::base::trace;
 use crate::base::settings::WorkerSettings;
+use crate::base::trace;
 use payhook_store::{Claim, Retried, Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;

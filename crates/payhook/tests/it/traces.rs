@@ -4,7 +4,7 @@
 //! configured; the spans, their attributes, their parents and links, the sink request's `traceparent` and the
 //! absence of every secret from every attribute are checked. Request ids (`X-Request-Id`) are checked here too.
 
-use crate::helpers::{API_TOKEN, AMOUNT, SECRET, SOURCE, Server, TestDir, payment, post};
+use crate::helpers::{AMOUNT, API_TOKEN, SECRET, SOURCE, Server, TestDir, payment, post};
 use axum::http::HeaderMap;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
@@ -146,7 +146,12 @@ fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
 
 fn one<'a>(spans: &'a [Span], name: &str) -> &'a Span {
     let found = named(spans, name);
-    assert_eq!(found.len(), 1, "one {name:?} span; the spans: {:#?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
+    assert_eq!(
+        found.len(),
+        1,
+        "one {name:?} span; the spans: {:#?}",
+        spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
     found[0]
 }
 
@@ -308,11 +313,10 @@ async fn every_answer_has_a_request_id_taken_from_a_trusted_proxy_only() {
     untrusted.stop();
 
     let dir = TestDir::new();
-    let proxied = Server::start_edited(&dir, |c| c.replace("[server]\n", "[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n"))
-        .await;
-    let sent = |id: &'static str| {
-        proxied.client.get(proxied.url("/healthz")).header("x-request-id", id).send()
-    };
+    let proxied =
+        Server::start_edited(&dir, |c| c.replace("[server]\n", "[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n"))
+            .await;
+    let sent = |id: &'static str| proxied.client.get(proxied.url("/healthz")).header("x-request-id", id).send();
     let kept = sent("edge-7f3a").await.expect("GET");
     assert_eq!(kept.headers().get("x-request-id").and_then(|v| v.to_str().ok()), Some("edge-7f3a"));
     let replaced = sent("bad id with spaces").await.expect("GET");

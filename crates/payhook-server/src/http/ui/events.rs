@@ -165,8 +165,8 @@ pub(super) async fn event<S: Store>(
     };
     let here = event_href(&d.source, &d.event_id);
     // With trace export on: the delivery's trace id, while this process still holds it (docs/tracing.md).
-    let trace_id = crate::base::trace::recalled(&format!("event:{}:{}", d.source, d.event_id))
-        .map(|sc| sc.trace_id().to_string());
+    let trace_id =
+        crate::base::trace::recalled(&format!("event:{}:{}", d.source, d.event_id)).map(|sc| sc.trace_id().to_string());
     let content = html! {
         h1 { "Event " span.mono { (d.event_id) } }
         @if d.status == Outcome::DeadLettered && session.may(Scope::Operate) {
