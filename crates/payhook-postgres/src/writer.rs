@@ -201,7 +201,7 @@ struct Job {
 
 /// The caller's span, when traces are exported.
 fn caller_span() -> tracing::Span {
-    if payhook_store::tracing_flag::on() { tracing::Span::current() } else { tracing::Span::none() }
+    if payhook_store::tracing_flag::traced() { tracing::Span::current() } else { tracing::Span::none() }
 }
 
 /// A job's result inside a transaction that has not committed yet.
@@ -445,7 +445,7 @@ async fn run_batch(pool: &Pool, jobs: Vec<Job>, config: &WriterConfig, counters:
         return run_batch_untraced(pool, jobs, config, counters, turn).await;
     }
     // A trace of its own, linked from each request it serves: one batch serves many requests.
-    let span = tracing::info_span!(parent: None, "payhook.store.batch", db.system.name = "postgresql",
+    let span = tracing::debug_span!(parent: None, "payhook.store.batch", db.system.name = "postgresql",
         payhook.batch.size = jobs.len());
     if let Some(id) = span.id() {
         for job in &jobs {

@@ -90,10 +90,12 @@ async fn record_route(
 ) -> axum::response::Response {
     use opentelemetry::trace::TraceContextExt as _;
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-    let span = tracing::Span::current();
-    span.record("http.route", route.as_str());
-    // The OpenTelemetry span is already started (its ids are in the log lines): renamed through its own API.
-    span.context().span().update_name(format!("{} {}", request.method(), route.as_str()));
+    if crate::base::trace::traced() {
+        let span = tracing::Span::current();
+        span.set_attribute("http.route", route.as_str().to_owned());
+        // The OpenTelemetry span is already started (its ids are in the log lines): renamed through its own API.
+        span.context().span().update_name(format!("{} {}", request.method(), route.as_str()));
+    }
     next.run(request).await
 }
 

@@ -109,7 +109,7 @@ impl WriterHandle {
         F: FnOnce(&WriterConn<'_>) -> Result<T, StoreError> + Send + 'static,
     {
         let (reply_tx, reply_rx) = oneshot::channel();
-        let span = if payhook_store::tracing_flag::on() { tracing::Span::current() } else { tracing::Span::none() };
+        let span = if payhook_store::tracing_flag::traced() { tracing::Span::current() } else { tracing::Span::none() };
         let job: Box<dyn Job> = Box::new(Task { work, reply: reply_tx, span });
         let queued = match self.tx.try_send(Msg::Job(job)) {
             Ok(()) => Ok(()),
@@ -505,7 +505,7 @@ fn begin(conn: &WriterConn<'_>) -> Result<Open, BatchError> {
     exec(conn, "BEGIN IMMEDIATE").map_err(|e| Arc::new(e) as BatchError)?;
     tally::discard();
     let span = if payhook_store::tracing_flag::on() {
-        tracing::info_span!(parent: None, "payhook.store.batch", db.system.name = "sqlite", payhook.batch.size = tracing::field::Empty)
+        tracing::debug_span!(parent: None, "payhook.store.batch", db.system.name = "sqlite", payhook.batch.size = tracing::field::Empty)
     } else {
         tracing::Span::none()
     };

@@ -17,3 +17,20 @@ pub fn enable() {
 pub fn on() -> bool {
     ON.load(Ordering::Relaxed)
 }
+
+tokio::task_local! {
+    /// Whether the trace of the request this task serves is sampled: set by the listener for each request.
+    static SAMPLED: bool;
+}
+
+/// Runs `fut` as part of a trace that is (`sampled`) or is not recorded: [`traced`] reads it.
+pub async fn scope<F: Future>(sampled: bool, fut: F) -> F::Output {
+    SAMPLED.scope(sampled, fut).await
+}
+
+/// Whether spans are made here: export is on and the request this task serves (if any) is sampled. A request
+/// whose trace is not sampled makes its own span only (its ids decide the sampling), none of the spans below it.
+#[inline]
+pub fn traced() -> bool {
+    on() && SAMPLED.try_with(|s| *s).unwrap_or(true)
+}

@@ -17,7 +17,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{LazyLock, Mutex, PoisonError};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-pub use payhook_store::tracing_flag::{enable, on};
+pub use payhook_store::tracing_flag::{enable, on, scope as sampled_scope, traced};
 
 /// The header a request's id travels in, both ways.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -95,14 +95,13 @@ pub fn trace_id_of(span: &tracing::Span) -> Option<String> {
     sc.is_valid().then(|| sc.trace_id().to_string())
 }
 
-/// The trace id and span id of `span`, in hex, when it is traced: the `trace_id` and `span_id` of log lines.
-pub fn ids_of(span: &tracing::Span) -> Option<(String, String)> {
+/// The context of `span` once started (its sampling decided), when it is traced.
+pub fn span_context_of(span: &tracing::Span) -> Option<SpanContext> {
     if !on() || span.is_none() {
         return None;
     }
-    let cx = span.context();
-    let sc = cx.span().span_context().clone();
-    sc.is_valid().then(|| (sc.trace_id().to_string(), sc.span_id().to_string()))
+    let sc = span.context().span().span_context().clone();
+    sc.is_valid().then_some(sc)
 }
 
 /// Header names and values a propagator writes.

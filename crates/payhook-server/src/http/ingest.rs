@@ -171,7 +171,7 @@ async fn deliveries<S: Store>(
     let body = read_body(headers, body, state.settings.body_limit_bytes).await?;
     let received_at_ms = state.clock.now_ms();
     let verify = || src.settings.verifier.verify(&HttpHeaders(&parts), &body, received_at_ms / 1000);
-    let verified = if trace::on() { traced_verify(src, verify) } else { verify() };
+    let verified = if trace::traced() { traced_verify(src, verify) } else { verify() };
     let verified = match verified {
         Ok(v) => v,
         Err(e) => {
@@ -242,8 +242,8 @@ async fn deliveries<S: Store>(
                 }
             }
         }
-        None if trace::on() => {
-            let span = tracing::info_span!(
+        None if trace::traced() => {
+            let span = tracing::debug_span!(
                 "payhook.parse",
                 payhook.format = src.settings.format.name(),
                 payhook.events = tracing::field::Empty
@@ -280,7 +280,7 @@ fn traced_verify<T>(
 ) -> Result<T, payhook_core::signature::VerifyError> {
     let request = tracing::Span::current();
     request.set_attribute("payhook.source", src.settings.name.as_str().to_owned());
-    let span = tracing::info_span!("payhook.verify", payhook.source = %src.settings.name,
+    let span = tracing::debug_span!("payhook.verify", payhook.source = %src.settings.name,
         payhook.verify.scheme = src.settings.verifier.scheme().name(), payhook.verify.outcome = tracing::field::Empty);
     let verified = span.in_scope(verify);
     span.record("payhook.verify.outcome", verified.as_ref().map_or_else(|e| e.code(), |_| "verified"));
@@ -314,7 +314,7 @@ type RecordResult = (usize, String, Result<payhook_store::Recorded, StoreError>)
 /// so that they share a group commit.
 async fn record_all<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> Result<Vec<RecordResult>, ApiError> {
     let mut deliveries = deliveries;
-    if trace::on() {
+    if trace::traced() {
         return Ok(record_traced(store, deliveries).await);
     }
     if deliveries.len() == 1
@@ -349,7 +349,7 @@ async fn record_traced<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> V
         let source = delivery.source().as_str().to_owned();
         let event_id = delivery.parsed().event_id().as_str().to_owned();
         request.set_attribute("payhook.event_id", event_id.clone());
-        let span = tracing::info_span!("payhook.ingest", payhook.source = %source, payhook.event_id = %event_id,
+        let span = tracing::debug_span!("payhook.ingest", payhook.source = %source, payhook.event_id = %event_id,
             payhook.outcome = tracing::field::Empty);
         let mut keys = vec![format!("event:{source}:{event_id}")];
         if let Parsed::Event(event) = delivery.parsed()

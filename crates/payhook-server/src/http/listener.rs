@@ -52,6 +52,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// How often a refused connection is logged at most: a flood must not flood the log too.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -405,19 +406,19 @@ impl Connection {
             }
             let in_request = InRequest::start(Arc::clone(&service_clock));
             let id = trace::request_id(request.headers().get(trace::REQUEST_ID_HEADER), trusted_proxy);
-            let span = request_span(&request, &id);
+            let (span, sampled) = request_span(&request, &id);
             let id_header = hyper::header::HeaderValue::from_str(&id).ok();
             let (request, watch) = bounds.guard(request);
             let (app, bounds) = (app.clone(), Arc::clone(&bounds));
             let serve = async move {
                 let mut response = bounds.serve(app, request, &watch).await;
                 drop(in_request);
-                let status = response.status();
-                if trace::on() {
+                if sampled {
+                    let status = response.status();
                     let span = tracing::Span::current();
-                    span.record("http.response.status_code", status.as_u16());
+                    span.set_attribute("http.response.status_code", i64::from(status.as_u16()));
                     if status.is_server_error() {
-                        span.record("otel.status_code", "ERROR");
+                        span.set_status(opentelemetry::trace::Status::error(""));
                     }
                 }
                 if let Some(value) = id_header {
@@ -425,7 +426,14 @@ impl Connection {
                 }
                 Ok::<_, Infallible>(response)
             };
-            trace::with_request_id(id, serve.instrument(span))
+            let serve = serve.instrument(span);
+            async move {
+                if trace::on() {
+                    trace::with_request_id(id, trace::sampled_scope(sampled, serve)).await
+                } else {
+                    trace::with_request_id(id, serve).await
+                }
+            }
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
@@ -481,9 +489,12 @@ impl Connection {
 /// exported it is also the HTTP server span (`otel.kind = server`, named `METHOD ROUTE` once the route is matched),
 /// with the semantic conventions' attributes; an API request's incoming `traceparent` is its parent (a webhook's is
 /// not: a provider's trace is not payhook's to join).
-fn request_span<B>(request: &hyper::Request<B>, id: &str) -> tracing::Span {
+///
+/// Also whether its trace is sampled: an unsampled request makes no span below this one, and its own carries only
+/// its request id (a span's ids are drawn, and its sampling decided, when it starts).
+fn request_span<B>(request: &hyper::Request<B>, id: &str) -> (tracing::Span, bool) {
     if !trace::on() {
-        return tracing::info_span!("request", request_id = %id);
+        return (tracing::info_span!("request", request_id = %id), false);
     }
     let method = request.method().as_str();
     let path = request.uri().path();
@@ -492,22 +503,18 @@ fn request_span<B>(request: &hyper::Request<B>, id: &str) -> tracing::Span {
         request_id = %id,
         otel.name = method,
         otel.kind = "server",
-        otel.status_code = tracing::field::Empty,
-        http.request.method = method,
-        url.path = path,
-        http.route = tracing::field::Empty,
-        http.response.status_code = tracing::field::Empty,
         trace_id = tracing::field::Empty,
         span_id = tracing::field::Empty,
     );
     if !path.starts_with("/webhooks/") {
         trace::continue_from(&span, request.headers());
     }
-    if let Some((trace_id, span_id)) = trace::ids_of(&span) {
-        span.record("trace_id", trace_id);
-        span.record("span_id", span_id);
-    }
-    span
+    let Some(sc) = trace::span_context_of(&span).filter(|sc| sc.is_sampled()) else { return (span, false) };
+    span.record("trace_id", tracing::field::display(sc.trace_id()));
+    span.record("span_id", tracing::field::display(sc.span_id()));
+    span.set_attribute("http.request.method", method.to_owned());
+    span.set_attribute("url.path", path.to_owned());
+    (span, true)
 }
 
 fn far_future() -> Instant {

@@ -407,7 +407,7 @@ impl<S: Store> Dispatcher<S> {
         if !trace::on() {
             return self.send(target, job, &[]).await;
         }
-        let span = tracing::info_span!(parent: None, "payhook.dispatch",
+        let span = tracing::debug_span!(parent: None, "payhook.dispatch",
             otel.kind = if target.broker.is_some() { "producer" } else { "client" },
             otel.status_code = tracing::field::Empty,
             payhook.sink = %target.name, payhook.outbox.id = job.id, payhook.outbox.kind = job.kind.as_str(),

@@ -77,7 +77,7 @@ impl<S: Store> RetryWorker<S> {
                     return (source, event_id, store.retry(c, now_ms).await);
                 }
                 // Each retry is a trace of its own, linked to the delivery's when this process recorded it.
-                let span = tracing::info_span!(parent: None, "payhook.retry", payhook.source = %source,
+                let span = tracing::debug_span!(parent: None, "payhook.retry", payhook.source = %source,
                     payhook.event_id = %event_id, payhook.attempt = c.attempts + 1,
                     payhook.outcome = tracing::field::Empty);
                 trace::link_to_delivery(&span, &format!("event:{source}:{event_id}"));
