@@ -156,7 +156,7 @@ fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelem
             fmt.json().flatten_event(true).with_current_span(false).with_span_list(true).with_ansi(false).boxed()
         }
     };
-    let spans = tracing_subscriber::filter::filter_fn(|meta| meta.is_span() && meta.target().starts_with("payhook"));
+    let spans = PayhookSpans;
     // No timing of each poll (`busy_ns`/`idle_ns`) and no OpenTelemetry context switched at each poll: payhook reads a
     // span's context explicitly where it needs it, and a request's span is entered at every poll of its future.
     let otel = tracing_opentelemetry::layer()
@@ -166,6 +166,27 @@ fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelem
         .with_tracked_inactivity(false)
         .with_context_activation(false);
     tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel.with_filter(spans)).init();
+}
+
+/// What the OpenTelemetry layer is given: payhook's spans, nothing else. Decided once per callsite, so that the
+/// events and spans of every other crate (hyper's, h2's, rustls's) cost nothing more than without the layer, as a
+/// filter asked at each event would.
+struct PayhookSpans;
+
+impl PayhookSpans {
+    fn takes(meta: &tracing::Metadata<'_>) -> bool {
+        meta.is_span() && meta.target().starts_with("payhook")
+    }
+}
+
+impl<S> tracing_subscriber::layer::Filter<S> for PayhookSpans {
+    fn enabled(&self, meta: &tracing::Metadata<'_>, _: &tracing_subscriber::layer::Context<'_, S>) -> bool {
+        Self::takes(meta)
+    }
+
+    fn callsite_enabled(&self, meta: &'static tracing::Metadata<'static>) -> tracing::subscriber::Interest {
+        if Self::takes(meta) { tracing::subscriber::Interest::always() } else { tracing::subscriber::Interest::never() }
+    }
 }
 
 async fn run(cli: Cli) -> Result<()> {
