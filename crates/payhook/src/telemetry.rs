@@ -2,7 +2,7 @@
 //! `tracing-opentelemetry`, exporting over OTLP (http/protobuf through payhook's own reqwest client, or gRPC
 //! through tonic).
 //!
-//! Between the spans and the exporter sits [`BoundedBatch`], payhook's batch processor: a queue of at most
+//! Between the spans and the exporter sits `BoundedBatch`, payhook's batch processor: a queue of at most
 //! `telemetry.export_queue` finished spans, a thread that exports them in batches of at most [`MAX_BATCH`] every
 //! [`EXPORT_DELAY`] (or as soon as a batch is full), and a count of what the full queue dropped
 //! (`payhook_trace_spans_dropped_total`). The SDK's own batch processor drops the same way but only logs how many,
@@ -21,9 +21,9 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter as _, SpanProcessor};
 use payhook_server::trace::{EXPORT_FAILURES, SPANS_DROPPED, SPANS_EXPORTED};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::mpsc::{self, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
 
 /// The most spans one export request carries.
 pub const MAX_BATCH: usize = 512;
@@ -136,48 +136,49 @@ impl opentelemetry_http::HttpClient for OtlpHttpClient {
     }
 }
 
-enum Msg {
-    Span(Box<SpanData>),
-    /// Export everything queued, then answer.
-    Flush(SyncSender<()>),
-    /// Export everything queued, stop the exporter, answer and end.
-    Stop(SyncSender<()>),
+/// What the export thread shares with the spans' threads: the queue, and what it is asked to do.
+#[derive(Debug, Default)]
+struct Queue {
+    spans: Vec<SpanData>,
+    /// Flush requests waiting for the next export to finish: answered after it.
+    flushes: Vec<SyncSender<()>>,
+    /// Asked to stop: export what is queued, stop the exporter, answer, end.
+    stop: Option<SyncSender<()>>,
 }
 
-/// The batch span processor with a bounded queue and a count of what it drops (see the module's comment).
+/// The batch span processor with a bounded queue and a count of what it drops (see the module's comment). A span's
+/// thread only pushes it under a short lock; the export thread is woken when a batch is full, asked to flush or to
+/// stop, and otherwise wakes every [`EXPORT_DELAY`] by itself, so that a span costs no thread switch.
 #[derive(Debug)]
 struct BoundedBatch {
-    queue: SyncSender<Msg>,
+    shared: Arc<(Mutex<Queue>, Condvar)>,
+    capacity: usize,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-impl std::fmt::Debug for Msg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Msg::Span(_) => "Span",
-            Msg::Flush(_) => "Flush",
-            Msg::Stop(_) => "Stop",
-        })
-    }
-}
-
 impl BoundedBatch {
-    fn start(exporter: opentelemetry_otlp::SpanExporter, queue: usize, runtime: tokio::runtime::Handle) -> Self {
-        let (tx, rx) = mpsc::sync_channel(queue);
+    fn start(exporter: opentelemetry_otlp::SpanExporter, capacity: usize, runtime: tokio::runtime::Handle) -> Self {
+        let shared = Arc::new((Mutex::new(Queue::default()), Condvar::new()));
+        let theirs = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("payhook-trace-export".into())
-            .spawn(move || export_loop(exporter, &rx, &runtime))
+            .spawn(move || export_loop(exporter, &theirs, &runtime))
             .ok();
         if thread.is_none() {
             tracing::error!("cannot start the trace export thread; spans are dropped");
         }
-        Self { queue: tx, thread: Mutex::new(thread) }
+        Self { shared, capacity, thread: Mutex::new(thread) }
     }
 
-    fn control(&self, make: impl FnOnce(SyncSender<()>) -> Msg, timeout: Duration) -> OTelSdkResult {
+    /// Asks the export thread for `what` and waits for its answer, at most `timeout`.
+    fn ask(&self, what: impl FnOnce(&mut Queue, SyncSender<()>), timeout: Duration) -> OTelSdkResult {
         let (ack, done) = mpsc::sync_channel(1);
-        // Waits for room: the thread drains the queue.
-        self.queue.send(make(ack)).map_err(|_| OTelSdkError::AlreadyShutdown)?;
+        {
+            let (queue, wake) = &*self.shared;
+            let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
+            what(&mut queue, ack);
+            wake.notify_one();
+        }
         done.recv_timeout(timeout).map_err(|_| OTelSdkError::Timeout(timeout))
     }
 }
@@ -189,20 +190,24 @@ impl SpanProcessor for BoundedBatch {
         if !span.span_context.is_sampled() {
             return;
         }
-        match self.queue.try_send(Msg::Span(Box::new(span))) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                SPANS_DROPPED.fetch_add(1, Ordering::Relaxed);
-            }
+        let (queue, wake) = &*self.shared;
+        let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
+        if queue.spans.len() >= self.capacity || queue.stop.is_some() {
+            SPANS_DROPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        queue.spans.push(span);
+        if queue.spans.len() == MAX_BATCH {
+            wake.notify_one();
         }
     }
 
     fn force_flush(&self) -> OTelSdkResult {
-        self.control(Msg::Flush, EXPORT_TIMEOUT * 2)
+        self.ask(|q, ack| q.flushes.push(ack), EXPORT_TIMEOUT * 2)
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        let stopped = self.control(Msg::Stop, timeout);
+        let stopped = self.ask(|q, ack| q.stop = Some(ack), timeout);
         if let Some(thread) = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take()
             && stopped.is_ok()
         {
@@ -212,45 +217,30 @@ impl SpanProcessor for BoundedBatch {
     }
 }
 
-/// The export thread: batches of at most [`MAX_BATCH`], sent when full or [`EXPORT_DELAY`] after the first span
-/// of the batch arrived; on a flush or a stop, everything queued before it.
-fn export_loop(exporter: opentelemetry_otlp::SpanExporter, rx: &mpsc::Receiver<Msg>, runtime: &tokio::runtime::Handle) {
-    let mut batch: Vec<SpanData> = Vec::with_capacity(MAX_BATCH);
-    let mut due: Option<Instant> = None;
+/// The export thread: every [`EXPORT_DELAY`], or as soon as a batch is full, a flush is asked for or the processor
+/// stops, takes everything queued and exports it in batches of at most [`MAX_BATCH`].
+fn export_loop(
+    exporter: opentelemetry_otlp::SpanExporter,
+    shared: &(Mutex<Queue>, Condvar),
+    runtime: &tokio::runtime::Handle,
+) {
+    let (queue, wake) = shared;
     loop {
-        let received = match due {
-            Some(at) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        let (mut spans, flushes, stop) = {
+            let mut q = queue.lock().unwrap_or_else(PoisonError::into_inner);
+            if q.spans.len() < MAX_BATCH && q.flushes.is_empty() && q.stop.is_none() {
+                q = wake.wait_timeout(q, EXPORT_DELAY).unwrap_or_else(PoisonError::into_inner).0;
+            }
+            (std::mem::take(&mut q.spans), std::mem::take(&mut q.flushes), q.stop.take())
         };
-        match received {
-            Ok(Msg::Span(span)) => {
-                batch.push(*span);
-                due.get_or_insert_with(|| Instant::now() + EXPORT_DELAY);
-                if batch.len() >= MAX_BATCH {
-                    export(&exporter, &mut batch, runtime);
-                    due = None;
-                }
-            }
-            Ok(Msg::Flush(ack)) => {
-                export(&exporter, &mut batch, runtime);
-                due = None;
-                let _ = ack.send(());
-            }
-            Ok(Msg::Stop(ack)) => {
-                export(&exporter, &mut batch, runtime);
-                let _ = exporter.shutdown();
-                let _ = ack.send(());
-                return;
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                export(&exporter, &mut batch, runtime);
-                due = None;
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                export(&exporter, &mut batch, runtime);
-                let _ = exporter.shutdown();
-                return;
-            }
+        export(&exporter, &mut spans, runtime);
+        for ack in flushes {
+            let _ = ack.send(());
+        }
+        if let Some(ack) = stop {
+            let _ = exporter.shutdown();
+            let _ = ack.send(());
+            return;
         }
     }
 }
