@@ -441,7 +441,7 @@ pub struct BatchFailed(#[source] Arc<PgError>);
 /// call of its batch function), and answers every job. `turn` (the batch's turn to execute) is given back once
 /// the last transaction has sent its `COMMIT`, or when the batch ends.
 async fn run_batch(pool: &Pool, jobs: Vec<Job>, config: &WriterConfig, counters: &Counters, turn: Turn) {
-    if !payhook_store::tracing_flag::on() {
+    if !jobs.iter().any(|j| !j.span.is_none()) {
         return run_batch_untraced(pool, jobs, config, counters, turn).await;
     }
     // A trace of its own, linked from each request it serves: one batch serves many requests.

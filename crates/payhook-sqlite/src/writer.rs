@@ -41,6 +41,8 @@ pub(crate) trait Job: Send {
     /// Links the span of the request that queued the job (if traced) to the span of the batch it runs in: one
     /// batch serves many requests, so the batch is a link of each, not a parent.
     fn link(&self, batch: &tracing::Span);
+    /// Whether the request that queued the job is traced (its span is recorded).
+    fn traced(&self) -> bool;
 }
 
 struct Task<T, F> {
@@ -77,6 +79,10 @@ where
         if let Some(id) = batch.id() {
             self.span.follows_from(id);
         }
+    }
+
+    fn traced(&self) -> bool {
+        !self.span.is_none()
     }
 }
 
@@ -320,7 +326,12 @@ fn run(
                     }
                 },
             };
-            if !batch.span.is_none() {
+            if job.traced() {
+                // The batch is a span only when a traced request is in it, from the first such job to the COMMIT.
+                if batch.span.is_none() {
+                    batch.span = tracing::debug_span!(parent: None, "payhook.store.batch", db.system.name = "sqlite",
+                        payhook.batch.size = tracing::field::Empty);
+                }
                 job.link(&batch.span);
             }
             batch.replies.push(job.run(&conn));
@@ -497,19 +508,14 @@ fn start_syncer(wal: std::fs::File, scope: String) -> std::io::Result<Syncer> {
 struct Open {
     replies: Vec<Reply>,
     started: std::time::Instant,
-    /// `payhook.store.batch`, a trace of its own, when traces are exported: from `BEGIN` to the `COMMIT`'s return.
+    /// `payhook.store.batch`, a trace of its own, when a traced request is in the batch: to the `COMMIT`'s return.
     span: tracing::Span,
 }
 
 fn begin(conn: &WriterConn<'_>) -> Result<Open, BatchError> {
     exec(conn, "BEGIN IMMEDIATE").map_err(|e| Arc::new(e) as BatchError)?;
     tally::discard();
-    let span = if payhook_store::tracing_flag::on() {
-        tracing::debug_span!(parent: None, "payhook.store.batch", db.system.name = "sqlite", payhook.batch.size = tracing::field::Empty)
-    } else {
-        tracing::Span::none()
-    };
-    Ok(Open { replies: Vec::new(), started: std::time::Instant::now(), span })
+    Ok(Open { replies: Vec::new(), started: std::time::Instant::now(), span: tracing::Span::none() })
 }
 
 /// Commits `batch` (with the counters that moved in it) and settles every one of its jobs.

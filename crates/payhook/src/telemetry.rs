@@ -74,9 +74,13 @@ impl Pipeline {
             .build();
         exporter.set_resource(&resource);
         let processor = BoundedBatch::start(exporter, export.export_queue, handle);
+        // Roots are sampled by payhook before any span is made (`payhook_server::trace::sample_root`); the SDK's
+        // sampler follows a parent's decision or records what payhook chose to make.
+        let (ratio, parent_based) = root_sampling(export.sampler);
+        payhook_server::trace::set_sampling(ratio, parent_based);
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
-            .with_sampler(sampler(export.sampler))
+            .with_sampler(sdk_sampler(export.sampler))
             .with_resource(resource)
             .build();
         let tracer = provider.tracer("payhook");
@@ -98,18 +102,26 @@ impl Pipeline {
     }
 }
 
-fn sampler(s: Sampler) -> opentelemetry_sdk::trace::Sampler {
-    use opentelemetry_sdk::trace::Sampler as S;
-    let root = |r: ParentRoot| match r {
-        ParentRoot::AlwaysOn => S::AlwaysOn,
-        ParentRoot::AlwaysOff => S::AlwaysOff,
-        ParentRoot::TraceIdRatio(ratio) => S::TraceIdRatioBased(ratio),
-    };
+/// The fraction of root traces payhook makes spans for, and whether a parent's decision is followed.
+fn root_sampling(s: Sampler) -> (f64, bool) {
     match s {
-        Sampler::AlwaysOn => S::AlwaysOn,
+        Sampler::AlwaysOn => (1.0, false),
+        Sampler::AlwaysOff => (0.0, false),
+        Sampler::TraceIdRatio(ratio) => (ratio, false),
+        Sampler::ParentBased(ParentRoot::AlwaysOn) => (1.0, true),
+        Sampler::ParentBased(ParentRoot::AlwaysOff) => (0.0, true),
+        Sampler::ParentBased(ParentRoot::TraceIdRatio(ratio)) => (ratio, true),
+    }
+}
+
+/// The SDK's sampler: every root payhook made a span for is recorded (it sampled already), and with a
+/// parent-based sampler a parent's decision is followed.
+fn sdk_sampler(s: Sampler) -> opentelemetry_sdk::trace::Sampler {
+    use opentelemetry_sdk::trace::Sampler as S;
+    match s {
         Sampler::AlwaysOff => S::AlwaysOff,
-        Sampler::TraceIdRatio(ratio) => S::TraceIdRatioBased(ratio),
-        Sampler::ParentBased(r) => S::ParentBased(Box::new(root(r))),
+        Sampler::AlwaysOn | Sampler::TraceIdRatio(_) => S::AlwaysOn,
+        Sampler::ParentBased(_) => S::ParentBased(Box::new(S::AlwaysOn)),
     }
 }
 

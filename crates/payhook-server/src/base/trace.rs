@@ -13,11 +13,41 @@ use axum::http::{HeaderMap, HeaderValue};
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::{SpanContext, TraceContextExt as _};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, PoisonError};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 pub use payhook_store::tracing_flag::{enable, on, scope as sampled_scope, traced};
+
+/// The fraction of root traces recorded (`OTEL_TRACES_SAMPLER`'s ratio), as `f64` bits: decided here, before any
+/// span is made, so that a request outside the sample costs a plain log span only (decision 47).
+static ROOT_RATIO: AtomicU64 = AtomicU64::new(0x3FF0_0000_0000_0000); // 1.0
+/// Whether an API request's sampled `traceparent` decides for its trace (the `parentbased_*` samplers).
+static PARENT_BASED: AtomicBool = AtomicBool::new(true);
+
+/// Sets how root traces are sampled: `ratio` of them (0 to 1), and whether a parent's decision is followed.
+pub fn set_sampling(ratio: f64, parent_based: bool) {
+    ROOT_RATIO.store(ratio.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
+    PARENT_BASED.store(parent_based, Ordering::Relaxed);
+}
+
+/// Whether a new root trace (a webhook, a retry, a dispatch, a writer batch) is recorded.
+pub fn sample_root() -> bool {
+    if !on() {
+        return false;
+    }
+    let ratio = f64::from_bits(ROOT_RATIO.load(Ordering::Relaxed));
+    ratio >= 1.0 || (ratio > 0.0 && fastrand::f64() < ratio)
+}
+
+/// Whether the trace of a request with these headers is recorded: its parent's word when it has one and the
+/// sampler is parent-based, else [`sample_root`].
+pub fn sample_request(headers: &HeaderMap, may_join: bool) -> bool {
+    if may_join && PARENT_BASED.load(Ordering::Relaxed) && headers.contains_key("traceparent") {
+        return on();
+    }
+    sample_root()
+}
 
 /// The header a request's id travels in, both ways.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";

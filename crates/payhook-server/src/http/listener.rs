@@ -498,6 +498,11 @@ fn request_span<B>(request: &hyper::Request<B>, id: &str) -> (tracing::Span, boo
     }
     let method = request.method().as_str();
     let path = request.uri().path();
+    let may_join = !path.starts_with("/webhooks/");
+    if !trace::sample_request(request.headers(), may_join) {
+        // Outside the sample: a span for the log lines only, of a target the OpenTelemetry layer does not take.
+        return (tracing::info_span!(target: "request", "request", request_id = %id), false);
+    }
     let span = tracing::info_span!(
         "request",
         request_id = %id,
@@ -506,7 +511,7 @@ fn request_span<B>(request: &hyper::Request<B>, id: &str) -> (tracing::Span, boo
         trace_id = tracing::field::Empty,
         span_id = tracing::field::Empty,
     );
-    if !path.starts_with("/webhooks/") {
+    if may_join {
         trace::continue_from(&span, request.headers());
     }
     let Some(sc) = trace::span_context_of(&span).filter(|sc| sc.is_sampled()) else { return (span, false) };

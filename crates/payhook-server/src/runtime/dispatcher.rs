@@ -37,6 +37,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// Where one sink's rows go and how.
 #[derive(Debug, Clone)]
@@ -404,7 +405,9 @@ impl<S: Store> Dispatcher<S> {
     /// Sends one row and classifies the answer; with traces exported, in a `payhook.dispatch` span of its own trace,
     /// linked to the delivery's when this process recorded it, whose context the request or message carries.
     async fn deliver(&self, target: &Target, job: &OutboxJob) -> Dispatched {
-        if !trace::on() {
+        // Recorded when the delivery that wrote the row was (this process remembers it), else as a new root is.
+        let delivery = job.key.as_deref().and_then(trace::recalled);
+        if delivery.is_none() && !trace::sample_root() {
             return self.send(target, job, &[]).await;
         }
         let span = tracing::debug_span!(parent: None, "payhook.dispatch",
@@ -414,8 +417,8 @@ impl<S: Store> Dispatcher<S> {
             payhook.attempt = job.attempts + 1, payhook.outcome = tracing::field::Empty,
             http.request.method = if target.broker.is_some() { None } else { Some("POST") },
             http.response.status_code = tracing::field::Empty);
-        if let Some(key) = &job.key {
-            trace::link_to_delivery(&span, key);
+        if let Some(delivery) = delivery {
+            span.add_link(delivery);
         }
         let headers = trace::headers_of(&span);
         let outcome = self.send(target, job, &headers).instrument(span.clone()).await;

@@ -73,7 +73,7 @@ impl<S: Store> RetryWorker<S> {
             let store = Arc::clone(&self.store);
             tasks.spawn(async move {
                 let (source, event_id) = (c.source.clone(), c.event_id.clone());
-                if !trace::on() {
+                if !trace::sample_root() {
                     return (source, event_id, store.retry(c, now_ms).await);
                 }
                 // Each retry is a trace of its own, linked to the delivery's when this process recorded it.
