@@ -126,24 +126,25 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Logs go to stderr, filtered by `PAYHOOK_LOG` (else `default_level`), as text or JSON lines.
-/// Logs to stderr in `format`, at `PAYHOOK_LOG`'s levels (else `default_level`). Every line of a request names its
-/// `request_id` (its span: `request{request_id=…}` in text, the `spans` list in JSON, with `trace_id` and `span_id`
-/// when traces are exported). With a `tracer`, payhook's spans also go to OpenTelemetry, whatever the log level.
+/// Logs to stderr in `format`, at `PAYHOOK_LOG`'s levels (else `default_level`). Every line written while a request
+/// is served names its `request_id` (read from the task by [`WithRequestId`]: no span is made for it), and with
+/// traces exported a recorded request's lines carry its span (`trace_id`, `span_id`; in JSON, the `spans` list).
+/// With a `tracer`, payhook's spans also go to OpenTelemetry, whatever the log level.
 fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelemetry_sdk::trace::SdkTracer>) {
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PAYHOOK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let json = || {
+        tracing_subscriber::fmt::format().json().flatten_event(true).with_current_span(false).with_span_list(true)
+    };
     let Some(tracer) = tracer else {
         // Export off: one subscriber with one global filter, nothing else in the way of a log line.
         let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
         match format {
-            LogFormat::Text => builder.init(),
-            LogFormat::Json => {
-                builder.json().flatten_event(true).with_current_span(false).with_span_list(true).with_ansi(false).init()
-            }
+            LogFormat::Text => builder.event_format(WithRequestId { inner: tracing_subscriber::fmt::format(), json: false }).init(),
+            LogFormat::Json => builder.json().with_ansi(false).event_format(WithRequestId { inner: json(), json: true }).init(),
         }
         return;
     };
@@ -151,10 +152,8 @@ fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelem
     // HTTP client's or gRPC library's span can come back through the exporter).
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match format {
-        LogFormat::Text => fmt.boxed(),
-        LogFormat::Json => {
-            fmt.json().flatten_event(true).with_current_span(false).with_span_list(true).with_ansi(false).boxed()
-        }
+        LogFormat::Text => fmt.event_format(WithRequestId { inner: tracing_subscriber::fmt::format(), json: false }).boxed(),
+        LogFormat::Json => fmt.json().with_ansi(false).event_format(WithRequestId { inner: json(), json: true }).boxed(),
     };
     let spans = PayhookSpans;
     // No timing of each poll (`busy_ns`/`idle_ns`) and no OpenTelemetry context switched at each poll: payhook reads a
@@ -166,6 +165,45 @@ fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelem
         .with_tracked_inactivity(false)
         .with_context_activation(false);
     tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel.with_filter(spans)).init();
+}
+
+/// A log line's format with the id of the request being served, when there is one
+/// (`payhook_server::trace::current_request_id`): `request_id=…` first in a text line, a `request_id` field in a
+/// JSON object. The id is read only when a line is written, so a request that logs nothing pays nothing for it.
+struct WithRequestId<F> {
+    inner: F,
+    /// Whether `inner` writes JSON objects.
+    json: bool,
+}
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for WithRequestId<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let Some(id) = payhook_server::trace::current_request_id() else {
+            return self.inner.format_event(ctx, writer, event);
+        };
+        if !self.json {
+            write!(writer, "request_id={id} ")?;
+            return self.inner.format_event(ctx, writer, event);
+        }
+        let mut line = String::new();
+        self.inner.format_event(ctx, tracing_subscriber::fmt::format::Writer::new(&mut line), event)?;
+        // The id as the object's first field (escaped as JSON: a proxy's id may hold a quote).
+        let id = serde_json::to_string(&id).unwrap_or_default();
+        match line.strip_prefix('{') {
+            Some(rest) => write!(writer, "{{\"request_id\":{id},{rest}"),
+            None => write!(writer, "{line}"),
+        }
+    }
 }
 
 /// What the OpenTelemetry layer is given: payhook's spans, nothing else. Decided once per callsite, so that the

@@ -82,7 +82,7 @@ pub fn request_id(sent: Option<&HeaderValue>, from_trusted_proxy: bool) -> Strin
     {
         return text.to_owned();
     }
-    format!("{:032x}", fastrand::u128(..))
+    hex::encode(fastrand::u128(..).to_be_bytes())
 }
 
 /// Runs `fut` with `id` as its request's id, which [`current_request_id`] reads.

@@ -426,10 +426,9 @@ impl Connection {
                 }
                 Ok::<_, Infallible>(response)
             };
-            let serve = serve.instrument(span);
             async move {
                 if trace::on() {
-                    trace::with_request_id(id, trace::sampled_scope(sampled, serve)).await
+                    trace::with_request_id(id, trace::sampled_scope(sampled, serve.instrument(span))).await
                 } else {
                     trace::with_request_id(id, serve).await
                 }
@@ -485,23 +484,23 @@ impl Connection {
     }
 }
 
-/// The span a request is served in: `request` with its `request_id`, in every log line of the request. With traces
-/// exported it is also the HTTP server span (`otel.kind = server`, named `METHOD ROUTE` once the route is matched),
-/// with the semantic conventions' attributes; an API request's incoming `traceparent` is its parent (a webhook's is
-/// not: a provider's trace is not payhook's to join).
+/// The span a request is served in when its trace is recorded: `request` with its `request_id`, `trace_id` and
+/// `span_id` (so in every log line of the request), the HTTP server span (`otel.kind = server`, named `METHOD ROUTE`
+/// once the route is matched) with the semantic conventions' attributes; an API request's incoming `traceparent` is
+/// its parent (a webhook's is not: a provider's trace is not payhook's to join). Otherwise none: the log formatter
+/// reads the request id from the task.
 ///
-/// Also whether its trace is sampled: an unsampled request makes no span below this one, and its own carries only
-/// its request id (a span's ids are drawn, and its sampling decided, when it starts).
+/// Also whether its trace is sampled: an unsampled request makes no span at all (roots are sampled before any span
+/// is made, `trace::sample_request`; a parent's decision is read when its span starts).
 fn request_span<B>(request: &hyper::Request<B>, id: &str) -> (tracing::Span, bool) {
     if !trace::on() {
-        return (tracing::info_span!("request", request_id = %id), false);
+        return (tracing::Span::none(), false);
     }
     let method = request.method().as_str();
     let path = request.uri().path();
     let may_join = !path.starts_with("/webhooks/");
     if !trace::sample_request(request.headers(), may_join) {
-        // Outside the sample: a span for the log lines only, of a target the OpenTelemetry layer does not take.
-        return (tracing::info_span!(target: "request", "request", request_id = %id), false);
+        return (tracing::Span::none(), false);
     }
     let span = tracing::info_span!(
         "request",
