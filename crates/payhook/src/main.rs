@@ -136,15 +136,18 @@ fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelem
     use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PAYHOOK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let json = || {
-        tracing_subscriber::fmt::format().json().flatten_event(true).with_current_span(false).with_span_list(true)
-    };
+    let json =
+        || tracing_subscriber::fmt::format().json().flatten_event(true).with_current_span(false).with_span_list(true);
     let Some(tracer) = tracer else {
         // Export off: one subscriber with one global filter, nothing else in the way of a log line.
         let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
         match format {
-            LogFormat::Text => builder.event_format(WithRequestId { inner: tracing_subscriber::fmt::format(), json: false }).init(),
-            LogFormat::Json => builder.json().with_ansi(false).event_format(WithRequestId { inner: json(), json: true }).init(),
+            LogFormat::Text => {
+                builder.event_format(WithRequestId { inner: tracing_subscriber::fmt::format(), json: false }).init()
+            }
+            LogFormat::Json => {
+                builder.json().with_ansi(false).event_format(WithRequestId { inner: json(), json: true }).init()
+            }
         }
         return;
     };
@@ -152,8 +155,12 @@ fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelem
     // HTTP client's or gRPC library's span can come back through the exporter).
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match format {
-        LogFormat::Text => fmt.event_format(WithRequestId { inner: tracing_subscriber::fmt::format(), json: false }).boxed(),
-        LogFormat::Json => fmt.json().with_ansi(false).event_format(WithRequestId { inner: json(), json: true }).boxed(),
+        LogFormat::Text => {
+            fmt.event_format(WithRequestId { inner: tracing_subscriber::fmt::format(), json: false }).boxed()
+        }
+        LogFormat::Json => {
+            fmt.json().with_ansi(false).event_format(WithRequestId { inner: json(), json: true }).boxed()
+        }
     };
     let spans = PayhookSpans;
     // No timing of each poll (`busy_ns`/`idle_ns`) and no OpenTelemetry context switched at each poll: payhook reads a
