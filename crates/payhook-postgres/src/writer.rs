@@ -194,6 +194,14 @@ enum Reply {
 struct Job {
     work: Work,
     reply: Reply,
+    /// The caller's span when traces are exported (`payhook_store::tracing_flag`), else none: linked to the span of
+    /// the batch the job runs in.
+    span: tracing::Span,
+}
+
+/// The caller's span, when traces are exported.
+fn caller_span() -> tracing::Span {
+    if payhook_store::tracing_flag::traced() { tracing::Span::current() } else { tracing::Span::none() }
 }
 
 /// A job's result inside a transaction that has not committed yet.
@@ -238,7 +246,7 @@ impl Writer {
     /// Queues an ingest now (before the returned future is polled); resolves after its batch has committed.
     pub(crate) fn ingest(&self, call: IngestCall) -> impl Future<Output = Result<Recorded, StoreError>> + Send + use<> {
         let (reply, answer) = oneshot::channel();
-        let queued = self.queue(Job { work: Work::Ingest(call), reply: Reply::Ingest(reply) });
+        let queued = self.queue(Job { work: Work::Ingest(call), reply: Reply::Ingest(reply), span: caller_span() });
         async move {
             queued?;
             answer.await.map_err(|_| StoreError::ShuttingDown)?
@@ -253,8 +261,11 @@ impl Writer {
         audit: Option<AuditEntry>,
     ) -> impl Future<Output = Result<Registered, StoreError>> + Send + use<> {
         let (reply, answer) = oneshot::channel();
-        let queued =
-            self.queue(Job { work: Work::Register(order, audit.map(Box::new)), reply: Reply::Register(reply) });
+        let queued = self.queue(Job {
+            work: Work::Register(order, audit.map(Box::new)),
+            reply: Reply::Register(reply),
+            span: caller_span(),
+        });
         async move {
             queued?;
             answer.await.map_err(|_| StoreError::ShuttingDown)?
@@ -430,6 +441,21 @@ pub struct BatchFailed(#[source] Arc<PgError>);
 /// call of its batch function), and answers every job. `turn` (the batch's turn to execute) is given back once
 /// the last transaction has sent its `COMMIT`, or when the batch ends.
 async fn run_batch(pool: &Pool, jobs: Vec<Job>, config: &WriterConfig, counters: &Counters, turn: Turn) {
+    if !jobs.iter().any(|j| !j.span.is_none()) {
+        return run_batch_untraced(pool, jobs, config, counters, turn).await;
+    }
+    // A trace of its own, linked from each request it serves: one batch serves many requests.
+    let span = tracing::debug_span!(parent: None, "payhook.store.batch", db.system.name = "postgresql",
+        payhook.batch.size = jobs.len());
+    if let Some(id) = span.id() {
+        for job in &jobs {
+            job.span.follows_from(id.clone());
+        }
+    }
+    tracing::Instrument::instrument(run_batch_untraced(pool, jobs, config, counters, turn), span).await;
+}
+
+async fn run_batch_untraced(pool: &Pool, jobs: Vec<Job>, config: &WriterConfig, counters: &Counters, turn: Turn) {
     counters.in_flight.fetch_add(1, Ordering::Relaxed);
     let (registers, ingests): (Vec<Job>, Vec<Job>) =
         jobs.into_iter().partition(|j| matches!(j.work, Work::Register(..)));

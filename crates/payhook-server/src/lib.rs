@@ -31,7 +31,7 @@ pub use base::settings::{
     AuthSettings, BuildInfo, ListenerSettings, RetentionSettings, Settings, SinkRate, SinkTransport, SourceSettings,
     TlsSettings, WorkerSettings,
 };
-pub use base::{secret_url, settings};
+pub use base::{secret_url, settings, trace};
 pub use http::api::parse_order;
 pub use http::error::ApiError;
 pub use http::listener::TlsError;

@@ -361,7 +361,21 @@ impl Store for SqliteStore {
         let ctx = self.ctx.current();
         // Encoded here, on the caller's task: the writer thread is the one every delivery waits for.
         let encoded = ops::Encoded::of(&delivery);
-        self.writer.submit(move |conn| ops::ingest(conn, &delivery, encoded, &ctx))
+        // Traced: the effect is a span of its own, child of the caller's (`payhook.ingest`), around the savepoint.
+        let parent = payhook_store::tracing_flag::traced().then(tracing::Span::current);
+        self.writer.submit(move |conn| {
+            let Some(parent) = parent else { return ops::ingest(conn, &delivery, encoded, &ctx) };
+            let order = match delivery.parsed() {
+                Parsed::Event(event) => event.order_id().map(|o| o.as_str().to_owned()),
+                Parsed::Unparseable { .. } => None,
+            };
+            let span = tracing::debug_span!(parent: &parent, "payhook.effect",
+                payhook.order_id = order.as_deref(), payhook.outcome = tracing::field::Empty);
+            let _entered = span.enter();
+            let recorded = ops::ingest(conn, &delivery, encoded, &ctx);
+            span.record("payhook.outcome", recorded.as_ref().map_or("failed", |r| r.outcome.as_str()));
+            recorded
+        })
     }
 
     fn register_order_audited(

@@ -38,11 +38,18 @@ pub(crate) trait Job: Send {
     fn run(self: Box<Self>, conn: &WriterConn<'_>) -> Reply;
     /// Settles the job without running it (no transaction could be started).
     fn fail(self: Box<Self>, error: BatchError);
+    /// Links the span of the request that queued the job (if traced) to the span of the batch it runs in: one
+    /// batch serves many requests, so the batch is a link of each, not a parent.
+    fn link(&self, batch: &tracing::Span);
+    /// Whether the request that queued the job is traced (its span is recorded).
+    fn traced(&self) -> bool;
 }
 
 struct Task<T, F> {
     work: F,
     reply: oneshot::Sender<Result<T, StoreError>>,
+    /// The caller's span when traces are exported (`payhook_store::tracing_flag`), else none.
+    span: tracing::Span,
 }
 
 impl<T, F> Job for Task<T, F>
@@ -51,7 +58,7 @@ where
     F: FnOnce(&WriterConn<'_>) -> Result<T, StoreError> + Send + 'static,
 {
     fn run(self: Box<Self>, conn: &WriterConn<'_>) -> Reply {
-        let Task { work, reply } = *self;
+        let Task { work, reply, span: _ } = *self;
         let result = in_savepoint(conn, work);
         Box::new(move |commit_error| {
             let answer = match (result, commit_error) {
@@ -66,6 +73,16 @@ where
 
     fn fail(self: Box<Self>, error: BatchError) {
         let _ = self.reply.send(Err(StoreError::Unavailable(Box::new(CommitFailed(error)))));
+    }
+
+    fn link(&self, batch: &tracing::Span) {
+        if let Some(id) = batch.id() {
+            self.span.follows_from(id);
+        }
+    }
+
+    fn traced(&self) -> bool {
+        !self.span.is_none()
     }
 }
 
@@ -98,7 +115,8 @@ impl WriterHandle {
         F: FnOnce(&WriterConn<'_>) -> Result<T, StoreError> + Send + 'static,
     {
         let (reply_tx, reply_rx) = oneshot::channel();
-        let job: Box<dyn Job> = Box::new(Task { work, reply: reply_tx });
+        let span = if payhook_store::tracing_flag::traced() { tracing::Span::current() } else { tracing::Span::none() };
+        let job: Box<dyn Job> = Box::new(Task { work, reply: reply_tx, span });
         let queued = match self.tx.try_send(Msg::Job(job)) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => Err(StoreError::Overloaded),
@@ -308,6 +326,14 @@ fn run(
                     }
                 },
             };
+            if job.traced() {
+                // The batch is a span only when a traced request is in it, from the first such job to the COMMIT.
+                if batch.span.is_none() {
+                    batch.span = tracing::debug_span!(parent: None, "payhook.store.batch", db.system.name = "sqlite",
+                        payhook.batch.size = tracing::field::Empty);
+                }
+                job.link(&batch.span);
+            }
             batch.replies.push(job.run(&conn));
             if conn.is_autocommit() {
                 // SQLite rolled the transaction back on its own: everything before this point is lost, and the
@@ -482,17 +508,20 @@ fn start_syncer(wal: std::fs::File, scope: String) -> std::io::Result<Syncer> {
 struct Open {
     replies: Vec<Reply>,
     started: std::time::Instant,
+    /// `payhook.store.batch`, a trace of its own, when a traced request is in the batch: to the `COMMIT`'s return.
+    span: tracing::Span,
 }
 
 fn begin(conn: &WriterConn<'_>) -> Result<Open, BatchError> {
     exec(conn, "BEGIN IMMEDIATE").map_err(|e| Arc::new(e) as BatchError)?;
     tally::discard();
-    Ok(Open { replies: Vec::new(), started: std::time::Instant::now() })
+    Ok(Open { replies: Vec::new(), started: std::time::Instant::now(), span: tracing::Span::none() })
 }
 
 /// Commits `batch` (with the counters that moved in it) and settles every one of its jobs.
 fn commit(conn: &WriterConn<'_>, batch: Open, settle: &impl Fn(Settled), batch_sizes: &Histogram) {
-    let Open { replies, started } = batch;
+    let Open { replies, started, span } = batch;
+    span.record("payhook.batch.size", replies.len());
     if fires("sqlite::answer_before_commit", conn.path().unwrap_or_default()) {
         // The control run of the invariant checker: a writer that answers before its commit and then loses the
         // batch. Tests use it to prove that the checker sees acknowledged deliveries go missing.

@@ -16,6 +16,7 @@
 //!   and `/readyz`.
 //! - [`replication`]: [`Replication`], the database's replication as payhook sees it (PostgreSQL), and whether a
 //!   2xx is acknowledged on a standby.
+//! - [`tracing_flag`]: whether OpenTelemetry spans are made at all (off unless an exporter is configured).
 //! - [`StoreError`]: the one error type every backend maps its failures to.
 //! - [`checker`] (feature `contract`): payhook's promise checked on a final store, for every end-to-end test.
 //! - [`contract`] (feature `contract`): the behaviour every backend must show, as a test suite they all run.
@@ -37,6 +38,7 @@ pub mod metrics;
 pub mod model;
 pub mod payload;
 pub mod replication;
+pub mod tracing_flag;
 mod write_ctx;
 
 pub use audit::{AuditAction, AuditEntry, AuditFilter, AuditRecord, UnknownAuditAction};

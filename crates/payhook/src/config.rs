@@ -4,6 +4,7 @@
 //!
 //! - `reload`: reading the file again for a running server, and what a reload may not change.
 //! - `server`: the `[server]` table (listener bounds and TLS, the API token and its throttle).
+//! - `telemetry`: the `[telemetry]` table and the `OTEL_*` variables (trace export).
 
 use anyhow::{Context, Result, bail};
 use payhook_core::retry::RetryPolicy;
@@ -26,6 +27,7 @@ mod server;
 mod sinks;
 mod sources;
 mod storage;
+mod telemetry;
 
 use retention::{RawRetention, resolve_retention};
 pub use server::TokenOrigin;
@@ -34,6 +36,8 @@ use sinks::{RawSink, kinds_taken, resolve_sink};
 pub use sources::BUILT_IN_SCHEMES;
 use sources::{RawSource, resolve_source};
 use storage::{RawStorage, resolve_storage};
+pub use telemetry::{Export, ParentRoot, Protocol, Sampler, TelemetryConfig};
+use telemetry::{RawTelemetry, resolve_telemetry};
 
 /// The compiled-in defaults, printed by `payhook config print-default`.
 pub const DEFAULT_TOML: &str = include_str!("../payhook.default.toml");
@@ -54,6 +58,7 @@ struct RawConfig {
     #[serde(default)]
     sinks: Vec<RawSink>,
     log: RawLog,
+    telemetry: RawTelemetry,
 }
 
 #[derive(Debug, Deserialize)]
@@ -158,6 +163,8 @@ pub struct Config {
     pub storage: StorageConfig,
     /// How logs are written.
     pub log_format: LogFormat,
+    /// Where traces are exported, if anywhere (`[telemetry]`, `OTEL_*`).
+    pub telemetry: TelemetryConfig,
     /// Where the API token came from.
     pub api_token_origin: TokenOrigin,
     /// The configuration as read (defaults, file, environment merged), before resolving: what a reload compares.
@@ -428,6 +435,7 @@ fn resolve(
         "json" => LogFormat::Json,
         other => bail!("log.format: {other:?} is not one of \"text\", \"json\""),
     };
+    let telemetry = resolve_telemetry(&raw.telemetry, var)?;
     let mut sources = Vec::new();
     for (i, s) in raw.sources.into_iter().enumerate() {
         let label = format!("sources[{i}] ({})", s.name);
@@ -504,7 +512,7 @@ fn resolve(
     }
     let mut storage = storage;
     storage.set_routing(settings.routing());
-    Ok(Config { file, listen, settings, storage, log_format, api_token_origin, merged })
+    Ok(Config { file, listen, settings, storage, log_format, telemetry, api_token_origin, merged })
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ mod orders;
 mod reload;
 mod send;
 mod table;
+mod telemetry;
 mod trigger;
 
 use anyhow::{Context, Result};
@@ -125,14 +126,111 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Logs go to stderr, filtered by `PAYHOOK_LOG` (else `default_level`), as text or JSON lines.
-fn init_tracing(format: LogFormat, default_level: &str) {
+/// Logs to stderr in `format`, at `PAYHOOK_LOG`'s levels (else `default_level`). Every line written while a request
+/// is served names its `request_id` (read from the task by [`WithRequestId`]: no span is made for it), and with
+/// traces exported a recorded request's lines carry its span (`trace_id`, `span_id`; in JSON, the `spans` list).
+/// With a `tracer`, payhook's spans also go to OpenTelemetry, whatever the log level.
+fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelemetry_sdk::trace::SdkTracer>) {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PAYHOOK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_ansi(false).init(),
+    let json =
+        || tracing_subscriber::fmt::format().json().flatten_event(true).with_current_span(false).with_span_list(true);
+    let Some(tracer) = tracer else {
+        // Export off: one subscriber with one global filter, nothing else in the way of a log line.
+        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+        match format {
+            LogFormat::Text => {
+                builder.event_format(WithRequestId { inner: tracing_subscriber::fmt::format(), json: false }).init()
+            }
+            LogFormat::Json => {
+                builder.json().with_ansi(false).event_format(WithRequestId { inner: json(), json: true }).init()
+            }
+        }
+        return;
+    };
+    // Export on: the log lines keep their own filter; OpenTelemetry gets payhook's spans (and only spans, so no
+    // HTTP client's or gRPC library's span can come back through the exporter).
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match format {
+        LogFormat::Text => {
+            fmt.event_format(WithRequestId { inner: tracing_subscriber::fmt::format(), json: false }).boxed()
+        }
+        LogFormat::Json => {
+            fmt.json().with_ansi(false).event_format(WithRequestId { inner: json(), json: true }).boxed()
+        }
+    };
+    let spans = PayhookSpans;
+    // No timing of each poll (`busy_ns`/`idle_ns`) and no OpenTelemetry context switched at each poll: payhook reads a
+    // span's context explicitly where it needs it, and a request's span is entered at every poll of its future.
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_tracked_inactivity(false)
+        .with_context_activation(false);
+    tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel.with_filter(spans)).init();
+}
+
+/// A log line's format with the id of the request being served, when there is one
+/// (`payhook_server::trace::current_request_id`): `request_id=…` first in a text line, a `request_id` field in a
+/// JSON object. The id is read only when a line is written, so a request that logs nothing pays nothing for it.
+struct WithRequestId<F> {
+    inner: F,
+    /// Whether `inner` writes JSON objects.
+    json: bool,
+}
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for WithRequestId<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let Some(id) = payhook_server::trace::current_request_id() else {
+            return self.inner.format_event(ctx, writer, event);
+        };
+        if !self.json {
+            write!(writer, "request_id={id} ")?;
+            return self.inner.format_event(ctx, writer, event);
+        }
+        let mut line = String::new();
+        self.inner.format_event(ctx, tracing_subscriber::fmt::format::Writer::new(&mut line), event)?;
+        // The id as the object's first field (escaped as JSON: a proxy's id may hold a quote).
+        let id = serde_json::to_string(&id).unwrap_or_default();
+        match line.strip_prefix('{') {
+            Some(rest) => write!(writer, "{{\"request_id\":{id},{rest}"),
+            None => write!(writer, "{line}"),
+        }
+    }
+}
+
+/// What the OpenTelemetry layer is given: payhook's spans, nothing else. Decided once per callsite, so that the
+/// events and spans of every other crate (hyper's, h2's, rustls's) cost nothing more than without the layer, as a
+/// filter asked at each event would.
+struct PayhookSpans;
+
+impl PayhookSpans {
+    fn takes(meta: &tracing::Metadata<'_>) -> bool {
+        meta.is_span() && meta.target().starts_with("payhook")
+    }
+}
+
+impl<S> tracing_subscriber::layer::Filter<S> for PayhookSpans {
+    fn enabled(&self, meta: &tracing::Metadata<'_>, _: &tracing_subscriber::layer::Context<'_, S>) -> bool {
+        Self::takes(meta)
+    }
+
+    fn callsite_enabled(&self, meta: &'static tracing::Metadata<'static>) -> tracing::subscriber::Interest {
+        if Self::takes(meta) { tracing::subscriber::Interest::always() } else { tracing::subscriber::Interest::never() }
     }
 }
 
@@ -141,10 +239,10 @@ async fn run(cli: Cli) -> Result<()> {
     // The demo narrates what happens itself; its logs would only interleave with the story.
     match cli.command {
         Command::Serve => {}
-        Command::Demo(_) => init_tracing(LogFormat::Text, "error"),
+        Command::Demo(_) => init_tracing(LogFormat::Text, "error", None),
         // A health check runs every few seconds and says what it found in its exit status: no log lines.
-        Command::Healthcheck(_) => init_tracing(LogFormat::Text, "error"),
-        _ => init_tracing(LogFormat::Text, "info"),
+        Command::Healthcheck(_) => init_tracing(LogFormat::Text, "error", None),
+        _ => init_tracing(LogFormat::Text, "info", None),
     }
     match cli.command {
         Command::Config { command: ConfigCommand::PrintDefault } => {
@@ -158,6 +256,20 @@ async fn run(cli: Cli) -> Result<()> {
             println!("  listen   {}", cfg.listen);
             println!("  storage  {}", cfg.storage.describe());
             println!("  api      {}", describe_token(&cfg));
+            match &cfg.telemetry.export {
+                None => println!("  traces   off"),
+                Some(e) => println!(
+                    "  traces   {} over {} (service {}, sampler {:?}, queue {})",
+                    e.endpoint,
+                    match e.protocol {
+                        config::Protocol::HttpProtobuf => "http/protobuf",
+                        config::Protocol::Grpc => "grpc",
+                    },
+                    e.service_name,
+                    e.sampler,
+                    e.export_queue
+                ),
+            }
             for s in &cfg.settings.sources {
                 println!(
                     "  source   {:<16} POST /webhooks/{} (scheme {}, format {}, orders {:?})",
@@ -188,8 +300,21 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Serve => {
             let config = cli.config.load()?;
-            init_tracing(config.log_format, "info");
-            serve(config).await
+            let pipeline = match &config.telemetry.export {
+                Some(export) => Some(telemetry::Pipeline::start(export)?),
+                None => None,
+            };
+            let (pipeline, tracer) = pipeline.map_or((None, None), |(p, t)| (Some(p), Some(t)));
+            init_tracing(config.log_format, "info", tracer);
+            if let Some(export) = &config.telemetry.export {
+                tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "exporting traces over OTLP");
+            }
+            let served = serve(config).await;
+            // After the last answer: what is queued is exported before the process ends.
+            if let Some(pipeline) = pipeline {
+                pipeline.shutdown().await;
+            }
+            served
         }
         Command::Init(args) => init::run(cli.config.path(), args),
         Command::Healthcheck(args) => healthcheck::run(&cli.config.load()?, args).await,

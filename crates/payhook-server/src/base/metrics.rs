@@ -628,6 +628,28 @@ fn render_page_cache(out: &mut String, cache: &payhook_store::metrics::PageCache
 
 /// `payhook_build_info{version, commit} 1`: which build answers, to join with any other series (the Prometheus
 /// convention for build information).
+/// The trace export's counters (`crate::base::trace`): zero while export is off.
+pub(crate) fn render_trace(out: &mut String) {
+    use crate::base::trace::{EXPORT_FAILURES, SPANS_DROPPED, SPANS_EXPORTED};
+    use std::sync::atomic::Ordering::Relaxed;
+    family(
+        out,
+        "payhook_trace_spans_dropped_total",
+        "counter",
+        "Finished spans dropped because the export queue (telemetry.export_queue) was full.",
+    );
+    sample(out, "payhook_trace_spans_dropped_total", "", SPANS_DROPPED.load(Relaxed));
+    family(out, "payhook_trace_spans_exported_total", "counter", "Spans handed to the OTLP exporter.");
+    sample(out, "payhook_trace_spans_exported_total", "", SPANS_EXPORTED.load(Relaxed));
+    family(
+        out,
+        "payhook_trace_export_failures_total",
+        "counter",
+        "OTLP export calls that failed (collector unreachable, refusing or too slow); their spans are lost.",
+    );
+    sample(out, "payhook_trace_export_failures_total", "", EXPORT_FAILURES.load(Relaxed));
+}
+
 pub(crate) fn render_build_info(out: &mut String, build: &crate::base::settings::BuildInfo) {
     family(out, "payhook_build_info", "gauge", "The running build: its version and commit, always 1.");
     let labels = format!("version=\"{}\",commit=\"{}\"", escape(&build.version), escape(&build.commit));

@@ -10,3 +10,4 @@ pub mod scope;
 pub mod secret_url;
 pub mod settings;
 pub mod task;
+pub mod trace;

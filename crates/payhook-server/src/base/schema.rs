@@ -49,6 +49,9 @@ pub(crate) struct ErrorBody {
     error: String,
     /// What went wrong, for people.
     message: String,
+    /// The request's id, as in its `X-Request-Id` header and its log lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<String>,
     /// With `insufficient_scope` (403): the scope the route needs (`read`, `operate`, `admin`).
     #[serde(skip_serializing_if = "Option::is_none")]
     scope_needed: Option<String>,

@@ -237,6 +237,10 @@ impl IntoResponse for ApiError {
         let (_, code) = self.parts();
         let (status, message) = self.status_and_message();
         let mut body = json!({ "error": code, "message": message });
+        // The request's id (`X-Request-Id`), to find its log lines.
+        if let Some(id) = crate::base::trace::current_request_id() {
+            body["request_id"] = id.into();
+        }
         if let ApiError::Conflict { existing, .. } = &self {
             body["existing"] = existing.clone();
         }

@@ -4,6 +4,7 @@
 //! (parseable or not), so nothing verified is dropped.
 
 use crate::base::schema::{BatchAnswer, WebhookAnswer};
+use crate::base::trace;
 use crate::http::error::ApiError;
 use crate::runtime::confirm::Answer;
 use crate::runtime::live::Live;
@@ -24,6 +25,8 @@ use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// Headers never stored with a delivery: they carry credentials of their own.
 const UNSTORED_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
@@ -167,7 +170,9 @@ async fn deliveries<S: Store>(
     let headers = &parts.headers;
     let body = read_body(headers, body, state.settings.body_limit_bytes).await?;
     let received_at_ms = state.clock.now_ms();
-    let verified = match src.settings.verifier.verify(&HttpHeaders(&parts), &body, received_at_ms / 1000) {
+    let verify = || src.settings.verifier.verify(&HttpHeaders(&parts), &body, received_at_ms / 1000);
+    let verified = if trace::traced() { traced_verify(src, verify) } else { verify() };
+    let verified = match verified {
         Ok(v) => v,
         Err(e) => {
             src.metrics.verification_failed(e.code());
@@ -237,6 +242,16 @@ async fn deliveries<S: Store>(
                 }
             }
         }
+        None if trace::traced() => {
+            let span = tracing::debug_span!(
+                "payhook.parse",
+                payhook.format = src.settings.format.name(),
+                payhook.events = tracing::field::Empty
+            );
+            let parsed = span.in_scope(|| parse(src, &parts, &body, verified.delivery_id()));
+            span.record("payhook.events", parsed.len());
+            (body.to_vec(), parsed, verification)
+        }
         None => (body.to_vec(), parse(src, &parts, &body, verified.delivery_id()), verification),
     };
     let received = received_headers(headers, src.settings.verifier.secret_header());
@@ -255,6 +270,21 @@ async fn deliveries<S: Store>(
         })
         .collect();
     Ok(deliveries)
+}
+
+/// Verifies in a `payhook.verify` span: the source, the scheme and the outcome (`verified` or the refusal's
+/// code), never a secret or a signature.
+fn traced_verify<T>(
+    src: &SourceRuntime,
+    verify: impl FnOnce() -> Result<T, payhook_core::signature::VerifyError>,
+) -> Result<T, payhook_core::signature::VerifyError> {
+    let request = tracing::Span::current();
+    request.set_attribute("payhook.source", src.settings.name.as_str().to_owned());
+    let span = tracing::debug_span!("payhook.verify", payhook.source = %src.settings.name,
+        payhook.verify.scheme = src.settings.verifier.scheme().name(), payhook.verify.outcome = tracing::field::Empty);
+    let verified = span.in_scope(verify);
+    span.record("payhook.verify.outcome", verified.as_ref().map_or_else(|e| e.code(), |_| "verified"));
+    verified
 }
 
 /// A delivery is one event, except for formats that batch (an Adyen notification carries several items): each event
@@ -284,6 +314,9 @@ type RecordResult = (usize, String, Result<payhook_store::Recorded, StoreError>)
 /// so that they share a group commit.
 async fn record_all<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> Result<Vec<RecordResult>, ApiError> {
     let mut deliveries = deliveries;
+    if trace::traced() {
+        return Ok(record_traced(store, deliveries).await);
+    }
     if deliveries.len() == 1
         && let Some(delivery) = deliveries.pop()
     {
@@ -304,6 +337,35 @@ async fn record_all<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> Resu
         results.push(joined.map_err(|e| ApiError::Store(StoreError::Unavailable(Box::new(e))))?);
     }
     Ok(results)
+}
+
+/// [`record_all`] with traces exported: each event is recorded in a `payhook.ingest` span (source, event id,
+/// outcome), linked by the store to the writer batch it committed in, and remembered for the links of its later
+/// retries and outbox rows. The request's span gets the event id too, so a trace is found from the event's page.
+async fn record_traced<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> Vec<RecordResult> {
+    let request = tracing::Span::current();
+    let mut pending = Vec::with_capacity(deliveries.len());
+    for (index, delivery) in deliveries.into_iter().enumerate() {
+        let source = delivery.source().as_str().to_owned();
+        let event_id = delivery.parsed().event_id().as_str().to_owned();
+        request.set_attribute("payhook.event_id", event_id.clone());
+        let span = tracing::debug_span!("payhook.ingest", payhook.source = %source, payhook.event_id = %event_id,
+            payhook.outcome = tracing::field::Empty);
+        let mut keys = vec![format!("event:{source}:{event_id}")];
+        if let Parsed::Event(event) = delivery.parsed()
+            && let Some(order) = event.order_id()
+        {
+            keys.push(format!("order:{}", order.as_str()));
+        }
+        trace::remember(&span, keys);
+        let recorded = span.in_scope(|| store.ingest(delivery));
+        pending.push(async move {
+            let recorded = recorded.instrument(span.clone()).await;
+            span.record("payhook.outcome", recorded.as_ref().map_or("failed", |r| r.outcome.as_str()));
+            (index, event_id, recorded)
+        });
+    }
+    futures_util::future::join_all(pending).await
 }
 
 /// Reads the body, refusing it as soon as it passes the limit (whatever Content-Length claimed). Its deadline and

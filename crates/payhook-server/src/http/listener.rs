@@ -26,6 +26,7 @@ mod clients;
 
 use crate::base::ip_range::IpRange;
 use crate::base::settings::{ListenerSettings, TlsSettings};
+use crate::base::trace;
 use crate::http::error::ApiError;
 use crate::runtime::body::{BodyBudget, BodyState, BodyWatch, GuardedBody};
 use crate::runtime::connections::{Closed, ConnectionMetrics, Refused};
@@ -50,6 +51,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// How often a refused connection is logged at most: a flood must not flood the log too.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -161,6 +164,7 @@ impl Listener {
         metrics.max.store(settings.max_connections as u64, Ordering::Relaxed);
         metrics.max_per_client.store(settings.max_connections_per_client as u64, Ordering::Relaxed);
         let permits = Arc::new(Semaphore::new(settings.max_connections));
+        let trusted: Arc<[IpRange]> = trusted_proxies.clone().into();
         let clients =
             Arc::new(Clients::new(settings.max_connections_per_client, trusted_proxies, Arc::clone(&metrics.clients)));
         let bounds = Arc::new(RequestBounds {
@@ -209,9 +213,11 @@ impl Listener {
             metrics.accepted.fetch_add(1, Ordering::Relaxed);
             metrics.open.fetch_add(1, Ordering::Relaxed);
             let _ = stream.set_nodelay(true);
+            let peer_ip = peer.ip().to_canonical();
             let connection = Connection {
                 app: app.clone(),
                 peer,
+                trusted_proxy: trusted.iter().any(|range| range.contains(peer_ip)),
                 settings: Arc::clone(&settings),
                 metrics: Arc::clone(&metrics),
                 bounds: Arc::clone(&bounds),
@@ -349,6 +355,8 @@ impl RequestBounds {
 struct Connection {
     app: Router,
     peer: SocketAddr,
+    /// Whether the peer is one of `server.trusted_proxies`, whose `X-Request-Id` is kept.
+    trusted_proxy: bool,
     settings: Arc<ListenerSettings>,
     metrics: Arc<ConnectionMetrics>,
     bounds: Arc<RequestBounds>,
@@ -390,18 +398,40 @@ impl Connection {
         let peer = self.peer;
         let service_clock = Arc::clone(&clock);
         let bounds = Arc::clone(&self.bounds);
+        let trusted_proxy = self.trusted_proxy;
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
             if https {
                 request.headers_mut().insert("x-forwarded-proto", hyper::header::HeaderValue::from_static("https"));
             }
             let in_request = InRequest::start(Arc::clone(&service_clock));
+            let id = trace::request_id(request.headers().get(trace::REQUEST_ID_HEADER), trusted_proxy);
+            let (span, sampled) = request_span(&request, &id);
+            let id_header = hyper::header::HeaderValue::from_str(&id).ok();
             let (request, watch) = bounds.guard(request);
             let (app, bounds) = (app.clone(), Arc::clone(&bounds));
-            async move {
-                let response = bounds.serve(app, request, &watch).await;
+            let serve = async move {
+                let mut response = bounds.serve(app, request, &watch).await;
                 drop(in_request);
+                if sampled {
+                    let status = response.status();
+                    let span = tracing::Span::current();
+                    span.set_attribute("http.response.status_code", i64::from(status.as_u16()));
+                    if status.is_server_error() {
+                        span.set_status(opentelemetry::trace::Status::error(""));
+                    }
+                }
+                if let Some(value) = id_header {
+                    response.headers_mut().insert(trace::REQUEST_ID_HEADER, value);
+                }
                 Ok::<_, Infallible>(response)
+            };
+            async move {
+                if trace::on() {
+                    trace::with_request_id(id, trace::sampled_scope(sampled, serve.instrument(span))).await
+                } else {
+                    trace::with_request_id(id, serve).await
+                }
             }
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
@@ -452,6 +482,43 @@ impl Connection {
             }
         }
     }
+}
+
+/// The span a request is served in when its trace is recorded: `request` with its `request_id`, `trace_id` and
+/// `span_id` (so in every log line of the request), the HTTP server span (`otel.kind = server`, named `METHOD ROUTE`
+/// once the route is matched) with the semantic conventions' attributes; an API request's incoming `traceparent` is
+/// its parent (a webhook's is not: a provider's trace is not payhook's to join). Otherwise none: the log formatter
+/// reads the request id from the task.
+///
+/// Also whether its trace is sampled: an unsampled request makes no span at all (roots are sampled before any span
+/// is made, `trace::sample_request`; a parent's decision is read when its span starts).
+fn request_span<B>(request: &hyper::Request<B>, id: &str) -> (tracing::Span, bool) {
+    if !trace::on() {
+        return (tracing::Span::none(), false);
+    }
+    let method = request.method().as_str();
+    let path = request.uri().path();
+    let may_join = !path.starts_with("/webhooks/");
+    if !trace::sample_request(request.headers(), may_join) {
+        return (tracing::Span::none(), false);
+    }
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        otel.name = method,
+        otel.kind = "server",
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+    );
+    if may_join {
+        trace::continue_from(&span, request.headers());
+    }
+    let Some(sc) = trace::span_context_of(&span).filter(|sc| sc.is_sampled()) else { return (span, false) };
+    span.record("trace_id", tracing::field::display(sc.trace_id()));
+    span.record("span_id", tracing::field::display(sc.span_id()));
+    span.set_attribute("http.request.method", method.to_owned());
+    span.set_attribute("url.path", path.to_owned());
+    (span, true)
 }
 
 fn far_future() -> Instant {

@@ -160,6 +160,7 @@ pub(crate) async fn metrics_text<S: Store>(State(state): State<Arc<AppState<S>>>
     state.retention_metrics.render_into(&mut body);
     state.reload_metrics.render_into(&mut body);
     metrics::render_held(&mut body, &held, state.clock.now_ms());
+    metrics::render_trace(&mut body);
     metrics::render_build_info(&mut body, &state.settings.build);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

@@ -41,7 +41,7 @@ const REDIS_XADD_ONCE: &str = r"
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return false
 end
-local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'kind', ARGV[2], 'payload', ARGV[3])
+local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'kind', ARGV[2], 'payload', ARGV[3], unpack(ARGV, 5))
 redis.call('SET', KEYS[2], entry, 'EX', ARGV[4])
 return entry
 ";
@@ -109,8 +109,15 @@ impl Broker {
         }
     }
 
-    /// Publishes one row and waits for the broker's acknowledgement, at most `timeout`.
-    pub(crate) async fn publish(&self, job: &OutboxJob, timeout: Duration) -> Result<Published, BrokerError> {
+    /// Publishes one row and waits for the broker's acknowledgement, at most `timeout`. `trace` is the W3C trace
+    /// context of the dispatch (`traceparent`, `tracestate`; empty when traces are not exported): in the NATS and
+    /// RabbitMQ message headers and as fields of the Redis entry, so that the consumer's trace joins payhook's.
+    pub(crate) async fn publish(
+        &self,
+        job: &OutboxJob,
+        timeout: Duration,
+        trace: &[(String, String)],
+    ) -> Result<Published, BrokerError> {
         let url = match self {
             Self::Nats(n) => &n.url,
             Self::Redis(r) => &r.url,
@@ -118,9 +125,9 @@ impl Broker {
         };
         let send = async {
             match self {
-                Self::Nats(n) => n.publish(job).await,
-                Self::Redis(r) => r.publish(job, timeout).await,
-                Self::Amqp(a) => a.publish(job).await,
+                Self::Nats(n) => n.publish(job, trace).await,
+                Self::Redis(r) => r.publish(job, timeout, trace).await,
+                Self::Amqp(a) => a.publish(job, trace).await,
             }
         };
         match tokio::time::timeout(timeout, send).await {
@@ -155,12 +162,10 @@ impl NatsSink {
             .await
     }
 
-    async fn publish(&self, job: &OutboxJob) -> Result<Published, BrokerError> {
+    async fn publish(&self, job: &OutboxJob, trace: &[(String, String)]) -> Result<Published, BrokerError> {
         let js = self.context().await?;
         let subject = render(&self.subject, job, &self.sink);
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(NATS_MSG_ID, job.id.to_string().as_str());
-        headers.insert("Payhook-Kind", job.kind.as_str());
+        let headers = nats_headers(job, trace);
         let failed =
             |e: &dyn std::error::Error| BrokerError::Publish { url: self.url.to_string(), cause: cause(&self.url, e) };
         let ack = js
@@ -211,18 +216,22 @@ impl RedisSink {
         Ok(connection.clone())
     }
 
-    async fn publish(&self, job: &OutboxJob, timeout: Duration) -> Result<Published, BrokerError> {
+    async fn publish(
+        &self,
+        job: &OutboxJob,
+        timeout: Duration,
+        trace: &[(String, String)],
+    ) -> Result<Published, BrokerError> {
         let mut connection = self.connection(timeout).await?;
         let stream = render(&self.stream, job, &self.sink);
         let seen = seen_key(&stream, job.id);
-        let entry: Option<String> = self
-            .script
-            .key(&stream)
-            .key(&seen)
-            .arg(job.id)
-            .arg(job.kind.as_str())
-            .arg(&job.payload)
-            .arg(self.dedup_window_secs)
+        let mut invocation = self.script.key(&stream);
+        invocation.key(&seen).arg(job.id).arg(job.kind.as_str()).arg(&job.payload).arg(self.dedup_window_secs);
+        // After the four arguments the script reads, field and value pairs it adds to the entry as they are.
+        for (name, value) in trace {
+            invocation.arg(name).arg(value);
+        }
+        let entry: Option<String> = invocation
             .invoke_async(&mut connection)
             .await
             .map_err(|e| BrokerError::Publish { url: self.url.to_string(), cause: cause(&self.url, &e) })?;
@@ -265,14 +274,10 @@ impl AmqpSink {
         Ok(channel)
     }
 
-    async fn publish(&self, job: &OutboxJob) -> Result<Published, BrokerError> {
+    async fn publish(&self, job: &OutboxJob, trace: &[(String, String)]) -> Result<Published, BrokerError> {
         let channel = self.channel().await?;
         let routing_key = render(&self.routing_key, job, &self.sink);
-        let properties = lapin::BasicProperties::default()
-            .with_message_id(job.id.to_string().as_str().into())
-            .with_delivery_mode(2)
-            .with_content_type("application/json".into())
-            .with_type(job.kind.as_str().into());
+        let properties = amqp_properties(job, trace);
         let refused = |cause: String| BrokerError::Publish { url: self.url.to_string(), cause };
         let failed = |e: lapin::Error| refused(cause(&self.url, &e));
         // Mandatory: a message no queue takes comes back instead of vanishing.
@@ -303,6 +308,35 @@ impl AmqpSink {
 /// `template` with `{kind}`, `{order_id}` and `{sink}` filled in. The kind is one of payhook's kind names, as is
 /// (`order.paid`: its `.` separates two subject tokens or routing words); the order id (from the payload, which
 /// comes from the payment provider; `_` when it has none) and the sink's name are [`escape`]d.
+/// A JetStream message's headers: the outbox id JetStream deduplicates on, the kind, and the trace context.
+fn nats_headers(job: &OutboxJob, trace: &[(String, String)]) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(NATS_MSG_ID, job.id.to_string().as_str());
+    headers.insert("Payhook-Kind", job.kind.as_str());
+    for (name, value) in trace {
+        headers.insert(name.as_str(), value.as_str());
+    }
+    headers
+}
+
+/// A RabbitMQ message's properties: persistent, the outbox id as `message_id`, the kind as `type`, and the trace
+/// context in its headers table.
+fn amqp_properties(job: &OutboxJob, trace: &[(String, String)]) -> lapin::BasicProperties {
+    let properties = lapin::BasicProperties::default()
+        .with_message_id(job.id.to_string().as_str().into())
+        .with_delivery_mode(2)
+        .with_content_type("application/json".into())
+        .with_type(job.kind.as_str().into());
+    if trace.is_empty() {
+        return properties;
+    }
+    let mut headers = lapin::types::FieldTable::default();
+    for (name, value) in trace {
+        headers.insert(name.as_str().into(), lapin::types::AMQPValue::LongString(value.as_str().into()));
+    }
+    properties.with_headers(headers)
+}
+
 fn render(template: &str, job: &OutboxJob, sink: &str) -> String {
     let order_id = serde_json::from_str::<serde_json::Value>(&job.payload)
         .ok()
@@ -428,6 +462,63 @@ mod tests {
             assert!(!stream.contains('#'), "{stream}");
         }
         assert_eq!(seen_key(&plain, 7), "#payhook-id:orders:a:7");
+    }
+
+    #[test]
+    fn the_trace_context_travels_in_nats_and_rabbitmq_headers() {
+        let job = job(r#"{"order_id":"o1"}"#);
+        let trace = vec![
+            ("traceparent".to_owned(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned()),
+            ("tracestate".to_owned(), "vendor=1".to_owned()),
+        ];
+        let nats = nats_headers(&job, &trace);
+        assert_eq!(
+            nats.get("traceparent").map(|v| v.as_str()),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        assert_eq!(nats.get("tracestate").map(|v| v.as_str()), Some("vendor=1"));
+        assert!(nats.get(NATS_MSG_ID).is_some(), "the dedup id stays");
+        assert!(nats_headers(&job, &[]).get("traceparent").is_none());
+
+        let amqp = amqp_properties(&job, &trace);
+        let headers = amqp.headers().as_ref().expect("a headers table");
+        let value = headers.inner().get("traceparent").expect("traceparent");
+        assert_eq!(value.as_long_string().map(ToString::to_string).as_deref(), Some(trace[0].1.as_str()));
+        assert!(amqp_properties(&job, &[]).headers().is_none(), "no table without a trace");
+    }
+
+    /// Against the machine's Redis (`PAYHOOK_TEST_REDIS_URL`, default `redis://127.0.0.1:6379`): the entry carries
+    /// the trace context as fields after its own, and one without a trace has only its own. Skipped when no Redis
+    /// answers, unless `PAYHOOK_TEST_BROKERS=1`.
+    #[tokio::test]
+    async fn the_redis_entry_carries_the_trace_context_as_fields() {
+        let url = std::env::var("PAYHOOK_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let addr = url.trim_start_matches("redis://").split('/').next().unwrap_or_default().to_owned();
+        if tokio::net::TcpStream::connect(&addr).await.is_err() {
+            assert!(std::env::var("PAYHOOK_TEST_BROKERS").as_deref() != Ok("1"), "no Redis at {url}");
+            eprintln!("skipped: no Redis at {url}");
+            return;
+        }
+        let stream = format!("payhook-trace-{:012x}", fastrand::u64(..) >> 16);
+        let transport = SinkTransport::Redis { stream: stream.clone(), dedup_window_secs: 60 };
+        let secret = SecretUrl::parse_broker(&url, SinkTransport::REDIS_SCHEMES).expect("redis url");
+        let broker = Broker::for_sink(&transport, &secret, "shop").expect("a redis broker");
+        let trace =
+            vec![("traceparent".to_owned(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned())];
+        let mut traced = job("{}");
+        traced.id = i64::from(fastrand::u32(..));
+        broker.publish(&traced, Duration::from_secs(3), &trace).await.expect("published");
+        let mut plain = job("{}");
+        plain.id = traced.id + 1;
+        broker.publish(&plain, Duration::from_secs(3), &[]).await.expect("published");
+        let client = redis::Client::open(url.as_str()).expect("client");
+        let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+        let entries: Vec<(String, Vec<String>)> =
+            redis::cmd("XRANGE").arg(&stream).arg("-").arg("+").query_async(&mut conn).await.expect("XRANGE");
+        let _: Result<(), _> = redis::cmd("DEL").arg(&stream).query_async(&mut conn).await;
+        assert_eq!(entries.len(), 2, "{entries:?}");
+        assert_eq!(&entries[0].1[6..], ["traceparent", trace[0].1.as_str()], "{entries:?}");
+        assert_eq!(entries[1].1.len(), 6, "no trace, no extra field: {entries:?}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::base::clock::Clock;
 use crate::base::metrics::DispatchMetrics;
 use crate::base::secret_url::{SecretUrl, redact_urls};
 use crate::base::settings::{ALERTS_SINK, AlertSettings, DispatcherSettings, Settings, SinkSettings};
+use crate::base::trace;
 use crate::runtime::broker::{Broker, Published};
 use crate::runtime::rate::Bucket;
 use payhook_core::retry::Next;
@@ -35,6 +36,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// Where one sink's rows go and how.
 #[derive(Debug, Clone)]
@@ -399,10 +402,46 @@ impl<S: Store> Dispatcher<S> {
         Ok(pass)
     }
 
-    /// Sends one row and classifies the answer.
+    /// Sends one row and classifies the answer; with traces exported, in a `payhook.dispatch` span of its own trace,
+    /// linked to the delivery's when this process recorded it, whose context the request or message carries.
     async fn deliver(&self, target: &Target, job: &OutboxJob) -> Dispatched {
+        // Recorded when the delivery that wrote the row was (this process remembers it), else as a new root is.
+        let delivery = job.key.as_deref().and_then(trace::recalled);
+        if delivery.is_none() && !trace::sample_root() {
+            return self.send(target, job, &[]).await;
+        }
+        let span = tracing::debug_span!(parent: None, "payhook.dispatch",
+            otel.kind = if target.broker.is_some() { "producer" } else { "client" },
+            otel.status_code = tracing::field::Empty,
+            payhook.sink = %target.name, payhook.outbox.id = job.id, payhook.outbox.kind = job.kind.as_str(),
+            payhook.attempt = job.attempts + 1, payhook.outcome = tracing::field::Empty,
+            http.request.method = if target.broker.is_some() { None } else { Some("POST") },
+            http.response.status_code = tracing::field::Empty);
+        if let Some(delivery) = delivery {
+            span.add_link(delivery);
+        }
+        let headers = trace::headers_of(&span);
+        let outcome = self.send(target, job, &headers).instrument(span.clone()).await;
+        let (word, status) = match &outcome {
+            Dispatched::Delivered { status } => ("delivered", Some(*status)),
+            Dispatched::Retry { status, .. } => ("retry", *status),
+            Dispatched::Dead { status, .. } => ("dead", *status),
+        };
+        span.record("payhook.outcome", word);
+        if let Some(status) = status.filter(|s| *s > 0) {
+            span.record("http.response.status_code", status);
+        }
+        if word != "delivered" {
+            span.record("otel.status_code", "ERROR");
+        }
+        outcome
+    }
+
+    /// Sends one row with the trace context `trace` (`traceparent`, `tracestate`; empty when not traced) and
+    /// classifies the answer.
+    async fn send(&self, target: &Target, job: &OutboxJob, trace: &[(String, String)]) -> Dispatched {
         if let Some(broker) = &target.broker {
-            return self.publish(target, broker, job).await;
+            return self.publish(target, broker, job, trace).await;
         }
         let body = if target.alerts { render_alert(&job.payload) } else { job.payload.clone().into_bytes() };
         let msg_id = job.id.to_string();
@@ -419,6 +458,9 @@ impl<S: Store> Dispatcher<S> {
                 }
             }
             None => req = req.header("webhook-id", &msg_id),
+        }
+        for (name, value) in trace {
+            req = req.header(name.as_str(), value.as_str());
         }
         let attempt = job.attempts + 1;
         let (status, retry_after, error) = match req.body(body).send().await {
@@ -452,8 +494,14 @@ impl<S: Store> Dispatcher<S> {
 
 impl<S: Store> Dispatcher<S> {
     /// Publishes one row to a broker sink: its acknowledgement delivers the row, anything else is retried.
-    async fn publish(&self, target: &Target, broker: &Broker, job: &OutboxJob) -> Dispatched {
-        let error = match broker.publish(job, target.timeout).await {
+    async fn publish(
+        &self,
+        target: &Target,
+        broker: &Broker,
+        job: &OutboxJob,
+        trace: &[(String, String)],
+    ) -> Dispatched {
+        let error = match broker.publish(job, target.timeout, trace).await {
             Ok(published) => {
                 if published == Published::Duplicate {
                     tracing::info!(sink = target.name, id = job.id, "the broker dropped a re-published outbox row");

@@ -5,11 +5,13 @@
 
 use crate::base::clock::Clock;
 use crate::base::settings::WorkerSettings;
+use crate::base::trace;
 use payhook_store::{Claim, Retried, Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 /// What one pass of the worker did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +73,22 @@ impl<S: Store> RetryWorker<S> {
             let store = Arc::clone(&self.store);
             tasks.spawn(async move {
                 let (source, event_id) = (c.source.clone(), c.event_id.clone());
-                (source, event_id, store.retry(c, now_ms).await)
+                if !trace::sample_root() {
+                    return (source, event_id, store.retry(c, now_ms).await);
+                }
+                // Each retry is a trace of its own, linked to the delivery's when this process recorded it.
+                let span = tracing::debug_span!(parent: None, "payhook.retry", payhook.source = %source,
+                    payhook.event_id = %event_id, payhook.attempt = c.attempts + 1,
+                    payhook.outcome = tracing::field::Empty);
+                trace::link_to_delivery(&span, &format!("event:{source}:{event_id}"));
+                let retried = span.in_scope(|| store.retry(c, now_ms)).instrument(span.clone()).await;
+                let outcome = match &retried {
+                    Ok(Retried::Done(recorded)) => recorded.outcome.as_str(),
+                    Ok(Retried::LeaseLost) => "lease_lost",
+                    Err(_) => "failed",
+                };
+                span.record("payhook.outcome", outcome);
+                (source, event_id, retried)
             });
         }
         while let Some(joined) = tasks.join_next().await {

@@ -133,11 +133,14 @@ async fn a_read_past_read_timeout_ms_is_stopped_with_503_read_timeout_and_its_co
         .expect("a runaway read is stopped, not left running");
     let took = start.elapsed();
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{}", reply.json);
+    // The request's id, as in its X-Request-Id.
+    let request_id = reply.headers.get("x-request-id").and_then(|v| v.to_str().ok()).expect("X-Request-Id");
     assert_eq!(
         reply.json,
         json!({
             "error": "read_timeout",
             "message": "the query took longer than storage.read_timeout_ms (300 ms) and was stopped",
+            "request_id": request_id,
         })
     );
     assert_eq!(reply.headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));

@@ -264,6 +264,15 @@ impl Server {
         assert!(status.success(), "payhook serve exited with {status} after SIGTERM:\n{}", self.log());
     }
 
+    /// [`Server::stop`], returning everything the server logged, its shutdown included.
+    pub fn stop_keeping_log(mut self) -> String {
+        self.terminate();
+        let status = self.wait_exit(Duration::from_secs(15));
+        let log = self.log();
+        assert!(status.success(), "payhook serve exited with {status} after SIGTERM:\n{log}");
+        log
+    }
+
     /// `POST /v1/orders` with the test amount and currency; returns the status and the answer.
     pub async fn register_order(&self, id: &str, amount: i64) -> (StatusCode, Value) {
         let resp = self

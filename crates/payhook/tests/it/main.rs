@@ -22,3 +22,4 @@ mod reload;
 mod replication;
 mod secrets;
 mod serve;
+mod traces;

@@ -164,6 +164,9 @@ pub(super) async fn event<S: Store>(
         BodyView::Raw => None,
     };
     let here = event_href(&d.source, &d.event_id);
+    // With trace export on: the delivery's trace id, while this process still holds it (docs/tracing.md).
+    let trace_id =
+        crate::base::trace::recalled(&format!("event:{}:{}", d.source, d.event_id)).map(|sc| sc.trace_id().to_string());
     let content = html! {
         h1 { "Event " span.mono { (d.event_id) } }
         @if d.status == Outcome::DeadLettered && session.may(Scope::Operate) {
@@ -185,6 +188,9 @@ pub(super) async fn event<S: Store>(
             }
             @if let Some(effect) = &d.effect {
                 dt { "Effect" } dd.mono { (serde_json::to_string(effect).unwrap_or_default()) }
+            }
+            @if let Some(trace_id) = &trace_id {
+                dt { "Trace" } dd.mono id="trace-id" { (trace_id) }
             }
         }
         h2 { "Attempts" }

@@ -1,0 +1,230 @@
+//! Following one delivery end to end: request ids, OpenTelemetry spans' context on the wire (W3C `traceparent` and
+//! `tracestate`), the links from later work (a retry, an outbox dispatch) to the delivery's trace, and the export's
+//! counters for `/metrics`. Which spans exist and what each attribute means: docs/tracing.md.
+//!
+//! With export off (the default) nothing here makes a span: every caller asks [`on`] first, a relaxed load. The
+//! request id is the one thing every request has, traced or not.
+//!
+//! Invariant: no span attribute holds a secret, a signature, a token, an `Authorization` or cookie value: the spans
+//! carry names, ids, outcomes and status codes only (`tests/it/tracing.rs` in `payhook` scans every exported
+//! attribute for the configured secrets and the signature sent).
+
+use axum::http::{HeaderMap, HeaderValue};
+use opentelemetry::propagation::{Extractor, Injector};
+use opentelemetry::trace::{SpanContext, TraceContextExt as _};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex, PoisonError};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+pub use payhook_store::tracing_flag::{enable, on, scope as sampled_scope, traced};
+
+/// The fraction of root traces recorded (`OTEL_TRACES_SAMPLER`'s ratio), as `f64` bits: decided here, before any
+/// span is made, so that a request outside the sample costs a plain log span only (decision 47).
+static ROOT_RATIO: AtomicU64 = AtomicU64::new(0x3FF0_0000_0000_0000); // 1.0
+/// Whether an API request's sampled `traceparent` decides for its trace (the `parentbased_*` samplers).
+static PARENT_BASED: AtomicBool = AtomicBool::new(true);
+
+/// Sets how root traces are sampled: `ratio` of them (0 to 1), and whether a parent's decision is followed.
+pub fn set_sampling(ratio: f64, parent_based: bool) {
+    ROOT_RATIO.store(ratio.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
+    PARENT_BASED.store(parent_based, Ordering::Relaxed);
+}
+
+/// Whether a new root trace (a webhook, a retry, a dispatch, a writer batch) is recorded.
+pub fn sample_root() -> bool {
+    if !on() {
+        return false;
+    }
+    let ratio = f64::from_bits(ROOT_RATIO.load(Ordering::Relaxed));
+    ratio >= 1.0 || (ratio > 0.0 && fastrand::f64() < ratio)
+}
+
+/// Whether the trace of a request with these headers is recorded: its parent's word when it has one and the
+/// sampler is parent-based, else [`sample_root`].
+pub fn sample_request(headers: &HeaderMap, may_join: bool) -> bool {
+    if may_join && PARENT_BASED.load(Ordering::Relaxed) && headers.contains_key("traceparent") {
+        return on();
+    }
+    sample_root()
+}
+
+/// The header a request's id travels in, both ways.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// The longest request id taken from a trusted proxy; a longer one is replaced by a new one.
+pub const REQUEST_ID_MAX_CHARS: usize = 128;
+
+/// Spans the export queue had no room for and dropped (`payhook_trace_spans_dropped_total`).
+pub static SPANS_DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Spans handed to the exporter (`payhook_trace_spans_exported_total`), whether or not the collector took them.
+pub static SPANS_EXPORTED: AtomicU64 = AtomicU64::new(0);
+/// Export calls that failed (`payhook_trace_export_failures_total`): the collector down, refusing, or too slow.
+pub static EXPORT_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+tokio::task_local! {
+    /// The id of the request this task serves, for the JSON error bodies (`request_id`).
+    static REQUEST_ID: String;
+}
+
+/// Whether `value` may be kept as a request id: 1 to [`REQUEST_ID_MAX_CHARS`] printable ASCII characters, no
+/// space, so that it goes into a log line and a header as it came.
+pub fn valid_request_id(value: &[u8]) -> bool {
+    !value.is_empty() && value.len() <= REQUEST_ID_MAX_CHARS && value.iter().all(|b| b.is_ascii_graphic())
+}
+
+/// The id of a request: the one a trusted proxy sent (`X-Request-Id`, when valid), else a new one (32 hex digits).
+/// A client that is not a trusted proxy cannot choose the id its request is logged under.
+pub fn request_id(sent: Option<&HeaderValue>, from_trusted_proxy: bool) -> String {
+    if from_trusted_proxy
+        && let Some(value) = sent
+        && valid_request_id(value.as_bytes())
+        && let Ok(text) = value.to_str()
+    {
+        return text.to_owned();
+    }
+    hex::encode(fastrand::u128(..).to_be_bytes())
+}
+
+/// Runs `fut` with `id` as its request's id, which [`current_request_id`] reads.
+pub async fn with_request_id<F: Future>(id: String, fut: F) -> F::Output {
+    REQUEST_ID.scope(id, fut).await
+}
+
+/// The id of the request this task serves, if it serves one.
+pub fn current_request_id() -> Option<String> {
+    REQUEST_ID.try_with(Clone::clone).ok()
+}
+
+/// `traceparent` and `tracestate` for `span`'s context, as the configured propagator (W3C trace context) writes
+/// them; empty when the span is not traced.
+pub fn headers_of(span: &tracing::Span) -> Vec<(String, String)> {
+    let mut out = Fields(Vec::new());
+    if !on() || span.is_none() {
+        return out.0;
+    }
+    let cx = span.context();
+    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut out));
+    out.0
+}
+
+/// Makes `span` a child of the context in `headers` (an incoming `traceparent`), when there is a valid one.
+pub fn continue_from(span: &tracing::Span, headers: &HeaderMap) {
+    let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(headers)));
+    if cx.span().span_context().is_valid() {
+        let _ = span.set_parent(cx);
+    }
+}
+
+/// The trace id of `span`, in hex, when it is traced.
+pub fn trace_id_of(span: &tracing::Span) -> Option<String> {
+    if !on() || span.is_none() {
+        return None;
+    }
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| sc.trace_id().to_string())
+}
+
+/// The context of `span` once started (its sampling decided), when it is traced.
+pub fn span_context_of(span: &tracing::Span) -> Option<SpanContext> {
+    if !on() || span.is_none() {
+        return None;
+    }
+    let sc = span.context().span().span_context().clone();
+    sc.is_valid().then_some(sc)
+}
+
+/// Header names and values a propagator writes.
+struct Fields(Vec<(String, String)>);
+
+impl Injector for Fields {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.push((key.to_owned(), value));
+    }
+}
+
+struct Headers<'a>(&'a HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// How many deliveries' span contexts [`remember`] keeps for later links: the oldest is forgotten first.
+pub const RECENT_TRACES: usize = 4096;
+
+/// The span contexts of recent deliveries by key (`event:SOURCE:ID`, `order:ID`), so that a retry or an outbox
+/// dispatch made later by this process links to the delivery's trace. Held in memory only and bounded: work done
+/// after a restart, by another instance, or after [`RECENT_TRACES`] newer deliveries starts a trace without a link.
+static RECENT: LazyLock<Mutex<Recent>> = LazyLock::new(|| Mutex::new(Recent::default()));
+
+#[derive(Default)]
+struct Recent {
+    by_key: HashMap<String, SpanContext>,
+    order: VecDeque<String>,
+}
+
+/// Remembers `span`'s context under `keys` (when traces are exported).
+pub fn remember(span: &tracing::Span, keys: impl IntoIterator<Item = String>) {
+    if !on() || span.is_none() {
+        return;
+    }
+    let sc = span.context().span().span_context().clone();
+    if !sc.is_valid() {
+        return;
+    }
+    let mut recent = RECENT.lock().unwrap_or_else(PoisonError::into_inner);
+    for key in keys {
+        if recent.by_key.insert(key.clone(), sc.clone()).is_none() {
+            recent.order.push_back(key);
+        }
+        while recent.order.len() > RECENT_TRACES {
+            if let Some(old) = recent.order.pop_front() {
+                recent.by_key.remove(&old);
+            }
+        }
+    }
+}
+
+/// The context remembered under `key`, if this process still holds it.
+pub fn recalled(key: &str) -> Option<SpanContext> {
+    if !on() {
+        return None;
+    }
+    RECENT.lock().unwrap_or_else(PoisonError::into_inner).by_key.get(key).cloned()
+}
+
+/// Links `span` to the delivery remembered under `key`, if any.
+pub fn link_to_delivery(span: &tracing::Span, key: &str) {
+    if let Some(sc) = recalled(key) {
+        span.add_link(sc);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_id_is_taken_only_from_a_trusted_proxy_and_only_when_it_is_short_and_printable() {
+        let sent = HeaderValue::from_static("req-123_abc");
+        assert_eq!(request_id(Some(&sent), true), "req-123_abc");
+        let ours = request_id(Some(&sent), false);
+        assert_ne!(ours, "req-123_abc");
+        assert_eq!(ours.len(), 32);
+        assert!(ours.bytes().all(|b| b.is_ascii_hexdigit()));
+        for bad in [&b""[..], b"has space", b"tab\there", &[b'a'; REQUEST_ID_MAX_CHARS + 1], "é".as_bytes()] {
+            assert!(!valid_request_id(bad), "{bad:?}");
+            if let Ok(value) = HeaderValue::from_bytes(bad) {
+                assert_ne!(request_id(Some(&value), true).as_bytes(), bad);
+            }
+        }
+        assert!(valid_request_id(&[b'a'; REQUEST_ID_MAX_CHARS]));
+        assert_ne!(request_id(None, true), request_id(None, true), "each new id is its own");
+    }
+}

@@ -1,0 +1,275 @@
+//! Trace export (docs/tracing.md): the OpenTelemetry SDK's tracer provider, fed by `tracing` through
+//! `tracing-opentelemetry`, exporting over OTLP (http/protobuf through payhook's own reqwest client, or gRPC
+//! through tonic).
+//!
+//! Between the spans and the exporter sits `BoundedBatch`, payhook's batch processor: a queue of at most
+//! `telemetry.export_queue` finished spans, a thread that exports them in batches of at most [`MAX_BATCH`] every
+//! [`EXPORT_DELAY`] (or as soon as a batch is full), and a count of what the full queue dropped
+//! (`payhook_trace_spans_dropped_total`). The SDK's own batch processor drops the same way but only logs how many,
+//! once, at shutdown; `/metrics` needs the number while it runs.
+//!
+//! Invariant: with export off (the default) nothing here runs: no provider, no layer, and the server makes no span
+//! (`payhook_server::trace::on` is false).
+
+use crate::config::{Export, ParentRoot, Protocol, Sampler};
+use anyhow::{Context as _, Result};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter as _, SpanProcessor};
+use payhook_server::trace::{EXPORT_FAILURES, SPANS_DROPPED, SPANS_EXPORTED};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+/// The most spans one export request carries.
+pub const MAX_BATCH: usize = 512;
+/// How long a finished span waits at most before its batch is exported.
+pub const EXPORT_DELAY: Duration = Duration::from_secs(2);
+/// How long one export may take before it counts as failed.
+pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The running trace pipeline: flushed and stopped by [`Pipeline::shutdown`].
+#[derive(Debug)]
+pub struct Pipeline {
+    provider: SdkTracerProvider,
+}
+
+impl Pipeline {
+    /// Builds the exporter and the provider for `export`, and turns span creation on. Within a Tokio runtime: the
+    /// exporters' clients are bound to it.
+    pub fn start(export: &Export) -> Result<(Self, SdkTracer)> {
+        let handle = tokio::runtime::Handle::try_current().context("trace export needs the Tokio runtime")?;
+        let mut exporter = match export.protocol {
+            Protocol::HttpProtobuf => {
+                let client = reqwest::Client::builder()
+                    .timeout(EXPORT_TIMEOUT)
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .context("the OTLP HTTP client")?;
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_http()
+                    .with_http_client(OtlpHttpClient(client))
+                    .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                    .with_endpoint(export.endpoint.clone())
+                    .with_timeout(EXPORT_TIMEOUT)
+                    .build()
+            }
+            Protocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(export.endpoint.clone())
+                .with_timeout(EXPORT_TIMEOUT)
+                .build(),
+        }
+        .with_context(|| format!("cannot build the OTLP exporter for {}", export.endpoint))?;
+        let mut attributes: Vec<KeyValue> =
+            export.resource.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())).collect();
+        attributes.push(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
+        let resource = Resource::builder_empty()
+            .with_attributes(attributes)
+            .with_service_name(export.service_name.clone())
+            .build();
+        exporter.set_resource(&resource);
+        let processor = BoundedBatch::start(exporter, export.export_queue, handle);
+        // Roots are sampled by payhook before any span is made (`payhook_server::trace::sample_root`); the SDK's
+        // sampler follows a parent's decision or records what payhook chose to make.
+        let (ratio, parent_based) = root_sampling(export.sampler);
+        payhook_server::trace::set_sampling(ratio, parent_based);
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .with_sampler(sdk_sampler(export.sampler))
+            .with_resource(resource)
+            .build();
+        let tracer = provider.tracer("payhook");
+        opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
+        payhook_server::trace::enable();
+        Ok((Self { provider }, tracer))
+    }
+
+    /// Exports what is queued and stops the exporter: at the end of `serve`, after the last request was answered.
+    /// Blocks, so it runs on a blocking thread.
+    pub async fn shutdown(self) {
+        let provider = self.provider;
+        let stopped = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        match stopped {
+            Ok(Ok(())) => tracing::debug!("trace export flushed and stopped"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "trace export did not stop cleanly"),
+            Err(e) => tracing::warn!(error = %e, "trace export shutdown panicked"),
+        }
+    }
+}
+
+/// The fraction of root traces payhook makes spans for, and whether a parent's decision is followed.
+fn root_sampling(s: Sampler) -> (f64, bool) {
+    match s {
+        Sampler::AlwaysOn => (1.0, false),
+        Sampler::AlwaysOff => (0.0, false),
+        Sampler::TraceIdRatio(ratio) => (ratio, false),
+        Sampler::ParentBased(ParentRoot::AlwaysOn) => (1.0, true),
+        Sampler::ParentBased(ParentRoot::AlwaysOff) => (0.0, true),
+        Sampler::ParentBased(ParentRoot::TraceIdRatio(ratio)) => (ratio, true),
+    }
+}
+
+/// The SDK's sampler: every root payhook made a span for is recorded (it sampled already), and with a
+/// parent-based sampler a parent's decision is followed.
+fn sdk_sampler(s: Sampler) -> opentelemetry_sdk::trace::Sampler {
+    use opentelemetry_sdk::trace::Sampler as S;
+    match s {
+        Sampler::AlwaysOff => S::AlwaysOff,
+        Sampler::AlwaysOn | Sampler::TraceIdRatio(_) => S::AlwaysOn,
+        Sampler::ParentBased(_) => S::ParentBased(Box::new(S::AlwaysOn)),
+    }
+}
+
+/// The OTLP exporter's HTTP client: payhook's reqwest (0.12, rustls), so that no second HTTP stack is built.
+#[derive(Debug)]
+struct OtlpHttpClient(reqwest::Client);
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for OtlpHttpClient {
+    async fn send_bytes(
+        &self,
+        request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
+    ) -> Result<opentelemetry_http::Response<opentelemetry_http::Bytes>, opentelemetry_http::HttpError> {
+        let (parts, body) = request.into_parts();
+        let answer =
+            self.0.request(parts.method, parts.uri.to_string()).headers(parts.headers).body(body).send().await?;
+        let status = answer.status();
+        let headers = answer.headers().clone();
+        let body = answer.bytes().await?;
+        let mut response = opentelemetry_http::Response::new(body);
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        Ok(response)
+    }
+}
+
+/// What the export thread shares with the spans' threads: the queue, and what it is asked to do.
+#[derive(Debug, Default)]
+struct Queue {
+    spans: Vec<SpanData>,
+    /// Flush requests waiting for the next export to finish: answered after it.
+    flushes: Vec<SyncSender<()>>,
+    /// Asked to stop: export what is queued, stop the exporter, answer, end.
+    stop: Option<SyncSender<()>>,
+}
+
+/// The batch span processor with a bounded queue and a count of what it drops (see the module's comment). A span's
+/// thread only pushes it under a short lock; the export thread is woken when a batch is full, asked to flush or to
+/// stop, and otherwise wakes every [`EXPORT_DELAY`] by itself, so that a span costs no thread switch.
+#[derive(Debug)]
+struct BoundedBatch {
+    shared: Arc<(Mutex<Queue>, Condvar)>,
+    capacity: usize,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl BoundedBatch {
+    fn start(exporter: opentelemetry_otlp::SpanExporter, capacity: usize, runtime: tokio::runtime::Handle) -> Self {
+        let shared = Arc::new((Mutex::new(Queue::default()), Condvar::new()));
+        let theirs = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("payhook-trace-export".into())
+            .spawn(move || export_loop(exporter, &theirs, &runtime))
+            .ok();
+        if thread.is_none() {
+            tracing::error!("cannot start the trace export thread; spans are dropped");
+        }
+        Self { shared, capacity, thread: Mutex::new(thread) }
+    }
+
+    /// Asks the export thread for `what` and waits for its answer, at most `timeout`.
+    fn ask(&self, what: impl FnOnce(&mut Queue, SyncSender<()>), timeout: Duration) -> OTelSdkResult {
+        let (ack, done) = mpsc::sync_channel(1);
+        {
+            let (queue, wake) = &*self.shared;
+            let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
+            what(&mut queue, ack);
+            wake.notify_one();
+        }
+        done.recv_timeout(timeout).map_err(|_| OTelSdkError::Timeout(timeout))
+    }
+}
+
+impl SpanProcessor for BoundedBatch {
+    fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        let (queue, wake) = &*self.shared;
+        let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
+        if queue.spans.len() >= self.capacity || queue.stop.is_some() {
+            SPANS_DROPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        queue.spans.push(span);
+        if queue.spans.len() == MAX_BATCH {
+            wake.notify_one();
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.ask(|q, ack| q.flushes.push(ack), EXPORT_TIMEOUT * 2)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let stopped = self.ask(|q, ack| q.stop = Some(ack), timeout);
+        if let Some(thread) = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take()
+            && stopped.is_ok()
+        {
+            let _ = thread.join();
+        }
+        stopped
+    }
+}
+
+/// The export thread: every [`EXPORT_DELAY`], or as soon as a batch is full, a flush is asked for or the processor
+/// stops, takes everything queued and exports it in batches of at most [`MAX_BATCH`].
+fn export_loop(
+    exporter: opentelemetry_otlp::SpanExporter,
+    shared: &(Mutex<Queue>, Condvar),
+    runtime: &tokio::runtime::Handle,
+) {
+    let (queue, wake) = shared;
+    loop {
+        let (mut spans, flushes, stop) = {
+            let mut q = queue.lock().unwrap_or_else(PoisonError::into_inner);
+            if q.spans.len() < MAX_BATCH && q.flushes.is_empty() && q.stop.is_none() {
+                q = wake.wait_timeout(q, EXPORT_DELAY).unwrap_or_else(PoisonError::into_inner).0;
+            }
+            (std::mem::take(&mut q.spans), std::mem::take(&mut q.flushes), q.stop.take())
+        };
+        export(&exporter, &mut spans, runtime);
+        for ack in flushes {
+            let _ = ack.send(());
+        }
+        if let Some(ack) = stop {
+            let _ = exporter.shutdown();
+            let _ = ack.send(());
+            return;
+        }
+    }
+}
+
+fn export(exporter: &opentelemetry_otlp::SpanExporter, batch: &mut Vec<SpanData>, runtime: &tokio::runtime::Handle) {
+    while !batch.is_empty() {
+        let take = batch.len().min(MAX_BATCH);
+        let spans: Vec<SpanData> = batch.drain(..take).collect();
+        let n = spans.len() as u64;
+        SPANS_EXPORTED.fetch_add(n, Ordering::Relaxed);
+        let sent = runtime.block_on(async { tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(spans)).await });
+        if !matches!(sent, Ok(Ok(()))) {
+            EXPORT_FAILURES.fetch_add(1, Ordering::Relaxed);
+            match sent {
+                Ok(Err(e)) => tracing::debug!(error = %e, spans = n, "trace export failed"),
+                _ => tracing::debug!(spans = n, "trace export timed out"),
+            }
+        }
+    }
+}
