@@ -78,6 +78,7 @@ impl Pipeline {
         // sampler follows a parent's decision or records what payhook chose to make.
         let (ratio, parent_based) = root_sampling(export.sampler);
         payhook_server::trace::set_sampling(ratio, parent_based);
+        payhook_server::trace::set_recent_traces(export.recent_traces);
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
             .with_sampler(sdk_sampler(export.sampler))

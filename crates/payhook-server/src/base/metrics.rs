@@ -626,8 +626,6 @@ fn render_page_cache(out: &mut String, cache: &payhook_store::metrics::PageCache
     sample(out, "payhook_sqlite_writer_cache_limit_bytes", "", cache.limit_bytes);
 }
 
-/// `payhook_build_info{version, commit} 1`: which build answers, to join with any other series (the Prometheus
-/// convention for build information).
 /// The trace export's counters (`crate::base::trace`): zero while export is off.
 pub(crate) fn render_trace(out: &mut String) {
     use crate::base::trace::{EXPORT_FAILURES, SPANS_DROPPED, SPANS_EXPORTED};
@@ -648,8 +646,25 @@ pub(crate) fn render_trace(out: &mut String) {
         "OTLP export calls that failed (collector unreachable, refusing or too slow); their spans are lost.",
     );
     sample(out, "payhook_trace_export_failures_total", "", EXPORT_FAILURES.load(Relaxed));
+    let (held, bound) = crate::base::trace::recent_traces();
+    family(
+        out,
+        "payhook_trace_recent_contexts",
+        "gauge",
+        "Span contexts held for the links of later retries and dispatches, by key (a delivery's event and order).",
+    );
+    sample(out, "payhook_trace_recent_contexts", "", held as u64);
+    family(
+        out,
+        "payhook_trace_recent_contexts_limit",
+        "gauge",
+        "The most span contexts held for links, by key (telemetry.recent_traces).",
+    );
+    sample(out, "payhook_trace_recent_contexts_limit", "", bound as u64);
 }
 
+/// `payhook_build_info{version, commit} 1`: which build answers, to join with any other series (the Prometheus
+/// convention for build information).
 pub(crate) fn render_build_info(out: &mut String, build: &crate::base::settings::BuildInfo) {
     family(out, "payhook_build_info", "gauge", "The running build: its version and commit, always 1.");
     let labels = format!("version=\"{}\",commit=\"{}\"", escape(&build.version), escape(&build.commit));

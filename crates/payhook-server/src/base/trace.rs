@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::{SpanContext, TraceContextExt as _};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, PoisonError};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
@@ -155,12 +155,28 @@ impl Extractor for Headers<'_> {
     }
 }
 
-/// How many deliveries' span contexts [`remember`] keeps for later links: the oldest is forgotten first.
+/// How many span contexts [`remember`] keeps for later links by default, by key (a delivery's event and its order:
+/// two per delivery; `telemetry.recent_traces`): the oldest is forgotten first.
 pub const RECENT_TRACES: usize = 4096;
+
+/// The bound in force ([`set_recent_traces`]).
+static RECENT_BOUND: AtomicUsize = AtomicUsize::new(RECENT_TRACES);
+
+/// Sets how many span contexts are kept for later links, by key (`telemetry.recent_traces`; 0 keeps none).
+pub fn set_recent_traces(bound: usize) {
+    RECENT_BOUND.store(bound, Ordering::Relaxed);
+}
+
+/// The keys whose span contexts are held for later links, and their bound (`payhook_trace_recent_contexts`).
+pub fn recent_traces() -> (usize, usize) {
+    let held = RECENT.lock().unwrap_or_else(PoisonError::into_inner).order.len();
+    (held, RECENT_BOUND.load(Ordering::Relaxed))
+}
 
 /// The span contexts of recent deliveries by key (`event:SOURCE:ID`, `order:ID`), so that a retry or an outbox
 /// dispatch made later by this process links to the delivery's trace. Held in memory only and bounded: work done
-/// after a restart, by another instance, or after [`RECENT_TRACES`] newer deliveries starts a trace without a link.
+/// after a restart, by another instance, or after `telemetry.recent_traces` newer deliveries starts a trace without
+/// a link.
 static RECENT: LazyLock<Mutex<Recent>> = LazyLock::new(|| Mutex::new(Recent::default()));
 
 #[derive(Default)]
@@ -183,7 +199,7 @@ pub fn remember(span: &tracing::Span, keys: impl IntoIterator<Item = String>) {
         if recent.by_key.insert(key.clone(), sc.clone()).is_none() {
             recent.order.push_back(key);
         }
-        while recent.order.len() > RECENT_TRACES {
+        while recent.order.len() > RECENT_BOUND.load(Ordering::Relaxed) {
             if let Some(old) = recent.order.pop_front() {
                 recent.by_key.remove(&old);
             }

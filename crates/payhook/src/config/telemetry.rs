@@ -15,6 +15,7 @@ pub(super) struct RawTelemetry {
     traces_sampler_arg: String,
     resource_attributes: String,
     export_queue: u64,
+    recent_traces: u64,
 }
 
 /// How traces are exported: nowhere (the default), or to an OTLP endpoint.
@@ -39,6 +40,8 @@ pub struct Export {
     pub resource: Vec<(String, String)>,
     /// Finished spans waiting for export, at most.
     pub export_queue: usize,
+    /// Recent deliveries whose span contexts are kept for the links of their retries and dispatches, at most.
+    pub recent_traces: usize,
 }
 
 /// OTLP's transports payhook speaks.
@@ -76,6 +79,8 @@ pub enum ParentRoot {
 
 /// The largest `export_queue`: a bound is a bound.
 pub const MAX_EXPORT_QUEUE: u64 = 1_000_000;
+/// The largest `recent_traces`.
+pub const MAX_RECENT_TRACES: u64 = 1_000_000;
 
 /// Resolves the table, each key overridden by its variable in `var` (the process's environment).
 pub(super) fn resolve_telemetry(raw: &RawTelemetry, var: &dyn Fn(&str) -> Option<String>) -> Result<TelemetryConfig> {
@@ -129,6 +134,9 @@ pub(super) fn resolve_telemetry(raw: &RawTelemetry, var: &dyn Fn(&str) -> Option
     if queue == 0 || queue > MAX_EXPORT_QUEUE {
         bail!("telemetry.export_queue: {queue} is not between 1 and {MAX_EXPORT_QUEUE}");
     }
+    if raw.recent_traces > MAX_RECENT_TRACES {
+        bail!("telemetry.recent_traces: {} is more than {MAX_RECENT_TRACES}", raw.recent_traces);
+    }
     if endpoint.is_empty() {
         return Ok(TelemetryConfig { export: None });
     }
@@ -152,6 +160,7 @@ pub(super) fn resolve_telemetry(raw: &RawTelemetry, var: &dyn Fn(&str) -> Option
             sampler,
             resource,
             export_queue: usize::try_from(queue).unwrap_or(usize::MAX),
+            recent_traces: usize::try_from(raw.recent_traces).unwrap_or(usize::MAX),
         }),
     })
 }
@@ -228,6 +237,7 @@ mod tests {
             traces_sampler_arg: String::new(),
             resource_attributes: String::new(),
             export_queue: 2048,
+            recent_traces: 4096,
         }
     }
 
@@ -255,6 +265,7 @@ mod tests {
         assert_eq!(export.service_name, "payhook-eu");
         assert_eq!(export.sampler, Sampler::ParentBased(ParentRoot::TraceIdRatio(0.1)));
         assert_eq!(export.resource[1], ("team".to_owned(), "pay ments".to_owned()));
+        assert_eq!(export.recent_traces, 4096);
         let http = resolve_telemetry(&file, &with(&[])).unwrap().export.unwrap();
         assert_eq!(http.endpoint, "http://file:4318/v1/traces", "the signal's path is added to a base endpoint");
         assert_eq!(resolve_telemetry(&file, &with(&[("OTEL_SDK_DISABLED", "true")])).unwrap().export, None);
@@ -282,6 +293,10 @@ mod tests {
         bad.export_queue = 0;
         assert!(refused(&[], &bad).starts_with("telemetry.export_queue: "));
         bad.export_queue = 10;
+        bad.recent_traces = MAX_RECENT_TRACES + 1;
+        assert!(refused(&[], &bad).starts_with("telemetry.recent_traces: "));
+        bad.recent_traces = 0;
+        assert_eq!(resolve_telemetry(&bad, &with(&[])).unwrap().export.unwrap().recent_traces, 0, "0 keeps none");
         bad.resource_attributes = "novalue".into();
         assert!(refused(&[], &bad).starts_with("telemetry.resource_attributes: "));
     }

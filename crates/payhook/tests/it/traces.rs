@@ -194,6 +194,9 @@ async fn a_delivery_is_one_trace_and_its_dispatch_another_linked_to_it(protocol:
     let metrics = server.client.get(server.url("/metrics")).bearer_auth(API_TOKEN).send().await.expect("metrics");
     let metrics = metrics.text().await.expect("metrics text");
     assert!(metrics.contains("payhook_trace_spans_dropped_total 0"), "{metrics}");
+    // The payment's span context is held under its event and its order, for the links of later work.
+    assert!(metrics.contains("payhook_trace_recent_contexts 2\n"), "{metrics}");
+    assert!(metrics.contains("payhook_trace_recent_contexts_limit 4096\n"), "{metrics}");
     // SIGTERM flushes what is queued.
     let stopped = server.stop_keeping_log();
     let spans = received.spans();
