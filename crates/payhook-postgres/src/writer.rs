@@ -44,6 +44,9 @@
 //! each job takes its order's advisory lock before any other key of that order (the schema's locking protocol),
 //! so concurrent batches, in this process or another, take their locks in one global order. PostgreSQL's deadlock
 //! detector and the rerun above remain the safety net.
+//!
+//! Why one file of about 700 lines: the batcher, its bounded queue and the batch transaction share one batch's
+//! state (its jobs, its span, its writer slot); split, each part would reach into the others' fields.
 
 use crate::error::PgError;
 use crate::ops::{self, IngestCall, Landed};
