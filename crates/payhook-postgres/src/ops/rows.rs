@@ -44,8 +44,9 @@ pub(super) struct DeliveryRow<'a> {
 pub(crate) struct IngestColumns<'a> {
     pub(super) deliveries: Vec<DeliveryRow<'a>>,
     pub(super) route_sinks: Vec<&'a str>,
-    /// The slices of `route_sinks` (1-based, inclusive, as SQL arrays are), one per distinct list.
-    pub(super) routes: Vec<(usize, usize)>,
+    /// The slices of `route_sinks` (1-based, inclusive, as SQL arrays are), one per distinct list, with the kind
+    /// that first used each (without filters, a kind's documents all go to one list).
+    pub(super) routes: Vec<(&'static str, usize, usize)>,
 }
 
 impl<'a> IngestColumns<'a> {
@@ -83,14 +84,23 @@ impl<'a> IngestColumns<'a> {
     /// The slice of `route_sinks` that holds the sinks of `document` of `kind` (their filters applied), added when
     /// no earlier document of the batch went to the same list.
     pub(super) fn route(&mut self, routing: &'a Routing, kind: &'static str, document: &str) -> (i32, i32) {
-        let sinks = sinks_of(routing, kind, document);
-        let found = self.routes.iter().find(|&&(lo, hi)| self.route_sinks[lo - 1..hi] == sinks[..]).copied();
-        let (lo, hi) = found.unwrap_or_else(|| {
-            let lo = self.route_sinks.len() + 1;
-            self.route_sinks.extend(sinks);
-            self.routes.push((lo, self.route_sinks.len()));
-            (lo, self.route_sinks.len())
-        });
+        let by_kind = routing.filters.is_empty().then(|| self.routes.iter().find(|(k, ..)| *k == kind)).flatten();
+        let (lo, hi) = match by_kind {
+            Some(&(_, lo, hi)) => (lo, hi),
+            None => {
+                let sinks = sinks_of(routing, kind, document);
+                let same = self.routes.iter().find(|&&(_, lo, hi)| self.route_sinks[lo - 1..hi] == sinks[..]);
+                match same {
+                    Some(&(_, lo, hi)) => (lo, hi),
+                    None => {
+                        let lo = self.route_sinks.len() + 1;
+                        self.route_sinks.extend(sinks);
+                        self.routes.push((kind, lo, self.route_sinks.len()));
+                        (lo, self.route_sinks.len())
+                    }
+                }
+            }
+        };
         (i32::try_from(lo).unwrap_or(i32::MAX), i32::try_from(hi).unwrap_or(i32::MAX))
     }
 
