@@ -204,7 +204,7 @@ struct Job {
 
 /// The caller's span, when traces are exported.
 fn caller_span() -> tracing::Span {
-    if payhook_store::tracing_flag::traced() { tracing::Span::current() } else { tracing::Span::none() }
+    payhook_store::tracing_flag::current()
 }
 
 /// A job's result inside a transaction that has not committed yet.

@@ -72,7 +72,7 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
     // webhook route takes.
     let body_limit = axum::extract::DefaultBodyLimit::max(state.settings.body_limit_bytes);
     if crate::base::trace::on() {
-        public = public.route_layer(axum::middleware::from_fn(record_route));
+        public = public.route_layer(RecordRoute::layer());
     }
     public
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
@@ -82,21 +82,46 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router {
 }
 
 /// With traces exported: names the request's span after its route (`POST /webhooks/{source}`) and sets
-/// `http.route`, as the semantic conventions for an HTTP server span ask. Not layered at all otherwise.
-async fn record_route(
-    route: axum::extract::MatchedPath,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use opentelemetry::trace::TraceContextExt as _;
-    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-    if crate::base::trace::traced() {
-        let span = tracing::Span::current();
-        span.set_attribute("http.route", route.as_str().to_owned());
-        // The OpenTelemetry span is already started (its ids are in the log lines): renamed through its own API.
-        span.context().span().update_name(format!("{} {}", request.method(), route.as_str()));
+/// `http.route`, as the semantic conventions for an HTTP server span ask. Not layered at all otherwise; a plain
+/// service around each route (no boxed future, no clone of the route per request, as a `from_fn` middleware has),
+/// since every request passes it, traced or not.
+#[derive(Clone)]
+struct RecordRoute<S>(S);
+
+impl RecordRoute<()> {
+    fn layer() -> tower::layer::LayerFn<fn(axum::routing::Route) -> RecordRoute<axum::routing::Route>> {
+        tower::layer::layer_fn(RecordRoute)
     }
-    next.run(request).await
+}
+
+impl<S> tower::Service<axum::extract::Request> for RecordRoute<S>
+where
+    S: tower::Service<axum::extract::Request>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
+        use opentelemetry::trace::TraceContextExt as _;
+        if let Some(cx) = crate::base::trace::request_cx()
+            && let Some(route) = request.extensions().get::<axum::extract::MatchedPath>()
+        {
+            let span = cx.span();
+            span.set_attribute(opentelemetry::KeyValue::new("http.route", route.as_str().to_owned()));
+            let (method, route) = (request.method().as_str(), route.as_str());
+            let mut name = String::with_capacity(method.len() + 1 + route.len());
+            name.push_str(method);
+            name.push(' ');
+            name.push_str(route);
+            span.update_name(name);
+        }
+        self.0.call(request)
+    }
 }
 
 /// The routes of the separate metrics listener (`server.metrics_listen`): `/metrics` without a token.

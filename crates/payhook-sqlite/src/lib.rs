@@ -371,7 +371,6 @@ impl Store for SqliteStore {
             };
             let span = tracing::debug_span!(parent: &parent, "payhook.effect",
                 payhook.order_id = order.as_deref(), payhook.outcome = tracing::field::Empty);
-            let _entered = span.enter();
             let recorded = ops::ingest(conn, &delivery, encoded, &ctx);
             span.record("payhook.outcome", recorded.as_ref().map_or("failed", |r| r.outcome.as_str()));
             recorded

@@ -115,7 +115,7 @@ impl WriterHandle {
         F: FnOnce(&WriterConn<'_>) -> Result<T, StoreError> + Send + 'static,
     {
         let (reply_tx, reply_rx) = oneshot::channel();
-        let span = if payhook_store::tracing_flag::traced() { tracing::Span::current() } else { tracing::Span::none() };
+        let span = payhook_store::tracing_flag::current();
         let job: Box<dyn Job> = Box::new(Task { work, reply: reply_tx, span });
         let queued = match self.tx.try_send(Msg::Job(job)) {
             Ok(()) => Ok(()),

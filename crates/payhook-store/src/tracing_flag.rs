@@ -29,8 +29,14 @@ pub async fn scope<F: Future>(sampled: bool, fut: F) -> F::Output {
 }
 
 /// Whether spans are made here: export is on and the request this task serves (if any) is sampled. A request
-/// whose trace is not sampled makes its own span only (its ids decide the sampling), none of the spans below it.
+/// whose trace is not sampled makes no span at all.
 #[inline]
 pub fn traced() -> bool {
     on() && SAMPLED.try_with(|s| *s).unwrap_or(true)
+}
+
+/// The span the work in progress belongs to (an ingest's, a retry's), when it is traced; else none. A store links
+/// it to the span of the writer batch the work commits in.
+pub fn current() -> tracing::Span {
+    if traced() { tracing::Span::current() } else { tracing::Span::none() }
 }

@@ -128,7 +128,7 @@ fn main() -> std::process::ExitCode {
 
 /// Logs to stderr in `format`, at `PAYHOOK_LOG`'s levels (else `default_level`). Every line written while a request
 /// is served names its `request_id` (read from the task by [`WithRequestId`]: no span is made for it), and with
-/// traces exported a recorded request's lines carry its span (`trace_id`, `span_id`; in JSON, the `spans` list).
+/// traces exported a recorded request's lines carry its span's `trace_id` and `span_id` (from the task too).
 /// With a `tracer`, payhook's spans also go to OpenTelemetry, whatever the log level.
 fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelemetry_sdk::trace::SdkTracer>) {
     use tracing_subscriber::Layer as _;
@@ -151,8 +151,9 @@ fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelem
         }
         return;
     };
-    // Export on: the log lines keep their own filter; OpenTelemetry gets payhook's spans (and only spans, so no
-    // HTTP client's or gRPC library's span can come back through the exporter).
+    // Export on: the log lines keep their own filter, and no span of payhook's (the request names itself by the ids
+    // its task holds: `WithRequestId`); OpenTelemetry gets payhook's spans (and only spans, so no HTTP client's or
+    // gRPC library's span can come back through the exporter). A span's fields are then recorded once, as attributes.
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match format {
         LogFormat::Text => {
@@ -168,15 +169,21 @@ fn init_tracing(format: LogFormat, default_level: &str, tracer: Option<opentelem
     let otel = tracing_opentelemetry::layer()
         .with_tracer(tracer)
         .with_location(false)
+        .with_target(false)
         .with_threads(false)
         .with_tracked_inactivity(false)
         .with_context_activation(false);
-    tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel.with_filter(spans)).init();
+    let logged = tracing_subscriber::filter::FilterExt::and(
+        filter,
+        tracing_subscriber::filter::filter_fn(|meta| !PayhookSpans::takes(meta)),
+    );
+    tracing_subscriber::registry().with(fmt.with_filter(logged)).with(otel.with_filter(spans)).init();
 }
 
 /// A log line's format with the id of the request being served, when there is one
-/// (`payhook_server::trace::current_request_id`): `request_id=…` first in a text line, a `request_id` field in a
-/// JSON object. The id is read only when a line is written, so a request that logs nothing pays nothing for it.
+/// (`payhook_server::trace::current_request`): `request_id=…` first in a text line, a `request_id` field in a
+/// JSON object, and after it `trace_id` and `span_id` when the request's trace is recorded. They are read only when
+/// a line is written, so a request that logs nothing pays nothing for them.
 struct WithRequestId<F> {
     inner: F,
     /// Whether `inner` writes JSON objects.
@@ -195,19 +202,27 @@ where
         mut writer: tracing_subscriber::fmt::format::Writer<'_>,
         event: &tracing::Event<'_>,
     ) -> std::fmt::Result {
-        let Some(id) = payhook_server::trace::current_request_id() else {
+        let Some(served) = payhook_server::trace::current_request() else {
             return self.inner.format_event(ctx, writer, event);
         };
         if !self.json {
-            write!(writer, "request_id={id} ")?;
+            write!(writer, "request_id={}", served.id)?;
+            if let Some((trace_id, span_id)) = &served.trace_ids() {
+                write!(writer, " trace_id={trace_id} span_id={span_id}")?;
+            }
+            write!(writer, " ")?;
             return self.inner.format_event(ctx, writer, event);
         }
         let mut line = String::new();
         self.inner.format_event(ctx, tracing_subscriber::fmt::format::Writer::new(&mut line), event)?;
-        // The id as the object's first field (escaped as JSON: a proxy's id may hold a quote).
-        let id = serde_json::to_string(&id).unwrap_or_default();
+        // The id as the object's first field (escaped as JSON: a proxy's id may hold a quote); the trace's ids are hex.
+        let id = serde_json::to_string(&served.id).unwrap_or_default();
+        let trace = served
+            .trace_ids()
+            .map(|(trace_id, span_id)| format!("\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\","))
+            .unwrap_or_default();
         match line.strip_prefix('{') {
-            Some(rest) => write!(writer, "{{\"request_id\":{id},{rest}"),
+            Some(rest) => write!(writer, "{{\"request_id\":{id},{trace}{rest}"),
             None => write!(writer, "{line}"),
         }
     }

@@ -86,6 +86,8 @@ impl Pipeline {
             .build();
         let tracer = provider.tracer("payhook");
         opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
+        // The server's leaf spans (verification, parsing) are made through OpenTelemetry's API, by the global tracer.
+        opentelemetry::global::set_tracer_provider(provider.clone());
         payhook_server::trace::enable();
         Ok((Self { provider }, tracer))
     }
@@ -244,7 +246,10 @@ fn export_loop(
             if q.spans.len() < MAX_BATCH && q.flushes.is_empty() && q.stop.is_none() {
                 q = wake.wait_timeout(q, EXPORT_DELAY).unwrap_or_else(PoisonError::into_inner).0;
             }
-            (std::mem::take(&mut q.spans), std::mem::take(&mut q.flushes), q.stop.take())
+            // The next spans go into room for a full batch: a queue grown anew at every export copies each span
+            // as often as it doubles.
+            let room = Vec::with_capacity(MAX_BATCH);
+            (std::mem::replace(&mut q.spans, room), std::mem::take(&mut q.flushes), q.stop.take())
         };
         export(&exporter, &mut spans, runtime);
         for ack in flushes {
@@ -260,8 +265,8 @@ fn export_loop(
 
 fn export(exporter: &opentelemetry_otlp::SpanExporter, batch: &mut Vec<SpanData>, runtime: &tokio::runtime::Handle) {
     while !batch.is_empty() {
-        let take = batch.len().min(MAX_BATCH);
-        let spans: Vec<SpanData> = batch.drain(..take).collect();
+        let spans: Vec<SpanData> =
+            if batch.len() <= MAX_BATCH { std::mem::take(batch) } else { batch.drain(..MAX_BATCH).collect() };
         let n = spans.len() as u64;
         SPANS_EXPORTED.fetch_add(n, Ordering::Relaxed);
         let sent = runtime.block_on(async { tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(spans)).await });

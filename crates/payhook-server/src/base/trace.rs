@@ -5,16 +5,24 @@
 //! With export off (the default) nothing here makes a span: every caller asks [`on`] first, a relaxed load. The
 //! request id is the one thing every request has, traced or not.
 //!
+//! Two ways to make a span, by where it is (decision 47): the request's span and its leaf spans (verification,
+//! parsing) through OpenTelemetry's API, since a request's span is never entered and its leaves are made whole at
+//! their end; the spans of work that others nest under or link to (the ingest, the store's effect and batch, a
+//! retry, a dispatch) through `tracing`, bridged by `tracing-opentelemetry`, so that the store crates need no
+//! OpenTelemetry at all.
+//!
 //! Invariant: no span attribute holds a secret, a signature, a token, an `Authorization` or cookie value: the spans
 //! carry names, ids, outcomes and status codes only (`tests/it/tracing.rs` in `payhook` scans every exported
 //! attribute for the configured secrets and the signature sent).
 
 use axum::http::{HeaderMap, HeaderValue};
+use opentelemetry::KeyValue;
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::{SpanContext, TraceContextExt as _};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, PoisonError};
+use std::time::SystemTime;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 pub use payhook_store::tracing_flag::{enable, on, scope as sampled_scope, traced};
@@ -62,8 +70,58 @@ pub static SPANS_EXPORTED: AtomicU64 = AtomicU64::new(0);
 pub static EXPORT_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 tokio::task_local! {
-    /// The id of the request this task serves, for the JSON error bodies (`request_id`).
-    static REQUEST_ID: String;
+    /// The request this task serves: its id, for the JSON error bodies (`request_id`) and the log lines, and its
+    /// trace's ids when it is recorded, for the log lines.
+    static REQUEST: Served;
+}
+
+/// What is known of the request a task serves ([`with_request`]).
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// Its id (`X-Request-Id`).
+    pub id: String,
+    /// Its span's OpenTelemetry context, when its trace is recorded: what it learns later (its route, its status,
+    /// its source and event id) is set on the span through it, and its leaf spans are its children.
+    pub cx: Option<opentelemetry::Context>,
+}
+
+impl Served {
+    /// Its span's trace id and span id, in hex, when its trace is recorded: for its log lines.
+    pub fn trace_ids(&self) -> Option<(String, String)> {
+        let cx = self.cx.as_ref()?;
+        let sc = cx.span().span_context().clone();
+        sc.is_valid().then(|| (sc.trace_id().to_string(), sc.span_id().to_string()))
+    }
+}
+
+/// The OpenTelemetry context of the request this task serves, when its trace is recorded.
+pub fn request_cx() -> Option<opentelemetry::Context> {
+    REQUEST.try_with(|r| r.cx.clone()).ok().flatten()
+}
+
+/// Sets `attribute` on the span of the request this task serves, when its trace is recorded: through
+/// OpenTelemetry's API, not `tracing`'s (a `record` passes every layer of the subscriber).
+pub fn set_request_attribute(attribute: KeyValue) {
+    if let Ok(Some(cx)) = REQUEST.try_with(|r| r.cx.clone()) {
+        cx.span().set_attribute(attribute);
+    }
+}
+
+/// The tracer of payhook's own leaf spans ([`leaf`]): the global provider's, which the binary sets when export is on.
+static TRACER: LazyLock<opentelemetry::global::BoxedTracer> =
+    LazyLock::new(|| opentelemetry::global::tracer("payhook"));
+
+/// Records a finished leaf span (one that has no children and is not awaited across: verification, parsing) under
+/// `parent`: made at its end through OpenTelemetry's API, with the time it started and every attribute at once,
+/// which costs a fraction of a `tracing` span with its records, entries and exits (decision 47).
+pub fn leaf(parent: &opentelemetry::Context, name: &'static str, started: SystemTime, attributes: Vec<KeyValue>) {
+    use opentelemetry::trace::{Span as _, Tracer as _};
+    let mut span = TRACER
+        .span_builder(name)
+        .with_start_time(started)
+        .with_attributes(attributes)
+        .start_with_context(&*TRACER, parent);
+    span.end();
 }
 
 /// Whether `value` may be kept as a request id: 1 to [`REQUEST_ID_MAX_CHARS`] printable ASCII characters, no
@@ -85,14 +143,19 @@ pub fn request_id(sent: Option<&HeaderValue>, from_trusted_proxy: bool) -> Strin
     hex::encode(fastrand::u128(..).to_be_bytes())
 }
 
-/// Runs `fut` with `id` as its request's id, which [`current_request_id`] reads.
-pub async fn with_request_id<F: Future>(id: String, fut: F) -> F::Output {
-    REQUEST_ID.scope(id, fut).await
+/// Runs `fut` as the request `served`, which [`current_request_id`] and [`current_request`] read.
+pub async fn with_request<F: Future>(served: Served, fut: F) -> F::Output {
+    REQUEST.scope(served, fut).await
 }
 
 /// The id of the request this task serves, if it serves one.
 pub fn current_request_id() -> Option<String> {
-    REQUEST_ID.try_with(Clone::clone).ok()
+    REQUEST.try_with(|r| r.id.clone()).ok()
+}
+
+/// The request this task serves, if it serves one.
+pub fn current_request() -> Option<Served> {
+    REQUEST.try_with(Clone::clone).ok()
 }
 
 /// `traceparent` and `tracestate` for `span`'s context, as the configured propagator (W3C trace context) writes
@@ -107,31 +170,52 @@ pub fn headers_of(span: &tracing::Span) -> Vec<(String, String)> {
     out.0
 }
 
-/// Makes `span` a child of the context in `headers` (an incoming `traceparent`), when there is a valid one.
-pub fn continue_from(span: &tracing::Span, headers: &HeaderMap) {
-    let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(headers)));
-    if cx.span().span_context().is_valid() {
-        let _ = span.set_parent(cx);
-    }
+/// The HTTP server span of a request whose trace is recorded (`otel.kind = server`, named after its method until
+/// its route is matched), with the semantic conventions' attributes and its `request_id`; a child of the context in
+/// `incoming`'s `traceparent` when there is a valid one. Its context, when sampled (a parent's decision is followed);
+/// the span ends when [`end_request`] is called, or when the last clone of the context is dropped.
+///
+/// Made through OpenTelemetry's API, not `tracing`'s: it is never entered (its children name it as their parent),
+/// its fields are never logged (the log lines read the request from its task, [`Served`]), and what it learns later
+/// is set on it directly; a `tracing` span would add a pass through every layer of the subscriber to each of those.
+pub fn request_span(
+    incoming: Option<&HeaderMap>,
+    method: &str,
+    path: &str,
+    id: &str,
+) -> Option<opentelemetry::Context> {
+    use opentelemetry::trace::{Span as _, SpanKind, Tracer as _};
+    let parent = match incoming {
+        Some(headers) => {
+            let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(headers)));
+            if cx.span().span_context().is_valid() { cx } else { opentelemetry::Context::new() }
+        }
+        None => opentelemetry::Context::new(),
+    };
+    let span = TRACER
+        .span_builder(method.to_owned())
+        .with_kind(SpanKind::Server)
+        .with_attributes({
+            // Room for what the request learns later (route, status, source, event id): set without regrowing.
+            let mut attributes = Vec::with_capacity(8);
+            attributes.push(KeyValue::new("http.request.method", method.to_owned()));
+            attributes.push(KeyValue::new("url.path", path.to_owned()));
+            attributes.push(KeyValue::new("request_id", id.to_owned()));
+            attributes
+        })
+        .start_with_context(&*TRACER, &parent);
+    let sampled = span.span_context().is_sampled();
+    sampled.then(|| parent.with_span(span))
 }
 
-/// The trace id of `span`, in hex, when it is traced.
-pub fn trace_id_of(span: &tracing::Span) -> Option<String> {
-    if !on() || span.is_none() {
-        return None;
+/// Ends the span of a request ([`request_span`]) with its answer's status.
+pub fn end_request(cx: &opentelemetry::Context, status: u16) {
+    let span = cx.span();
+    span.set_attribute(KeyValue::new("http.response.status_code", i64::from(status)));
+    if status >= 500 {
+        span.set_status(opentelemetry::trace::Status::error(""));
     }
-    let cx = span.context();
-    let sc = cx.span().span_context().clone();
-    sc.is_valid().then(|| sc.trace_id().to_string())
-}
-
-/// The context of `span` once started (its sampling decided), when it is traced.
-pub fn span_context_of(span: &tracing::Span) -> Option<SpanContext> {
-    if !on() || span.is_none() {
-        return None;
-    }
-    let sc = span.context().span().span_context().clone();
-    sc.is_valid().then_some(sc)
+    span.end();
 }
 
 /// Header names and values a propagator writes.

@@ -17,6 +17,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::TraceContextExt as _;
 use payhook_core::event::EventId;
 use payhook_core::format::{Format, ParseError};
 use payhook_core::signature::Headers;
@@ -24,8 +26,7 @@ use payhook_store::{Alert, Delivery, NonceClaim, NonceClaimed, Parsed, ReceivedH
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Instant;
-use tracing::Instrument as _;
+use std::time::{Instant, SystemTime};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// Headers never stored with a delivery: they carry credentials of their own.
@@ -243,13 +244,15 @@ async fn deliveries<S: Store>(
             }
         }
         None if trace::traced() => {
-            let span = tracing::debug_span!(
-                "payhook.parse",
-                payhook.format = src.settings.format.name(),
-                payhook.events = tracing::field::Empty
-            );
-            let parsed = span.in_scope(|| parse(src, &parts, &body, verified.delivery_id()));
-            span.record("payhook.events", parsed.len());
+            let started = SystemTime::now();
+            let parsed = parse(src, &parts, &body, verified.delivery_id());
+            if let Some(request) = trace::request_cx() {
+                let attributes = vec![
+                    KeyValue::new("payhook.format", src.settings.format.name().to_owned()),
+                    KeyValue::new("payhook.events", i64::try_from(parsed.len()).unwrap_or(i64::MAX)),
+                ];
+                trace::leaf(&request, "payhook.parse", started, attributes);
+            }
             (body.to_vec(), parsed, verification)
         }
         None => (body.to_vec(), parse(src, &parts, &body, verified.delivery_id()), verification),
@@ -272,18 +275,22 @@ async fn deliveries<S: Store>(
     Ok(deliveries)
 }
 
-/// Verifies in a `payhook.verify` span: the source, the scheme and the outcome (`verified` or the refusal's
-/// code), never a secret or a signature.
+/// Verifies in a `payhook.verify` span: the scheme and the outcome (`verified` or the refusal's code), never a
+/// secret or a signature. The request's span gets the source.
 fn traced_verify<T>(
     src: &SourceRuntime,
     verify: impl FnOnce() -> Result<T, payhook_core::signature::VerifyError>,
 ) -> Result<T, payhook_core::signature::VerifyError> {
-    let request = tracing::Span::current();
-    request.set_attribute("payhook.source", src.settings.name.as_str().to_owned());
-    let span = tracing::debug_span!("payhook.verify", payhook.source = %src.settings.name,
-        payhook.verify.scheme = src.settings.verifier.scheme().name(), payhook.verify.outcome = tracing::field::Empty);
-    let verified = span.in_scope(verify);
-    span.record("payhook.verify.outcome", verified.as_ref().map_or_else(|e| e.code(), |_| "verified"));
+    let Some(request) = trace::request_cx() else { return verify() };
+    request.span().set_attribute(KeyValue::new("payhook.source", src.settings.name.as_str().to_owned()));
+    let started = SystemTime::now();
+    let verified = verify();
+    let outcome = verified.as_ref().map_or_else(|e| e.code(), |_| "verified");
+    let attributes = vec![
+        KeyValue::new("payhook.verify.scheme", src.settings.verifier.scheme().name().to_owned()),
+        KeyValue::new("payhook.verify.outcome", outcome),
+    ];
+    trace::leaf(&request, "payhook.verify", started, attributes);
     verified
 }
 
@@ -343,14 +350,18 @@ async fn record_all<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> Resu
 /// outcome), linked by the store to the writer batch it committed in, and remembered for the links of its later
 /// retries and outbox rows. The request's span gets the event id too, so a trace is found from the event's page.
 async fn record_traced<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> Vec<RecordResult> {
-    let request = tracing::Span::current();
+    let request = trace::request_cx();
     let mut pending = Vec::with_capacity(deliveries.len());
     for (index, delivery) in deliveries.into_iter().enumerate() {
         let source = delivery.source().as_str().to_owned();
         let event_id = delivery.parsed().event_id().as_str().to_owned();
-        request.set_attribute("payhook.event_id", event_id.clone());
-        let span = tracing::debug_span!("payhook.ingest", payhook.source = %source, payhook.event_id = %event_id,
-            payhook.outcome = tracing::field::Empty);
+        trace::set_request_attribute(KeyValue::new("payhook.event_id", event_id.clone()));
+        // A `tracing` span: the store's spans (the effect, the link from its batch) are made by `tracing` under it.
+        let span = tracing::debug_span!(parent: None, "payhook.ingest", payhook.source = source.as_str(),
+            payhook.event_id = event_id.as_str(), payhook.outcome = tracing::field::Empty);
+        if let Some(request) = &request {
+            let _ = span.set_parent(request.clone());
+        }
         let mut keys = vec![format!("event:{source}:{event_id}")];
         if let Parsed::Event(event) = delivery.parsed()
             && let Some(order) = event.order_id()
@@ -358,9 +369,10 @@ async fn record_traced<S: Store>(store: &Arc<S>, deliveries: Vec<Delivery>) -> V
             keys.push(format!("order:{}", order.as_str()));
         }
         trace::remember(&span, keys);
+        // The store reads the ingest's span (its parent, its batch's link) when it queues the work: now.
         let recorded = span.in_scope(|| store.ingest(delivery));
         pending.push(async move {
-            let recorded = recorded.instrument(span.clone()).await;
+            let recorded = recorded.await;
             span.record("payhook.outcome", recorded.as_ref().map_or("failed", |r| r.outcome.as_str()));
             (index, event_id, recorded)
         });

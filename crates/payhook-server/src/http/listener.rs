@@ -51,8 +51,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
-use tracing::Instrument as _;
-use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// How often a refused connection is logged at most: a flood must not flood the log too.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -406,31 +404,29 @@ impl Connection {
             }
             let in_request = InRequest::start(Arc::clone(&service_clock));
             let id = trace::request_id(request.headers().get(trace::REQUEST_ID_HEADER), trusted_proxy);
-            let (span, sampled) = request_span(&request, &id);
+            let cx = request_span(&request, &id);
             let id_header = hyper::header::HeaderValue::from_str(&id).ok();
             let (request, watch) = bounds.guard(request);
             let (app, bounds) = (app.clone(), Arc::clone(&bounds));
+            let recorded = cx.clone();
             let serve = async move {
                 let mut response = bounds.serve(app, request, &watch).await;
                 drop(in_request);
-                if sampled {
-                    let status = response.status();
-                    let span = tracing::Span::current();
-                    span.set_attribute("http.response.status_code", i64::from(status.as_u16()));
-                    if status.is_server_error() {
-                        span.set_status(opentelemetry::trace::Status::error(""));
-                    }
+                if let Some(cx) = recorded {
+                    trace::end_request(&cx, response.status().as_u16());
                 }
                 if let Some(value) = id_header {
                     response.headers_mut().insert(trace::REQUEST_ID_HEADER, value);
                 }
                 Ok::<_, Infallible>(response)
             };
+            let sampled = cx.is_some();
+            let served = trace::Served { id, cx };
             async move {
                 if trace::on() {
-                    trace::with_request_id(id, trace::sampled_scope(sampled, serve.instrument(span))).await
+                    trace::with_request(served, trace::sampled_scope(sampled, serve)).await
                 } else {
-                    trace::with_request_id(id, serve).await
+                    trace::with_request(served, serve).await
                 }
             }
         });
@@ -484,41 +480,20 @@ impl Connection {
     }
 }
 
-/// The span a request is served in when its trace is recorded: `request` with its `request_id`, `trace_id` and
-/// `span_id` (so in every log line of the request), the HTTP server span (`otel.kind = server`, named `METHOD ROUTE`
-/// once the route is matched) with the semantic conventions' attributes; an API request's incoming `traceparent` is
-/// its parent (a webhook's is not: a provider's trace is not payhook's to join). Otherwise none: the log formatter
-/// reads the request id from the task.
-///
-/// Also whether its trace is sampled: an unsampled request makes no span at all (roots are sampled before any span
-/// is made, `trace::sample_request`; a parent's decision is read when its span starts).
-fn request_span<B>(request: &hyper::Request<B>, id: &str) -> (tracing::Span, bool) {
+/// The span a request is served in, when its trace is recorded (`trace::request_span`): an API request's incoming
+/// `traceparent` is its parent (a webhook's is not: a provider's trace is not payhook's to join). Otherwise none: a
+/// request outside the sample makes no span at all (roots are sampled before any span is made,
+/// `trace::sample_request`; a parent's decision is read when its span starts).
+fn request_span<B>(request: &hyper::Request<B>, id: &str) -> Option<opentelemetry::Context> {
     if !trace::on() {
-        return (tracing::Span::none(), false);
+        return None;
     }
-    let method = request.method().as_str();
     let path = request.uri().path();
     let may_join = !path.starts_with("/webhooks/");
     if !trace::sample_request(request.headers(), may_join) {
-        return (tracing::Span::none(), false);
+        return None;
     }
-    let span = tracing::info_span!(
-        "request",
-        request_id = %id,
-        otel.name = method,
-        otel.kind = "server",
-        trace_id = tracing::field::Empty,
-        span_id = tracing::field::Empty,
-    );
-    if may_join {
-        trace::continue_from(&span, request.headers());
-    }
-    let Some(sc) = trace::span_context_of(&span).filter(|sc| sc.is_sampled()) else { return (span, false) };
-    span.record("trace_id", tracing::field::display(sc.trace_id()));
-    span.record("span_id", tracing::field::display(sc.span_id()));
-    span.set_attribute("http.request.method", method.to_owned());
-    span.set_attribute("url.path", path.to_owned());
-    (span, true)
+    trace::request_span(may_join.then(|| request.headers()), request.method().as_str(), path, id)
 }
 
 fn far_future() -> Instant {

@@ -145,7 +145,12 @@ fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
 }
 
 fn one<'a>(spans: &'a [Span], name: &str) -> &'a Span {
-    let found = named(spans, name);
+    one_where(spans, name, |_| true)
+}
+
+/// The one span named `name` that `keep` keeps.
+fn one_where<'a>(spans: &'a [Span], name: &str, keep: impl Fn(&Span) -> bool) -> &'a Span {
+    let found: Vec<&Span> = named(spans, name).into_iter().filter(|s| keep(s)).collect();
     assert_eq!(
         found.len(),
         1,
@@ -161,7 +166,7 @@ async fn a_delivery_is_one_trace_and_its_dispatch_another_linked_to_it(protocol:
     let (endpoint, received) = receiver(protocol).await;
     let (sink_url, sink_seen) = sink().await;
     let extra = format!(
-        "\n[[sinks]]\nname = \"shop\"\nurl = \"{sink_url}\"\nkinds = [\"order.paid\"]\nsecret = \"{SINK_SECRET}\"\n"
+        "\n[log]\nformat = \"json\"\n\n[[sinks]]\nname = \"shop\"\nurl = \"{sink_url}\"\nkinds = [\"order.paid\"]\nsecret = \"{SINK_SECRET}\"\n"
     );
     let env = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
@@ -186,6 +191,17 @@ async fn a_delivery_is_one_trace_and_its_dispatch_another_linked_to_it(protocol:
     let delivery = payment("evt_trace_1", "o-trace");
     let (status, answer) = post(&server.client, &server.webhook_url(), &delivery).await.expect("deliver");
     assert_eq!((status, answer["status"].as_str()), (StatusCode::OK, Some("processed")), "{answer}");
+    // A forged delivery is refused and logged: its log line names its request and the request's trace.
+    let forged = server
+        .client
+        .post(server.webhook_url())
+        .header("content-type", "application/json")
+        .header("x-webhook-signature", "sha256=00")
+        .body(delivery.body.clone())
+        .send()
+        .await
+        .expect("POST a forged delivery");
+    assert_eq!(forged.status(), StatusCode::UNAUTHORIZED);
     let deadline = Instant::now() + Duration::from_secs(20);
     while sink_seen.lock().expect("sink").is_empty() {
         assert!(Instant::now() < deadline, "the sink got nothing:\n{}", server.log());
@@ -203,7 +219,8 @@ async fn a_delivery_is_one_trace_and_its_dispatch_another_linked_to_it(protocol:
     assert!(!spans.is_empty(), "nothing exported over {protocol}:\n{metrics}\n{stopped}");
 
     // The webhook's HTTP server span, named and attributed as the semantic conventions say.
-    let request = one(&spans, "POST /webhooks/{source}");
+    let status = |span: &Span| attr(span, "http.response.status_code");
+    let request = one_where(&spans, "POST /webhooks/{source}", |s| status(s).as_deref() == Some("200"));
     assert_eq!(request.kind, 2, "SPAN_KIND_SERVER");
     assert_eq!(attr(request, "http.request.method").as_deref(), Some("POST"));
     assert_eq!(attr(request, "http.route").as_deref(), Some("/webhooks/{source}"));
@@ -214,9 +231,8 @@ async fn a_delivery_is_one_trace_and_its_dispatch_another_linked_to_it(protocol:
     assert!(request.parent_span_id.is_empty(), "a provider's trace is not joined");
 
     // Verification, parsing and the ingest are its children; the effect is the ingest's.
-    let verify = one(&spans, "payhook.verify");
-    let parse = one(&spans, "payhook.parse");
-    let ingest = one(&spans, "payhook.ingest");
+    let child = |name: &str| one_where(&spans, name, |s| s.parent_span_id == request.span_id);
+    let (verify, parse, ingest) = (child("payhook.verify"), child("payhook.parse"), child("payhook.ingest"));
     let effect = one(&spans, "payhook.effect");
     for child in [verify, parse, ingest] {
         assert_eq!((&child.trace_id, &child.parent_span_id), (&request.trace_id, &request.span_id), "{}", child.name);
@@ -256,6 +272,19 @@ async fn a_delivery_is_one_trace_and_its_dispatch_another_linked_to_it(protocol:
     let exported: Vec<String> = spans.iter().map(|s| hex(&s.trace_id)).collect();
     assert!(exported.contains(&parts[1].to_owned()), "the sink's trace {} is exported", parts[1]);
     assert_eq!((parts[1], parts[2]), (hex(&dispatch.trace_id).as_str(), hex(&dispatch.span_id).as_str()));
+
+    // The refusal's JSON log line carries its request's trace and span ids, those of an exported request span.
+    let line = stopped
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["message"].as_str().is_some_and(|m| m.contains("signature verification failed")))
+        .unwrap_or_else(|| panic!("the refusal's JSON log line:\n{stopped}"));
+    let refused = one_where(&spans, "POST /webhooks/{source}", |s| status(s).as_deref() == Some("401"));
+    let refusal = one_where(&spans, "payhook.verify", |s| s.parent_span_id == refused.span_id);
+    assert_eq!(attr(refusal, "payhook.verify.outcome").as_deref(), Some("mismatch"));
+    assert_eq!(line["trace_id"].as_str(), Some(hex(&refused.trace_id).as_str()), "{line}");
+    assert_eq!(line["span_id"].as_str(), Some(hex(&refused.span_id).as_str()), "{line}");
+    assert!(line["request_id"].as_str().is_some_and(|id| Some(id.to_owned()) == attr(refused, "request_id")));
 
     // The API request continued the incoming trace.
     let api = one(&spans, "POST /v1/orders");
