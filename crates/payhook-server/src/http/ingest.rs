@@ -26,7 +26,7 @@ use payhook_store::{Alert, Delivery, NonceClaim, NonceClaimed, Parsed, ReceivedH
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// Headers never stored with a delivery: they carry credentials of their own.
@@ -243,16 +243,18 @@ async fn deliveries<S: Store>(
                 }
             }
         }
-        None if trace::traced() => {
-            let started = SystemTime::now();
-            let parsed = parse(src, &parts, &body, verified.delivery_id());
-            if let Some(request) = trace::request_cx() {
-                let attributes = vec![
-                    KeyValue::new("payhook.format", src.settings.format.name().to_owned()),
-                    KeyValue::new("payhook.events", i64::try_from(parsed.len()).unwrap_or(i64::MAX)),
-                ];
-                trace::leaf(&request, "payhook.parse", started, attributes);
-            }
+        None if let Some(request) = trace::request_cx() => {
+            let parsed = trace::leaf(
+                &request,
+                "payhook.parse",
+                || parse(src, &parts, &body, verified.delivery_id()),
+                |parsed| {
+                    vec![
+                        KeyValue::new("payhook.format", src.settings.format.name().to_owned()),
+                        KeyValue::new("payhook.events", i64::try_from(parsed.len()).unwrap_or(i64::MAX)),
+                    ]
+                },
+            );
             (body.to_vec(), parsed, verification)
         }
         None => (body.to_vec(), parse(src, &parts, &body, verified.delivery_id()), verification),
@@ -283,15 +285,13 @@ fn traced_verify<T>(
 ) -> Result<T, payhook_core::signature::VerifyError> {
     let Some(request) = trace::request_cx() else { return verify() };
     request.span().set_attribute(KeyValue::new("payhook.source", src.settings.name.as_str().to_owned()));
-    let started = SystemTime::now();
-    let verified = verify();
-    let outcome = verified.as_ref().map_or_else(|e| e.code(), |_| "verified");
-    let attributes = vec![
-        KeyValue::new("payhook.verify.scheme", src.settings.verifier.scheme().name().to_owned()),
-        KeyValue::new("payhook.verify.outcome", outcome),
-    ];
-    trace::leaf(&request, "payhook.verify", started, attributes);
-    verified
+    trace::leaf(&request, "payhook.verify", verify, |verified| {
+        let outcome = verified.as_ref().map_or_else(|e| e.code(), |_| "verified");
+        vec![
+            KeyValue::new("payhook.verify.scheme", src.settings.verifier.scheme().name().to_owned()),
+            KeyValue::new("payhook.verify.outcome", outcome),
+        ]
+    })
 }
 
 /// A delivery is one event, except for formats that batch (an Adyen notification carries several items): each event
