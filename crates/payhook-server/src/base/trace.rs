@@ -212,6 +212,18 @@ pub fn request_span(
     sampled.then(|| parent.with_span(span))
 }
 
+/// Names the span of a request ([`request_span`]) after its route (`POST /webhooks/{source}`) and sets `http.route`,
+/// as the semantic conventions for an HTTP server span ask.
+pub fn name_request(cx: &opentelemetry::Context, method: &str, route: &str) {
+    let span = cx.span();
+    span.set_attribute(KeyValue::new("http.route", route.to_owned()));
+    let mut name = String::with_capacity(method.len() + 1 + route.len());
+    name.push_str(method);
+    name.push(' ');
+    name.push_str(route);
+    span.update_name(name);
+}
+
 /// Ends the span of a request ([`request_span`]) with its answer's status.
 pub fn end_request(cx: &opentelemetry::Context, status: u16) {
     let span = cx.span();

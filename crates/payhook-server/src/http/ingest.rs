@@ -75,6 +75,9 @@ impl Headers for HttpHeaders<'_> {
     }
 }
 
+/// The webhook route.
+pub(crate) const ROUTE: &str = "/webhooks/{source}";
+
 #[utoipa::path(post, path = "/webhooks/{source}", tag = "webhooks",
     params(("source" = String, Path, description = "A configured source's name")),
     request_body(content = Vec<u8>, description = "The provider's payload, verified on its raw bytes", content_type = "*/*"),
@@ -92,6 +95,9 @@ pub(crate) async fn handle<S: Store>(
     request: Request,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
+    if let Some(cx) = trace::request_cx() {
+        trace::name_request(&cx, "POST", ROUTE);
+    }
     // The configuration in force now is the one this request runs under to its answer, whatever a reload swaps
     // in meanwhile.
     let live = state.live();
