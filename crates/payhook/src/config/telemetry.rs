@@ -42,6 +42,26 @@ pub struct Export {
     pub export_queue: usize,
     /// Recent deliveries whose span contexts are kept for the links of their retries and dispatches, at most.
     pub recent_traces: usize,
+    /// Headers sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`: a collector's token).
+    pub headers: ExportHeaders,
+}
+
+/// Headers sent with every export, names in lowercase (gRPC metadata's rule, which HTTP accepts). Their values
+/// are credentials: `Debug` shows the names only.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ExportHeaders(Vec<(String, String)>);
+
+impl ExportHeaders {
+    /// The names and values.
+    pub fn pairs(&self) -> impl Iterator<Item = &(String, String)> {
+        self.0.iter()
+    }
+}
+
+impl std::fmt::Debug for ExportHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|(name, _)| format!("{name}: <redacted>"))).finish()
+    }
 }
 
 /// OTLP's transports payhook speaks.
@@ -140,6 +160,13 @@ pub(super) fn resolve_telemetry(raw: &RawTelemetry, var: &dyn Fn(&str) -> Option
     if endpoint.is_empty() {
         return Ok(TelemetryConfig { export: None });
     }
+    let headers = match ["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"]
+        .into_iter()
+        .find_map(|name| var(name).map(|v| (name, v)))
+    {
+        Some((name, text)) => export_headers(&text).map_err(|e| anyhow::anyhow!("environment variable {name}: {e}"))?,
+        None => ExportHeaders::default(),
+    };
     let url = reqwest::Url::parse(&endpoint)
         .map_err(|e| anyhow::anyhow!("{endpoint_at}: {endpoint:?} is not a URL ({e})"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
@@ -161,6 +188,7 @@ pub(super) fn resolve_telemetry(raw: &RawTelemetry, var: &dyn Fn(&str) -> Option
             resource,
             export_queue: usize::try_from(queue).unwrap_or(usize::MAX),
             recent_traces: usize::try_from(raw.recent_traces).unwrap_or(usize::MAX),
+            headers,
         }),
     })
 }
@@ -202,6 +230,24 @@ fn resource_attributes(text: &str) -> Result<Vec<(String, String)>> {
         out.push((key.to_owned(), value));
     }
     Ok(out)
+}
+
+/// `name=value,name=value` (values percent-decoded), each a valid header: a name of token characters, which is
+/// lowercased, and a value of visible characters and spaces. An error names the pair, never its value.
+fn export_headers(text: &str) -> Result<ExportHeaders> {
+    let mut out = Vec::new();
+    for (name, value) in resource_attributes(text).map_err(|_| anyhow::anyhow!("is not name=value,name=value"))? {
+        let name = name.to_ascii_lowercase();
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if !name.bytes().all(token) {
+            bail!("{name:?} is not a header name");
+        }
+        if value.is_empty() || !value.bytes().all(|b| b == b' ' || b == b'\t' || b.is_ascii_graphic()) {
+            bail!("the value of {name:?} is empty or holds a character a header may not");
+        }
+        out.push((name, value));
+    }
+    Ok(ExportHeaders(out))
 }
 
 /// Percent-decoding (`%20` → space), leaving anything else as it is.
@@ -299,5 +345,29 @@ mod tests {
         assert_eq!(resolve_telemetry(&bad, &with(&[])).unwrap().export.unwrap().recent_traces, 0, "0 keeps none");
         bad.resource_attributes = "novalue".into();
         assert!(refused(&[], &bad).starts_with("telemetry.resource_attributes: "));
+    }
+
+    #[test]
+    fn export_headers_come_from_the_variables_and_their_values_are_never_shown() {
+        let mut file = raw();
+        file.otlp_endpoint = "http://collector:4318".into();
+        let export = |env: &[(&str, &str)]| resolve_telemetry(&file, &with(env)).map(|t| t.export.unwrap());
+        let headers =
+            export(&[("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20s3cret, X-Tenant=eu")]).unwrap().headers;
+        let pairs: Vec<_> = headers.pairs().cloned().collect();
+        assert_eq!(
+            pairs,
+            [("authorization".to_owned(), "Bearer s3cret".to_owned()), ("x-tenant".to_owned(), "eu".to_owned())]
+        );
+        let shown = format!("{headers:?}");
+        assert!(shown.contains("authorization") && !shown.contains("s3cret"), "{shown}");
+        let traces = export(&[("OTEL_EXPORTER_OTLP_HEADERS", "a=1"), ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "b=2")]);
+        assert_eq!(traces.unwrap().headers.pairs().next().unwrap().0, "b", "the signal's own variable wins");
+        assert_eq!(export(&[]).unwrap().headers, ExportHeaders::default());
+        for bad in ["token", "bad name=x", "x-key=line%0Abreak", "x-key="] {
+            let m = format!("{:#}", export(&[("OTEL_EXPORTER_OTLP_HEADERS", bad)]).unwrap_err());
+            assert!(m.starts_with("environment variable OTEL_EXPORTER_OTLP_HEADERS: "), "{bad}: {m}");
+            assert!(!m.contains("break"), "a value is never repeated: {m}");
+        }
     }
 }

@@ -21,6 +21,9 @@ const SINK_SECRET: &str = "whsec_c2lua19zZWNyZXRfZm9yX3RyYWNpbmc=";
 /// The trace context the API request arrives with: its span must continue it.
 const INCOMING_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const INCOMING_PARENT: &str = "00f067aa0ba902b7";
+/// The collector's token, sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`, percent-encoded there): the
+/// receiver refuses an export without it.
+const COLLECTOR_TOKEN: &str = "Bearer collector token";
 
 /// Everything the receiver was sent: each export request as decoded.
 #[derive(Clone, Default)]
@@ -64,6 +67,10 @@ impl TraceService for Grpc {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let token = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        if token != Some(COLLECTOR_TOKEN) {
+            return Err(tonic::Status::unauthenticated(format!("the collector's token, not {token:?}")));
+        }
         self.0.0.lock().expect("received").push(request.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
     }
@@ -92,6 +99,8 @@ async fn receiver(protocol: &str) -> (String, Received) {
                             Some("application/x-protobuf"),
                             "OTLP/HTTP binary"
                         );
+                        let token = headers.get("authorization").and_then(|v| v.to_str().ok());
+                        assert_eq!(token, Some(COLLECTOR_TOKEN), "the collector's token");
                         let request = ExportTraceServiceRequest::decode(body).expect("an OTLP trace export");
                         kept.0.lock().expect("received").push(request);
                         let answer = ExportTraceServiceResponse { partial_success: None }.encode_to_vec();
@@ -174,6 +183,7 @@ async fn a_delivery_is_one_trace_and_its_dispatch_another_linked_to_it(protocol:
         ("OTEL_SERVICE_NAME", "payhook-it"),
         ("OTEL_TRACES_SAMPLER", "parentbased_always_on"),
         ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=test"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20collector%20token"),
     ];
     let server = Server::start_edited_with_env(&dir, |c| format!("{c}{extra}"), &env).await;
 
@@ -301,7 +311,8 @@ async fn a_delivery_is_one_trace_and_its_dispatch_another_linked_to_it(protocol:
     assert_eq!(service.as_deref(), Some("payhook-it"));
 
     // Nothing secret anywhere: the source's secret, the sink's, the API token, the signature sent.
-    let mut secrets = vec![SECRET.to_owned(), SINK_SECRET.to_owned(), API_TOKEN.to_owned()];
+    let mut secrets =
+        vec![SECRET.to_owned(), SINK_SECRET.to_owned(), API_TOKEN.to_owned(), "collector token".to_owned()];
     secrets.extend(delivery.headers.iter().map(|(_, v)| v.clone()).filter(|v| v.len() >= 16));
     for kv in received.attributes() {
         let value = string(&kv.value).unwrap_or_default();
